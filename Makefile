@@ -1,0 +1,38 @@
+# Two commands: `make demo` (set up .venv, run the main job) and `make test` (set up, run tests).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXTRAS ?= dev,plots,llm,agents,suite,ray
+OUT ?= out/demo
+
+.PHONY: setup demo test lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# Pin torch before anything pulls an unpinned one (a CUDA build is several GB).
+	if command -v nvidia-smi >/dev/null 2>&1; then \
+		$(PY) -m pip install -q "torch>=2.4"; \
+	else \
+		$(PY) -m pip install -q torch==2.13.0; \
+	fi
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(PY) examples/demo_app.py
+	$(VENV)/bin/devsched bench --rounds 20 --json $(OUT)/bench.json --plots $(OUT)
+
+test: setup
+	$(VENV)/bin/ruff check langgraph_devsched tests examples
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check langgraph_devsched tests examples
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

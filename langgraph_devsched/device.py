@@ -1,0 +1,104 @@
+"""How a tool learns where it runs: an injected argument or a context accessor.
+
+A tool that declares ``device: Annotated[str, InjectedDevice]`` receives ``"cpu"`` or
+``"cuda:0"`` (hidden from the model's tool schema, like `InjectedToolArg`); any tool can call
+`current_placement()` while it runs. A tool with neither runs as it is.
+
+>>> from typing import Annotated
+>>> from langchain_core.tools import tool
+>>> @tool
+... def embed(text: str, device: Annotated[str, InjectedDevice]) -> str:
+...     '''Embed a text.'''
+...     return device
+>>> "device" in embed.tool_call_schema.model_json_schema()["properties"]
+False
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, get_args, get_origin, get_type_hints
+
+from langchain_core.tools import BaseTool, InjectedToolArg
+
+from langgraph_devsched.options import DeviceOption, FallbackCause
+
+
+class InjectedDevice(InjectedToolArg):
+    """Annotation for a tool argument that receives the device string (``cpu``, ``cuda:0``)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one tool call actually runs.
+
+    ``option`` is what the scheduler chose; ``device`` is where it ran (``cpu`` after a
+    fallback); ``fallback`` says why they differ, or is None.
+    """
+
+    option: DeviceOption
+    device: str
+    fallback: FallbackCause | None = None
+    vram_reserved_mb: float = 0.0
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device != "cpu"
+
+
+_CURRENT: contextvars.ContextVar[Placement | None] = contextvars.ContextVar(
+    "devsched_placement", default=None
+)
+
+
+def current_placement() -> Placement | None:
+    """The placement of the tool call running in this context, or None outside the node."""
+    return _CURRENT.get()
+
+
+def current_device(default: str = "cpu") -> str:
+    """The device string for the running tool call (``default`` outside the node)."""
+    placement = _CURRENT.get()
+    return placement.device if placement is not None else default
+
+
+@contextlib.contextmanager
+def placed(placement: Placement) -> Iterator[Placement]:
+    """Make ``placement`` the current one for the duration of the block."""
+    token = _CURRENT.set(placement)
+    try:
+        yield placement
+    finally:
+        _CURRENT.reset(token)
+
+
+def injected_device_args(tool: BaseTool) -> tuple[str, ...]:
+    """Names of the tool's arguments annotated with `InjectedDevice`."""
+    func = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
+    hints: dict[str, Any] = {}
+    with contextlib.suppress(Exception):
+        hints.update(get_type_hints(func, include_extras=True) if func else {})
+    schema = getattr(tool, "args_schema", None)
+    if isinstance(schema, type):
+        with contextlib.suppress(Exception):
+            for name, field in schema.model_fields.items():
+                hints.setdefault(name, field.annotation)
+                for meta in field.metadata:
+                    if _is_device_marker(meta):
+                        hints[name] = InjectedDevice
+    return tuple(name for name, hint in hints.items() if _mentions_device(hint))
+
+
+def _is_device_marker(obj: object) -> bool:
+    return obj is InjectedDevice or isinstance(obj, InjectedDevice)
+
+
+def _mentions_device(hint: object) -> bool:
+    if _is_device_marker(hint):
+        return True
+    if get_origin(hint) is not None:
+        return any(_mentions_device(a) for a in get_args(hint))
+    return False

@@ -1,0 +1,223 @@
+"""Per-tool device hints: what a tool can run on, what it needs, what it declares.
+
+Hints come from code (the `device_hints` decorator or ``tool.metadata["devsched"]``), from a
+YAML/JSON file, or from a mapping given to the node; they are validated when the node is built.
+
+>>> spec = ToolDeviceSpec(vram_mb=900, profile=SoloProfile(cpu_ms=120, gpu_ms=15))
+>>> spec.allowed_options()
+('gpu_now', 'gpu_queued', 'cpu')
+>>> ToolDeviceSpec(gpu_capable=False).allowed_options()
+('cpu',)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption, is_gpu
+
+HINTS_METADATA_KEY = "devsched"
+"""Key under ``BaseTool.metadata`` where code-declared hints live."""
+
+
+class SoloProfile(BaseModel):
+    """A tool's declared solo latencies, as a profiler measures them (one call, idle machine)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpu_ms: float | None = Field(default=None, ge=0, description="median latency on the CPU")
+    gpu_ms: float | None = Field(
+        default=None, ge=0, description="median latency on the GPU, transfers included"
+    )
+    transfer_ms: float = Field(default=0.0, ge=0, description="host<->device copy time")
+
+
+class ToolDeviceSpec(BaseModel):
+    """What the scheduler may do with one tool (every field optional)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    gpu_capable: bool = Field(default=True, description="the tool can run on a GPU")
+    cpu_allowed: bool = Field(default=True, description="the tool may run on (or fall back to) the CPU")
+    vram_mb: float = Field(default=0.0, ge=0, description="VRAM to reserve while on the GPU, MB")
+    gpu_share: float = Field(
+        default=1.0, gt=0, le=1, description="declared share of the GPU's compute used alone"
+    )
+    pinned: DeviceOption | None = Field(default=None, description="always use this option")
+    preferred: DeviceOption | None = Field(default=None, description="option for static policies")
+    profile: SoloProfile | None = Field(default=None, description="declared solo profile")
+    cpu_impl: Callable[..., Any] | None = Field(
+        default=None, exclude=True, description="tool or callable to run when placed on the CPU"
+    )
+    gpu_impl: Callable[..., Any] | None = Field(
+        default=None, exclude=True, description="tool or callable to run when placed on a GPU"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ToolDeviceSpec:
+        if not self.gpu_capable and not self.cpu_allowed:
+            raise ValueError(
+                "gpu_capable=False and cpu_allowed=False leave no device; allow at least one"
+            )
+        for field in ("pinned", "preferred"):
+            option = getattr(self, field)
+            if option is None:
+                continue
+            if is_gpu(option) and not self.gpu_capable:
+                raise ValueError(
+                    f"{field}={option!r} contradicts gpu_capable=False; valid: 'cpu'"
+                )
+            if option == "cpu" and not self.cpu_allowed:
+                raise ValueError(
+                    f"{field}='cpu' contradicts cpu_allowed=False; valid: 'gpu_now', 'gpu_queued'"
+                )
+        return self
+
+    def allowed_options(self) -> tuple[DeviceOption, ...]:
+        """The options a scheduler may choose for this tool, in canonical order."""
+        if self.pinned is not None:
+            return (self.pinned,)
+        return tuple(
+            o for o in DEVICE_OPTIONS if (self.gpu_capable if is_gpu(o) else self.cpu_allowed)
+        )
+
+
+DEFAULT_SPEC = ToolDeviceSpec(gpu_capable=False)
+"""A tool with no hints runs as it is, on the CPU side, exactly as `ToolNode` would run it."""
+
+
+class HintsError(ValueError):
+    """Invalid device hints: the message names the tool, the field and the valid values."""
+
+
+def validate_spec(tool_name: str, raw: Mapping[str, Any] | ToolDeviceSpec) -> ToolDeviceSpec:
+    """Validate one tool's hints, raising `HintsError` that names tool, field and valid values."""
+    if isinstance(raw, ToolDeviceSpec):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise HintsError(
+            f"hints for tool {tool_name!r} must be a mapping of fields, got {type(raw).__name__}"
+        )
+    try:
+        return ToolDeviceSpec.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise HintsError(_describe(tool_name, exc)) from None
+
+
+def _describe(tool_name: str, exc: ValidationError) -> str:
+    valid_fields = ", ".join(ToolDeviceSpec.model_fields)
+    lines = [f"invalid device hints for tool {tool_name!r}:"]
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(spec)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown field; valid fields: {valid_fields}"
+        elif err["type"] == "literal_error":
+            msg = f"{msg} (valid options: {', '.join(DEVICE_OPTIONS)})"
+        lines.append(f"  {field}: {msg} (got {err.get('input')!r})")
+    return "\n".join(lines)
+
+
+F = TypeVar("F")
+
+
+def device_hints(**fields: Any) -> Callable[[F], F]:
+    """Attach device hints to a tool (place it above ``@tool``) or to a plain function.
+
+    >>> from langchain_core.tools import tool
+    >>> @device_hints(vram_mb=512, preferred="gpu_now")
+    ... @tool
+    ... def embed(text: str) -> str:
+    ...     '''Embed a text.'''
+    ...     return text
+    >>> embed.metadata["devsched"]["vram_mb"]
+    512
+    """
+    validate_spec("<decorated tool>", fields)
+
+    def attach(obj: F) -> F:
+        metadata = getattr(obj, "metadata", None)
+        if hasattr(obj, "name") and hasattr(obj, "invoke"):
+            merged = dict(metadata or {})
+            merged[HINTS_METADATA_KEY] = dict(fields)
+            obj.metadata = merged  # type: ignore[attr-defined]
+        else:
+            obj.__devsched_hints__ = dict(fields)  # type: ignore[attr-defined]
+        return obj
+
+    return attach
+
+
+def code_hints(tool: object) -> Mapping[str, Any] | None:
+    """The hints declared in code on a tool or function, if any."""
+    metadata = getattr(tool, "metadata", None)
+    if isinstance(metadata, Mapping) and HINTS_METADATA_KEY in metadata:
+        return metadata[HINTS_METADATA_KEY]  # type: ignore[no-any-return]
+    found = getattr(tool, "__devsched_hints__", None)
+    if found is None:
+        func = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
+        found = getattr(func, "__devsched_hints__", None)
+    return found if isinstance(found, Mapping) else None
+
+
+def load_hints_file(path: str | Path) -> dict[str, dict[str, Any]]:
+    """Read a hints file: ``{"tools": {name: {field: value}}}`` in YAML or JSON (safe loader)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise HintsError(f"hints file {path}: not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise HintsError(f"hints file {path}: cannot read ({exc.strerror})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise HintsError(f"hints file {path}: not valid YAML/JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("tools"), dict):
+        raise HintsError(
+            f"hints file {path}: expected a mapping with a 'tools' mapping of "
+            "tool name -> hints, e.g. {'tools': {'ocr': {'vram_mb': 900}}}"
+        )
+    tools = data["tools"]
+    for name, fields in tools.items():
+        if not isinstance(fields, dict):
+            raise HintsError(f"hints file {path}: tools.{name} must be a mapping of fields")
+    return {str(k): v for k, v in tools.items()}
+
+
+def resolve_specs(
+    tools: Mapping[str, object],
+    hints: Mapping[str, Mapping[str, Any] | ToolDeviceSpec] | str | Path | None = None,
+) -> dict[str, ToolDeviceSpec]:
+    """One validated spec per tool: explicit ``hints`` (mapping or file) over code hints.
+
+    Hints naming a tool the node does not have are an error that lists the known tools.
+    """
+    explicit: Mapping[str, Mapping[str, Any] | ToolDeviceSpec]
+    if hints is None:
+        explicit = {}
+    elif isinstance(hints, (str, Path)):
+        explicit = load_hints_file(hints)
+    else:
+        explicit = hints
+    unknown = sorted(set(explicit) - set(tools))
+    if unknown:
+        raise HintsError(
+            f"device hints name unknown tool(s) {', '.join(map(repr, unknown))}; "
+            f"known tools: {', '.join(sorted(tools)) or '(none)'}"
+        )
+    specs: dict[str, ToolDeviceSpec] = {}
+    for name, tool in tools.items():
+        if name in explicit:
+            specs[name] = validate_spec(name, explicit[name])
+        elif (declared := code_hints(tool)) is not None:
+            specs[name] = validate_spec(name, declared)
+        else:
+            specs[name] = DEFAULT_SPEC
+    return specs

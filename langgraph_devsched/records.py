@@ -1,0 +1,60 @@
+"""What happened to tool calls: the one record type every executor and the testbed produce.
+
+>>> r = CallRecord("c1", "ocr", "gpu_now", "cpu", "oom", 0.0, 120.0, 0.0, 0)
+>>> r.latency_ms, r.fell_back
+(120.0, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from langgraph_devsched.options import DeviceOption, FallbackCause
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One executed call. Times are ms from the start of its step."""
+
+    call_id: str
+    tool: str
+    option: DeviceOption
+    device: str
+    fallback: FallbackCause | None
+    start_ms: float
+    end_ms: float
+    vram_reserved_mb: float
+    gpu_peers: int
+    """Most other calls computing on the GPU at once while this one ran there (0 on CPU)."""
+    error: str | None = None
+
+    @property
+    def latency_ms(self) -> float:
+        """From the step's start to this call's end (queue wait included)."""
+        return self.end_ms
+
+    @property
+    def run_ms(self) -> float:
+        """From the call's start on its device to its end."""
+        return self.end_ms - self.start_ms
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device != "cpu"
+
+    @property
+    def fell_back(self) -> bool:
+        return self.fallback is not None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step (a batch of calls decided jointly) and its makespan."""
+
+    calls: tuple[CallRecord, ...]
+    makespan_ms: float
+    vram_peak_mb: float = 0.0
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def by_id(self) -> dict[str, CallRecord]:
+        return {c.call_id: c for c in self.calls}

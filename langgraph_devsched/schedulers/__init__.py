@@ -1,0 +1,25 @@
+"""Schedulers behind one protocol; `make_scheduler` builds one by name."""
+
+from langgraph_devsched.schedulers.base import (
+    Batch,
+    CallRequest,
+    Decision,
+    Scheduler,
+    SchedulerBase,
+    SchedulerView,
+)
+from langgraph_devsched.schedulers.registry import make_scheduler, scheduler_names
+from langgraph_devsched.schedulers.static import AllGpuScheduler, StaticHintScheduler
+
+__all__ = [
+    "AllGpuScheduler",
+    "Batch",
+    "CallRequest",
+    "Decision",
+    "Scheduler",
+    "SchedulerBase",
+    "SchedulerView",
+    "StaticHintScheduler",
+    "make_scheduler",
+    "scheduler_names",
+]

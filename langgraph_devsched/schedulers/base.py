@@ -1,0 +1,105 @@
+"""The one protocol every scheduler implements, and what it may see.
+
+A scheduler gets a `Batch` (the step's calls: ids, tool names and declared hints, never the
+arguments) and a `SchedulerView` (telemetry and, where present, the monitor's snapshot). It
+answers a `Decision`: one option per call id. It can learn from `observe`.
+
+>>> from langgraph_devsched.hints import ToolDeviceSpec
+>>> batch = Batch.of([("c1", "ocr", ToolDeviceSpec(vram_mb=500))])
+>>> batch.call_ids, batch.shape
+(('c1',), ('ocr',))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.options import DeviceOption, FallbackCause
+from langgraph_devsched.records import StepRecord
+from langgraph_devsched.telemetry import DeviceState
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """One call as a scheduler sees it: id, tool name, declared hints. No arguments."""
+
+    call_id: str
+    tool: str
+    spec: ToolDeviceSpec
+
+
+@dataclass(frozen=True)
+class Batch:
+    """All calls of one step, seen together before any starts."""
+
+    calls: tuple[CallRequest, ...]
+
+    @classmethod
+    def of(cls, items: Sequence[tuple[str, str, ToolDeviceSpec]]) -> Batch:
+        return cls(tuple(CallRequest(cid, tool, spec) for cid, tool, spec in items))
+
+    @property
+    def call_ids(self) -> tuple[str, ...]:
+        return tuple(c.call_id for c in self.calls)
+
+    @property
+    def shape(self) -> tuple[str, ...]:
+        """The sorted tool names: two steps of the same shape can reuse a decision."""
+        return tuple(sorted(c.tool for c in self.calls))
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+
+@dataclass(frozen=True)
+class SchedulerView:
+    """Everything a scheduler may read besides the batch: telemetry and observations."""
+
+    device: DeviceState
+    observations: Any | None = None
+    """The runtime monitor's snapshot, when a monitor is attached."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One option per call id, with the why. ``probe`` marks an exploratory placement."""
+
+    mapping: Mapping[str, DeviceOption]
+    reason: str = ""
+    predicted_ms: Mapping[str, float] = field(default_factory=dict)
+    probe: bool = False
+    fallback: FallbackCause | None = None
+    llm_calls: int = 0
+    scheduler: str = ""
+
+    def options_for(self, batch: Batch) -> tuple[DeviceOption, ...]:
+        return tuple(self.mapping[cid] for cid in batch.call_ids)
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """Decide one option per call of a step; optionally learn from what happened."""
+
+    name: str
+
+    def decide(self, batch: Batch, view: SchedulerView) -> Decision: ...
+
+    def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None: ...
+
+
+class SchedulerBase:
+    """Convenience base: a name and a no-op `observe`."""
+
+    name: str = "base"
+
+    def decide(self, batch: Batch, view: SchedulerView) -> Decision:  # pragma: no cover
+        raise NotImplementedError
+
+    def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
+        return None
+
+    def _decision(self, mapping: Mapping[str, DeviceOption], reason: str, **kw: Any) -> Decision:
+        return Decision(mapping=dict(mapping), reason=reason, scheduler=self.name, **kw)

@@ -1,0 +1,39 @@
+"""Build a scheduler by name; unknown names get an error listing the valid ones.
+
+Schedulers are registered as ``"module:Class"`` paths, imported only when built.
+
+>>> make_scheduler("all_gpu").name
+'all_gpu'
+>>> "static" in scheduler_names()
+True
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from langgraph_devsched.schedulers.base import Scheduler
+
+_PKG = "langgraph_devsched.schedulers"
+_FACTORIES: dict[str, str] = {
+    "all_gpu": f"{_PKG}.static:AllGpuScheduler",
+    "static": f"{_PKG}.static:StaticHintScheduler",
+}
+
+
+def scheduler_names() -> tuple[str, ...]:
+    """Every name `make_scheduler` accepts."""
+    return tuple(_FACTORIES)
+
+
+def make_scheduler(name: str, **kwargs: Any) -> Scheduler:
+    """A new scheduler called ``name``; ``kwargs`` go to its constructor."""
+    try:
+        target = _FACTORIES[name]
+    except KeyError:
+        valid = ", ".join(_FACTORIES)
+        raise ValueError(f"unknown scheduler {name!r}; valid schedulers: {valid}") from None
+    module_name, _, attr = target.partition(":")
+    factory = getattr(importlib.import_module(module_name), attr)
+    return factory(**kwargs)  # type: ignore[no-any-return]
