@@ -1,0 +1,22 @@
+"""The runtime monitor: running latency statistics, exploration hints, persisted stats."""
+
+from langgraph_devsched.monitor.context import LoadContext
+from langgraph_devsched.monitor.hints import ExplorationHint
+from langgraph_devsched.monitor.monitor import RuntimeMonitor
+from langgraph_devsched.monitor.observations import Observations, OptionEstimate, PlacementOutcome
+from langgraph_devsched.monitor.persist import load_file, load_store, save_file, save_store
+from langgraph_devsched.monitor.stats import RunningStat
+
+__all__ = [
+    "ExplorationHint",
+    "LoadContext",
+    "Observations",
+    "OptionEstimate",
+    "PlacementOutcome",
+    "RunningStat",
+    "RuntimeMonitor",
+    "load_file",
+    "load_store",
+    "save_file",
+    "save_store",
+]

@@ -1,0 +1,155 @@
+"""When the monitor proposes a probe: exploration hints for the next step of a batch shape.
+
+Hints refer to the latest executed step of the batch's shape (the situation being repeated):
+
+* **unknown**: a tool ran on one device and has never run on the other (which it allows).
+* **symmetric**: it has run on the other device, but not under this step's load context (or
+  only long ago): measuring it there compares both devices under the same conditions.
+* **swap**: a tool on the GPU and one on the CPU in the same step, and the step with the two
+  exchanged (the CPU one taking the GPU one's option) was never executed: only that exposes
+  interactions single-tool estimates cannot show under contention.
+* **noisy** / **stale**: the step's own estimates are too spread or too old to trust.
+
+Each hint carries an optimistic ``expected_gain_ms`` (what the step could save if the unknown
+side were as fast as its best evidence allows: a measurement under any context, else the
+declared solo profile, else zero) and the ``probes_left`` in the (shape, background load)
+budget. Hints only inform: the policy decides whether a probe is worth its cost.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from langgraph_devsched.monitor.context import background_bucket
+from langgraph_devsched.monitor.hints import DeviceClass, ExplorationHint
+from langgraph_devsched.monitor.observations import Observations
+from langgraph_devsched.monitor.state import LastStep, placement_key, shape_key, stats_key
+from langgraph_devsched.options import GPU_OPTIONS, is_gpu
+
+if TYPE_CHECKING:
+    from langgraph_devsched.monitor.monitor import RuntimeMonitor
+
+
+def _other(device: str) -> DeviceClass:
+    return "cpu" if device == "gpu" else "gpu"
+
+
+def best_evidence_ms(mon: RuntimeMonitor, tool: str, device: str, context: str) -> float | None:
+    """Optimistic run time of ``tool`` on ``device``: this context, else the fastest context,
+    else the declared solo profile."""
+    st = mon.state
+    options = GPU_OPTIONS if device == "gpu" else ("cpu",)
+    here = [
+        st.stats[k].run.mean
+        for o in options
+        if (k := stats_key(tool, o, context)) in st.stats and st.stats[k].device == device
+    ]
+    if here:
+        return min(here)
+    anywhere = [
+        ks.run.mean for k, ks in st.stats.items()
+        if k.startswith(f"{tool}|") and ks.device == device and ks.run.known
+    ]
+    if anywhere:
+        return min(anywhere)
+    facts = st.tools.get(tool)
+    if facts is None:
+        return None
+    return facts.declared_gpu_ms if device == "gpu" else facts.declared_cpu_ms
+
+
+def _measured_on(mon: RuntimeMonitor, tool: str, device: str, context: str | None) -> bool:
+    st = mon.state
+    for key, ks in st.stats.items():
+        t, _, ctx = key.split("|")
+        if t != tool or ks.device != device or not ks.run.known:
+            continue
+        if context is None:
+            return True
+        if ctx == context and st.step - ks.run.last_step <= mon.stale_after_steps:
+            return True
+    return False
+
+
+def _allows(mon: RuntimeMonitor, tool: str, device: str) -> bool:
+    facts = mon.state.tools.get(tool)
+    if facts is None:
+        return True
+    return facts.gpu_allowed if device == "gpu" else facts.cpu_allowed
+
+
+def propose_hints(
+    mon: RuntimeMonitor, obs: Observations, batch: Any | None = None
+) -> tuple[ExplorationHint, ...]:
+    """The hints for the next step of ``batch``'s shape (default: the last recorded shape)."""
+    st = mon.state
+    if batch is not None:
+        shape = shape_key(c.tool for c in batch.calls)
+    else:
+        shape = st.last_shape or ""
+    base = st.last.get(shape)
+    if base is None:
+        return ()
+    bg = base.bg if mon._device is None else background_bucket(mon._device)
+    left = mon.probes_left(shape, bg)
+    hints: dict[tuple[Any, ...], ExplorationHint] = {}
+    _device_hints(mon, base, left, hints)
+    _swap_hints(mon, base, left, hints)
+    return tuple(sorted(hints.values(), key=lambda h: (-h.expected_gain_ms, h.kind, h.tools)))
+
+
+def _device_hints(
+    mon: RuntimeMonitor, base: LastStep, left: int, out: dict[tuple[Any, ...], ExplorationHint]
+) -> None:
+    st = mon.state
+    for call in base.calls:
+        other = _other(call.device)
+        here = "the GPU" if call.device == "gpu" else "the CPU"
+        if _allows(mon, call.tool, other):
+            prior = best_evidence_ms(mon, call.tool, other, call.context)
+            gain = call.run_ms - prior if prior is not None else call.run_ms
+            if not _measured_on(mon, call.tool, other, None):
+                key: tuple[Any, ...] = ("unknown", call.tool, other)
+                out.setdefault(key, ExplorationHint.make(
+                    "unknown", (call.tool,), devices=(other,), expected_gain_ms=gain,
+                    probes_left=left, detail=f"measured on {here} only"))
+            elif not _measured_on(mon, call.tool, other, call.context):
+                key = ("symmetric", call.tool, other, call.context)
+                out.setdefault(key, ExplorationHint.make(
+                    "symmetric", (call.tool,), devices=(other,), context=call.context,
+                    expected_gain_ms=gain, probes_left=left,
+                    detail=f"measured on {here} there"))
+        ks = st.stats.get(stats_key(call.tool, call.option, call.context))
+        if ks is None:
+            continue
+        if st.step - ks.run.last_step > mon.stale_after_steps:
+            out.setdefault(("stale", call.tool, call.option, call.context), ExplorationHint.make(
+                "stale", (call.tool,), option=call.option, context=call.context,
+                expected_gain_ms=ks.run.std, probes_left=left))
+        elif ks.run.count >= 2 and ks.run.cv > mon.noisy_cv:
+            out.setdefault(("noisy", call.tool, call.option, call.context), ExplorationHint.make(
+                "noisy", (call.tool,), option=call.option, context=call.context,
+                expected_gain_ms=ks.run.std, probes_left=left))
+
+
+def _swap_hints(
+    mon: RuntimeMonitor, base: LastStep, left: int, out: dict[tuple[Any, ...], ExplorationHint]
+) -> None:
+    st = mon.state
+    pairs = [(c.tool, c.option) for c in base.calls]
+    for i, a in enumerate(base.calls):
+        if not is_gpu(a.option) or a.device != "gpu" or not _allows(mon, a.tool, "cpu"):
+            continue
+        for j, b in enumerate(base.calls):
+            if b.option != "cpu" or b.tool == a.tool or not _allows(mon, b.tool, "gpu"):
+                continue
+            swapped = list(pairs)
+            swapped[i], swapped[j] = (a.tool, "cpu"), (b.tool, a.option)
+            if f"{base.shape}|{placement_key(swapped)}" in st.outcomes:
+                continue
+            pa = best_evidence_ms(mon, a.tool, "cpu", a.context) or 0.0
+            pb = best_evidence_ms(mon, b.tool, "gpu", b.context) or 0.0
+            gain = max(a.run_ms, b.run_ms) - max(pa, pb)
+            out.setdefault(("swap", a.tool, b.tool), ExplorationHint.make(
+                "swap", (a.tool, b.tool), devices=("cpu", "gpu"), option=a.option,
+                context=a.context, expected_gain_ms=gain, probes_left=left))
