@@ -25,6 +25,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -146,6 +147,31 @@ class SimulatedTestbed:
     def makespan(self, calls: Sequence[tuple[str, str, DeviceOption]]) -> float:
         """Noise-free makespan of a step; does not move the clock (used by the oracle)."""
         return self.simulate(calls, noisy=False).makespan_ms
+
+    def product_makespans(
+        self,
+        tools: Sequence[str],
+        choices: Sequence[Sequence[DeviceOption]],
+        *,
+        prune: bool = False,
+    ) -> Any:
+        """Noise-free makespans of every mapping in ``itertools.product(*choices)``, in that
+        order, as a numpy array; bit-identical to `makespan` (see `batchsim`; used by the oracle).
+        ``prune=True`` leaves mappings that provably cannot be optimal as ``inf``.
+        """
+        from langgraph_devsched import batchsim
+
+        if len(tools) != len(choices):
+            raise ValueError(f"{len(tools)} tools but {len(choices)} choice lists")
+        return batchsim.makespans(
+            [self._require(t) for t in tools],
+            batchsim.product_codes(choices),
+            vram_budget_mb=self.vram_budget_mb,
+            cpu_cores=self.cpu_cores,
+            background=self._background,
+            oom_detect_ms=self._oom_detect_ms,
+            prune=prune,
+        )
 
     def simulate(
         self, calls: Sequence[tuple[str, str, DeviceOption]], *, noisy: bool = False
