@@ -19,6 +19,7 @@ _PKG = "langgraph_devsched.schedulers"
 _FACTORIES: dict[str, str] = {
     "all_gpu": f"{_PKG}.static:AllGpuScheduler",
     "static": f"{_PKG}.static:StaticHintScheduler",
+    "monitor": f"{_PKG}.monitor_policy:MonitorPolicy",
 }
 
 

@@ -1,0 +1,127 @@
+"""The monitor policy's latency model: a twin of the machine built only from observations.
+
+`estimate_params` turns what a scheduler may see for one tool (its declared hints and solo
+profile, and the monitor's estimates) into `ToolParams`; `twin` puts them in a
+`SimulatedTestbed` (the documented discrete-event model of GPU sharing, VRAM admission, OOM
+fallback and CPU cores) sized from telemetry (`DeviceState`). The twin never reads a testbed's
+hidden parameters: every number comes from hints, telemetry or executed records.
+
+What is learned, per tool: the solo GPU time (runs with no GPU peer, background slowdown
+undone), the solo CPU time (runs beside no other CPU call), the VRAM seen reserved, and the
+OOM detection delay (fallback latency minus the CPU time). A side never measured takes the
+declared solo profile, else a pessimistic guess (4x the other side), so it is only chosen
+once a probe has measured it.
+
+>>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
+>>> from langgraph_devsched.monitor.observations import Observations
+>>> spec = ToolDeviceSpec(vram_mb=500, profile=SoloProfile(cpu_ms=90, gpu_ms=30, transfer_ms=5))
+>>> p = estimate_params("ocr", spec, Observations(step=0), bg_share=0.0)
+>>> p.cpu_ms, p.gpu_ms, p.transfer_ms, p.vram_mb
+(90.0, 25.0, 5.0, 500.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.monitor.context import LoadContext
+from langgraph_devsched.monitor.observations import Observations, OptionEstimate
+from langgraph_devsched.options import DeviceOption
+from langgraph_devsched.telemetry import DeviceState
+from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
+
+UNKNOWN_FACTOR = 4.0
+"""An unmeasured, undeclared side is guessed this many times slower than the known side."""
+DEFAULT_MS = 100.0
+DEFAULT_OOM_MS = 20.0
+_MIN_MS = 1e-3
+
+
+def _solo(estimates: Sequence[OptionEstimate], device: str) -> float | None:
+    """Mean run time over the samples that ran with nothing else on their device."""
+    total = count = 0.0
+    for e in estimates:
+        if e.device != device or e.fallbacks:
+            continue
+        ctx = LoadContext.parse(e.context)
+        if (ctx.gpu if device == "gpu" else ctx.cpu) != 0:
+            continue
+        total += e.run_ms * e.count
+        count += e.count
+    return total / count if count else None
+
+
+def estimate_params(
+    tool: str, spec: ToolDeviceSpec, obs: Observations, *, bg_share: float
+) -> ToolParams:
+    """Best current estimate of ``tool``'s parameters from hints and observations."""
+    own = obs.for_tool(tool)
+    profile = spec.profile
+    transfer = profile.transfer_ms if profile else 0.0
+    gpu_total = _solo(own, "gpu")
+    if gpu_total is not None:
+        slowdown = max(1.0, bg_share + spec.gpu_share)
+        gpu_compute = max(0.0, gpu_total - transfer) / slowdown
+    elif profile and profile.gpu_ms is not None:
+        gpu_compute = max(0.0, profile.gpu_ms - transfer)
+    else:
+        gpu_compute = None
+    cpu = _solo(own, "cpu")
+    if cpu is None and profile and profile.cpu_ms is not None:
+        cpu = profile.cpu_ms
+    if gpu_compute is None and cpu is None:
+        gpu_compute, cpu = DEFAULT_MS, DEFAULT_MS * UNKNOWN_FACTOR
+    elif gpu_compute is None:
+        gpu_compute = (cpu or DEFAULT_MS) * UNKNOWN_FACTOR
+    elif cpu is None:
+        cpu = (gpu_compute + transfer) * UNKNOWN_FACTOR
+    vram = max(spec.vram_mb, obs.vram_seen_mb.get(tool, 0.0))
+    return ToolParams(
+        cpu_ms=max(_MIN_MS, cpu), gpu_ms=gpu_compute, transfer_ms=transfer, vram_mb=vram,
+        gpu_share=spec.gpu_share,
+    )
+
+
+def oom_detect_ms(obs: Observations, params: Mapping[str, ToolParams]) -> float:
+    """The OOM detection delay seen in fallbacks (latency minus CPU time), else the default."""
+    seen = [
+        e.latency_ms - params[e.tool].cpu_ms
+        for e in obs.estimates
+        if e.fallbacks and e.option == "gpu_now" and e.tool in params
+        and LoadContext.parse(e.context).cpu == 0
+    ]
+    seen = [s for s in seen if s >= 0]
+    return min(seen) if seen else DEFAULT_OOM_MS
+
+
+def twin(
+    params: Mapping[str, ToolParams], device: DeviceState, *, oom_ms: float
+) -> SimulatedTestbed:
+    """A noise-free testbed with the estimated parameters, sized from telemetry."""
+    budget = max(device.vram_budget_mb, device.vram_used_mb, 1.0)
+    return SimulatedTestbed(
+        dict(params),
+        vram_budget_mb=budget,
+        cpu_cores=max(1, device.cpu_cores),
+        background=BackgroundLoad(
+            vram_mb=min(device.vram_used_mb, budget),
+            gpu_share=min(1.0, max(0.0, device.gpu_utilization)),
+        ),
+        oom_detect_ms=oom_ms,
+    )
+
+
+def predict_makespans(
+    bed: SimulatedTestbed, tools: Sequence[str], choices: Sequence[Sequence[DeviceOption]]
+) -> list[float]:
+    """Predicted makespan of every mapping of ``itertools.product(*choices)``, in order."""
+    try:
+        return [float(x) for x in bed.product_makespans(tools, choices)]
+    except (AttributeError, ImportError):  # no batched simulator: one by one
+        import itertools
+
+        return [
+            bed.makespan([(str(i), t, o) for i, (t, o) in enumerate(zip(tools, combo))])
+            for combo in itertools.product(*choices)
+        ]

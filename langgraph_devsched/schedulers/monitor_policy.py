@@ -1,0 +1,234 @@
+"""The monitor policy: a deterministic scheduler that reads only hints and the monitor.
+
+For a batch it estimates every tool's parameters from its declared hints and the monitor's
+observations (`monitor_model`), predicts the makespan of every joint mapping (3^n, pruned to
+the allowed options, n <= ``max_calls``) on a twin of the machine, and takes
+``min(candidates, key=(score, index))``. A mapping already executed scores its observed mean
+makespan when that disagrees with the prediction beyond the noise (the model was wrong
+there); otherwise the prediction (which pools every call's samples) is trusted.
+
+Exploration: the monitor's hints (unknown device, symmetric, swap) name what was never
+measured. The policy turns a hint into a *probe* — the chosen mapping with that one change —
+when the shape's probe budget is not spent, the probe's placement was never executed, and its
+predicted extra cost is at most ``probe_horizon`` times the hint's expected gain (the gain
+would be collected on later steps of the shape). Probes are marked ``Decision(probe=True)``.
+
+Where ``view.observations`` is None the policy keeps a private `RuntimeMonitor` fed by its own
+`observe`; when the node or runner owns a monitor (observations given), it only reads.
+
+>>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
+>>> from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
+>>> bed = SimulatedTestbed({"fft": ToolParams(cpu_ms=30, gpu_ms=2, transfer_ms=40)},
+...     vram_budget_mb=8000)
+>>> spec = ToolDeviceSpec(profile=SoloProfile(cpu_ms=30, gpu_ms=42, transfer_ms=40))
+>>> batch = Batch.of([("c1", "fft", spec)])
+>>> policy = MonitorPolicy()
+>>> d = policy.decide(batch, SchedulerView(bed.device_state()))
+>>> dict(d.mapping), d.probe
+({'c1': 'cpu'}, False)
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+from langgraph_devsched.monitor.hints import ExplorationHint
+from langgraph_devsched.monitor.monitor import RuntimeMonitor
+from langgraph_devsched.monitor.observations import Observations
+from langgraph_devsched.monitor.state import placement_key
+from langgraph_devsched.options import GPU_OPTIONS, DeviceOption, is_gpu
+from langgraph_devsched.records import StepRecord
+from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
+from langgraph_devsched.schedulers.monitor_model import (
+    estimate_params,
+    oom_detect_ms,
+    predict_makespans,
+    twin,
+)
+from langgraph_devsched.telemetry import DeviceState
+
+Mapping_ = tuple[DeviceOption, ...]
+
+
+class MonitorPolicy(SchedulerBase):
+    """Contention-aware joint mapping search over monitor observations, with bounded probes."""
+
+    name = "monitor"
+
+    def __init__(
+        self,
+        *,
+        probe_horizon: float = 4.0,
+        max_calls: int = 8,
+        monitor: RuntimeMonitor | None = None,
+    ) -> None:
+        self.probe_horizon = probe_horizon
+        self.max_calls = max_calls
+        self.monitor = monitor or RuntimeMonitor()
+        self._private = False
+        self._device: DeviceState | None = None
+
+    # -- protocol --------------------------------------------------------------------------
+
+    def decide(self, batch: Batch, view: SchedulerView) -> Decision:
+        self._private = view.observations is None
+        self._device = view.device
+        obs: Observations = (
+            self.monitor.snapshot(batch) if self._private else view.observations  # type: ignore[assignment]
+        )
+        device = view.device
+        tools = [c.tool for c in batch.calls]
+        choices = [self._choices(c.spec.allowed_options(), device) for c in batch.calls]
+        specs = {c.tool: c.spec for c in batch.calls}
+        params = {
+            t: estimate_params(t, s, obs, bg_share=device.gpu_utilization)
+            for t, s in specs.items()
+        }
+        bed = twin(params, device, oom_ms=oom_detect_ms(obs, params))
+        scores = self._scores(batch, obs, bed, tools, choices)
+        best = min(scores, key=lambda m: (round(scores[m], 6), self._order(m, choices)))
+        probe = self._probe(batch, obs, scores, best, choices)
+        chosen = probe[0] if probe else best
+        mapping = dict(zip(batch.call_ids, chosen, strict=True))
+        if not device.gpu_available or not batch.calls:
+            pass
+        predicted = {
+            c.call_id: c.end_ms
+            for c in bed.simulate(list(zip(batch.call_ids, tools, chosen, strict=True))).calls
+        }
+        if probe:
+            reason = (f"probe: {probe[1].text}; predicted {scores[chosen]:.1f} ms vs best "
+                      f"{scores[best]:.1f} ms")
+        else:
+            reason = f"best predicted makespan {scores[best]:.1f} ms over {len(scores)} mappings"
+        return self._decision(mapping, reason, predicted_ms=predicted, probe=bool(probe))
+
+    def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
+        if self._private and self._device is not None:
+            self.monitor.record_step(batch, decision, record, self._device)
+
+    # -- search ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _choices(allowed: Sequence[DeviceOption], device: DeviceState) -> tuple[DeviceOption, ...]:
+        if not device.gpu_available and "cpu" in allowed:
+            return ("cpu",)
+        return tuple(allowed)
+
+    @staticmethod
+    def _order(m: Mapping_, choices: Sequence[Sequence[DeviceOption]]) -> tuple[int, ...]:
+        return tuple(list(c).index(o) for o, c in zip(m, choices, strict=True))
+
+    def _scores(
+        self, batch: Batch, obs: Observations, bed: object, tools: list[str],
+        choices: list[tuple[DeviceOption, ...]],
+    ) -> dict[Mapping_, float]:
+        if len(tools) <= self.max_calls:
+            combos = list(itertools.product(*choices))
+            preds = predict_makespans(bed, tools, choices)  # type: ignore[arg-type]
+        else:
+            combos, preds = self._descend(bed, tools, choices)
+        seen = {
+            placement_key(o.placement): o for o in obs.outcomes_for(tuple(tools))
+        }
+        noise = _pooled_cv(obs)
+        scores: dict[Mapping_, float] = {}
+        for combo, pred in zip(combos, preds, strict=True):
+            score = pred
+            out = seen.get(placement_key(zip(tools, combo)))
+            if out is not None and out.count:
+                cv = max(noise, out.std_ms / out.makespan_ms if out.makespan_ms else 0.0)
+                tolerance = max(0.02, 2.5 * cv / math.sqrt(out.count))
+                if abs(out.makespan_ms - pred) > tolerance * max(pred, 1e-9):
+                    score = out.makespan_ms
+            scores[combo] = score
+        return scores
+
+    def _descend(
+        self, bed: object, tools: list[str], choices: list[tuple[DeviceOption, ...]]
+    ) -> tuple[list[Mapping_], list[float]]:
+        """Coordinate descent for batches too large to enumerate."""
+        current = [c[0] for c in choices]
+        evaluated: dict[Mapping_, float] = {}
+
+        def cost(m: Sequence[DeviceOption]) -> float:
+            key = tuple(m)
+            if key not in evaluated:
+                evaluated[key] = predict_makespans(bed, tools, [(o,) for o in key])[0]  # type: ignore[arg-type]
+            return evaluated[key]
+
+        for _ in range(3):
+            for i, options in enumerate(choices):
+                current[i] = min(
+                    options, key=lambda o: (cost([*current[:i], o, *current[i + 1:]]), o)
+                )
+        return list(evaluated), list(evaluated.values())
+
+    # -- probes ----------------------------------------------------------------------------
+
+    def _probe(
+        self, batch: Batch, obs: Observations, scores: dict[Mapping_, float], best: Mapping_,
+        choices: list[tuple[DeviceOption, ...]],
+    ) -> tuple[Mapping_, ExplorationHint] | None:
+        tools = [c.tool for c in batch.calls]
+        executed = {placement_key(o.placement) for o in obs.outcomes_for(tuple(tools))}
+        floor = 0.01 * scores[best]
+        candidates = []
+        for hint in obs.hints:
+            if hint.probes_left <= 0 or hint.kind not in ("unknown", "symmetric", "swap"):
+                continue
+            if hint.expected_gain_ms <= floor:
+                continue
+            for m in self._realise(hint, best, tools, choices, scores):
+                if m == best or placement_key(zip(tools, m)) in executed:
+                    continue
+                cost = scores[m] - scores[best]
+                if cost <= self.probe_horizon * hint.expected_gain_ms:
+                    value = hint.expected_gain_ms - cost / self.probe_horizon
+                    candidates.append((-value, self._order(m, choices), m, hint))
+                break
+        if not candidates:
+            return None
+        _, _, m, hint = min(candidates, key=lambda c: (c[0], c[1]))
+        return m, hint
+
+    @staticmethod
+    def _realise(
+        hint: ExplorationHint, best: Mapping_, tools: list[str],
+        choices: list[tuple[DeviceOption, ...]], scores: dict[Mapping_, float],
+    ) -> list[Mapping_]:
+        """The mappings closest to ``best`` that measure what ``hint`` says is unknown."""
+
+        def moved(m: list[DeviceOption], i: int, device: str) -> list[list[DeviceOption]]:
+            if device == "cpu":
+                return [[*m[:i], "cpu", *m[i + 1:]]] if "cpu" in choices[i] else []
+            return [[*m[:i], o, *m[i + 1:]] for o in GPU_OPTIONS if o in choices[i]]
+
+        out: list[list[DeviceOption]] = []
+        if hint.kind == "swap":
+            a, b = hint.tools
+            ia = next((i for i, t in enumerate(tools) if t == a and is_gpu(best[i])), None)
+            ib = next((i for i, t in enumerate(tools) if t == b and best[i] == "cpu"), None)
+            if ia is None or ib is None or hint.option not in choices[ib]:
+                return []
+            if "cpu" not in choices[ia]:
+                return []
+            m = list(best)
+            m[ia], m[ib] = "cpu", hint.option  # type: ignore[assignment]
+            out = [m]
+        else:
+            (tool,), (device,) = hint.tools, hint.devices
+            for i, t in enumerate(tools):
+                if t == tool and is_gpu(best[i]) != (device == "gpu"):
+                    out = moved(list(best), i, device)
+                    break
+        found = [tuple(m) for m in out if tuple(m) in scores]
+        return sorted(found, key=lambda m: scores[m])  # type: ignore[arg-type,return-value]
+
+
+def _pooled_cv(obs: Observations) -> float:
+    """Typical relative spread of the per-call estimates (0 when nothing is repeated)."""
+    cvs = [e.std_ms / e.run_ms for e in obs.estimates if e.count >= 2 and e.run_ms > 0]
+    return sum(cvs) / len(cvs) if cvs else 0.0
