@@ -82,9 +82,9 @@ def injected_device_args(tool: BaseTool) -> tuple[str, ...]:
     with contextlib.suppress(Exception):
         hints.update(get_type_hints(func, include_extras=True) if func else {})
     schema = getattr(tool, "args_schema", None)
-    if isinstance(schema, type):
+    if isinstance(schema, type) and hasattr(schema, "model_fields"):
         with contextlib.suppress(Exception):
-            for name, field in schema.model_fields.items():
+            for name, field in schema.model_fields.items():  # type: ignore[attr-defined]
                 hints.setdefault(name, field.annotation)
                 for meta in field.metadata:
                     if _is_device_marker(meta):

@@ -44,7 +44,9 @@ class ToolDeviceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     gpu_capable: bool = Field(default=True, description="the tool can run on a GPU")
-    cpu_allowed: bool = Field(default=True, description="the tool may run on (or fall back to) the CPU")
+    cpu_allowed: bool = Field(
+        default=True, description="the tool may run on (or fall back to) the CPU"
+    )
     vram_mb: float = Field(default=0.0, ge=0, description="VRAM to reserve while on the GPU, MB")
     gpu_share: float = Field(
         default=1.0, gt=0, le=1, description="declared share of the GPU's compute used alone"
@@ -70,9 +72,7 @@ class ToolDeviceSpec(BaseModel):
             if option is None:
                 continue
             if is_gpu(option) and not self.gpu_capable:
-                raise ValueError(
-                    f"{field}={option!r} contradicts gpu_capable=False; valid: 'cpu'"
-                )
+                raise ValueError(f"{field}={option!r} contradicts gpu_capable=False; valid: 'cpu'")
             if option == "cpu" and not self.cpu_allowed:
                 raise ValueError(
                     f"{field}='cpu' contradicts cpu_allowed=False; valid: 'gpu_now', 'gpu_queued'"
@@ -158,7 +158,7 @@ def code_hints(tool: object) -> Mapping[str, Any] | None:
     """The hints declared in code on a tool or function, if any."""
     metadata = getattr(tool, "metadata", None)
     if isinstance(metadata, Mapping) and HINTS_METADATA_KEY in metadata:
-        return metadata[HINTS_METADATA_KEY]  # type: ignore[no-any-return]
+        return metadata[HINTS_METADATA_KEY]
     found = getattr(tool, "__devsched_hints__", None)
     if found is None:
         func = getattr(tool, "func", None) or getattr(tool, "coroutine", None)

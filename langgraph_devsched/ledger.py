@@ -237,7 +237,9 @@ class VramLedger:
             self._release_locked(reservation)
 
     @contextlib.contextmanager
-    def hold(self, mb: float, share: float = 0.0, timeout: float | None = None) -> Iterator[Reservation]:
+    def hold(
+        self, mb: float, share: float = 0.0, timeout: float | None = None
+    ) -> Iterator[Reservation]:
         """``reserve`` for the duration of a block, released on every exit path."""
         reservation = self.reserve(mb, share, timeout)
         try:

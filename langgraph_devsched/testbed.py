@@ -135,7 +135,9 @@ class SimulatedTestbed:
             return self._params[tool]
         except KeyError:
             known = ", ".join(sorted(self._params)) or "(none)"
-            raise KeyError(f"the testbed has no parameters for tool {tool!r}; known: {known}") from None
+            raise KeyError(
+                f"the testbed has no parameters for tool {tool!r}; known: {known}"
+            ) from None
 
     def run_step(self, calls: Sequence[tuple[str, str, DeviceOption]]) -> StepRecord:
         """Run one step (noise applied, clock advanced) and return what happened."""
@@ -256,8 +258,7 @@ class _Simulation:
         threads = sum(t.p.cpu_threads for t in active if t.phase == "cpu")
         cpu_rate = self.free_cores / threads if threads > self.free_cores else 1.0
         return [
-            gpu_rate if t.phase == "gpu" else cpu_rate if t.phase == "cpu" else 1.0
-            for t in active
+            gpu_rate if t.phase == "gpu" else cpu_rate if t.phase == "cpu" else 1.0 for t in active
         ]
 
     def run(self) -> StepRecord:

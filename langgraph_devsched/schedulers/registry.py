@@ -37,4 +37,4 @@ def make_scheduler(name: str, **kwargs: Any) -> Scheduler:
         raise ValueError(f"unknown scheduler {name!r}; valid schedulers: {valid}") from None
     module_name, _, attr = target.partition(":")
     factory = getattr(importlib.import_module(module_name), attr)
-    return factory(**kwargs)  # type: ignore[no-any-return]
+    return factory(**kwargs)

@@ -1,0 +1,90 @@
+"""What the node asks of an executor backend: place a step's calls, run them, record them.
+
+A backend turns a planned step (call id, tool, option, hints) into a `StepExecution`. Each
+call then runs through `run_sync`/`run_async`, which places it (reserving VRAM, waiting in
+the GPU queue, or falling back to the CPU), runs the given function under that placement,
+releases on every exit path and records what happened. `PlacementError` means the call
+cannot run anywhere allowed; the node turns it into an error ToolMessage.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from langgraph_devsched.device import Placement
+from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.options import DeviceOption
+from langgraph_devsched.records import CallRecord, StepRecord
+from langgraph_devsched.telemetry import DeviceState
+
+T = TypeVar("T")
+
+RunOnce = Callable[[Placement], tuple[T, bool]]
+"""Run the call under a placement; return (result, hit_gpu_oom)."""
+
+ARunOnce = Callable[[Placement], Awaitable[tuple[T, bool]]]
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    call_id: str
+    tool: str
+    option: DeviceOption
+    spec: ToolDeviceSpec
+
+
+class PlacementError(RuntimeError):
+    """The call cannot run on any device its hints allow (e.g. OOM and the CPU is not allowed)."""
+
+
+class StepExecution(Protocol):
+    """One step's calls in flight on a backend."""
+
+    def run_sync(self, call_id: str, run: RunOnce[T]) -> T: ...
+
+    async def run_async(self, call_id: str, run: ARunOnce[T]) -> T: ...
+
+    @property
+    def done(self) -> bool: ...
+
+    def record(self) -> StepRecord: ...
+
+
+class Backend(Protocol):
+    """Where calls run: the local machine, the simulated testbed, or a Ray cluster."""
+
+    name: str
+
+    def device_state(self) -> DeviceState: ...
+
+    def start_step(self, calls: Sequence[PlannedCall]) -> StepExecution: ...
+
+
+class RecordBook:
+    """Collects one `CallRecord` per call id of a step (a retried call keeps its latest)."""
+
+    def __init__(self, call_ids: Sequence[str]) -> None:
+        self._expected = set(call_ids)
+        self._order = list(call_ids)
+        self._records: dict[str, CallRecord] = {}
+        self._lock = threading.Lock()
+
+    def add(self, record: CallRecord) -> None:
+        with self._lock:
+            self._records[record.call_id] = record
+
+    @property
+    def done(self) -> bool:
+        return self._expected.issubset(self._records)
+
+    def step_record(
+        self, vram_peak_mb: float = 0.0, makespan_ms: float | None = None
+    ) -> StepRecord:
+        calls = tuple(self._records[c] for c in self._order if c in self._records)
+        makespan = (
+            makespan_ms if makespan_ms is not None else max((c.end_ms for c in calls), default=0.0)
+        )
+        return StepRecord(calls=calls, makespan_ms=makespan, vram_peak_mb=vram_peak_mb)

@@ -1,0 +1,279 @@
+"""This machine: a CPU pool and (when CUDA is there) one GPU behind a `VramLedger`.
+
+* ``cpu``: runs on the CPU (at most ``cpu_workers`` at once when set).
+* ``gpu_now``: reserves its VRAM now if it fits, else falls back to the CPU (``oom``).
+* ``gpu_queued``: waits in FIFO order for admission (``queue_timeout_s`` → CPU).
+* A ``torch.cuda.OutOfMemoryError`` raised by the tool on the GPU releases the reservation,
+  empties the CUDA cache and reruns the call on the CPU (``oom``).
+Without a GPU, GPU options run on the CPU with the fallback ``no_gpu``. A call whose hints
+forbid the CPU gets a `PlacementError` instead of a CPU fallback.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from langgraph_devsched.device import Placement
+from langgraph_devsched.executors.base import (
+    ARunOnce,
+    PlacementError,
+    PlannedCall,
+    RecordBook,
+    RunOnce,
+)
+from langgraph_devsched.ledger import QueueTimeoutError, Reservation, VramLedger
+from langgraph_devsched.options import FallbackCause
+from langgraph_devsched.records import CallRecord, StepRecord
+from langgraph_devsched.telemetry import DeviceState, cuda_status, local_device_state
+
+T = TypeVar("T")
+
+
+def is_gpu_oom(exc: BaseException) -> bool:
+    """True for ``torch.cuda.OutOfMemoryError`` (checked without importing torch)."""
+    return type(exc).__name__ == "OutOfMemoryError" and "torch" in type(exc).__module__
+
+
+def _empty_cuda_cache() -> None:
+    try:
+        import torch
+
+        torch.cuda.empty_cache()
+    except Exception:
+        pass
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    """The GPU the local backend drives. ``vram_budget_mb`` caps what tools may reserve."""
+
+    vram_budget_mb: float
+    device: str = "cuda:0"
+    background_mb: float = 0.0
+
+
+class LocalBackend:
+    """Run calls on this machine's CPU and GPU.
+
+    ``gpu=None`` detects CUDA through torch (budget: the device's total memory, or
+    ``vram_budget_mb``); ``gpu=False`` is CPU only; a `GpuConfig` trusts the given GPU.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        gpu: GpuConfig | bool | None = None,
+        vram_budget_mb: float | None = None,
+        cpu_workers: int | None = None,
+        queue_timeout_s: float | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._clock = clock
+        self.queue_timeout_s = queue_timeout_s
+        self._no_gpu_reason: str | None = None
+        self.gpu: GpuConfig | None
+        if isinstance(gpu, GpuConfig):
+            self.gpu = gpu
+        elif gpu is False:
+            self.gpu, self._no_gpu_reason = None, "GPU disabled (gpu=False)"
+        else:
+            ok, reason = cuda_status(0)
+            if ok:
+                state = local_device_state(0, vram_budget_mb)
+                self.gpu = GpuConfig(vram_budget_mb=state.vram_budget_mb)
+            else:
+                self.gpu, self._no_gpu_reason = None, reason
+        self.ledger = (
+            VramLedger(self.gpu.vram_budget_mb, reserved_mb=self.gpu.background_mb)
+            if self.gpu
+            else None
+        )
+        self.cpu_slots = VramLedger(cpu_workers) if cpu_workers else None
+
+    def device_state(self) -> DeviceState:
+        if self.gpu is None:
+            return DeviceState.cpu_only(self._no_gpu_reason or "no GPU")
+        if self.gpu.device.startswith("cuda") and cuda_status(0)[0]:
+            return local_device_state(0, self.gpu.vram_budget_mb)
+        return DeviceState(
+            gpu_available=True,
+            gpu_name=self.gpu.device,
+            vram_budget_mb=self.gpu.vram_budget_mb,
+            vram_used_mb=self.gpu.background_mb,
+            gpu_utilization=0.0,
+            cpu_cores=1,
+        )
+
+    def start_step(self, calls: Sequence[PlannedCall]) -> _LocalStep:
+        return _LocalStep(self, calls)
+
+
+class _LocalStep:
+    def __init__(self, backend: LocalBackend, calls: Sequence[PlannedCall]) -> None:
+        self._b = backend
+        self._calls = {c.call_id: c for c in calls}
+        self._book = RecordBook([c.call_id for c in calls])
+        self._t0 = backend._clock()
+        self._peak = 0.0
+
+    # -- placement -------------------------------------------------------------------------
+    def _cpu_or_fail(self, call: PlannedCall, cause: FallbackCause, why: str) -> Placement:
+        if call.option == "cpu" or call.spec.cpu_allowed:
+            return Placement(call.option, "cpu", None if call.option == "cpu" else cause)
+        raise PlacementError(f"tool {call.tool!r} cannot run: {why}, and its hints forbid the CPU")
+
+    def _gpu_plan(self, call: PlannedCall) -> Placement | None:
+        """A CPU placement when the GPU is out of the question, else None (try the GPU)."""
+        if call.option == "cpu":
+            return Placement("cpu", "cpu")
+        ledger = self._b.ledger
+        if ledger is None:
+            return self._cpu_or_fail(call, "no_gpu", self._b._no_gpu_reason or "no GPU")
+        if call.spec.vram_mb > ledger.capacity_mb:
+            return self._cpu_or_fail(
+                call,
+                "vram_over_budget",
+                f"it needs {call.spec.vram_mb:.0f} MB of VRAM, the budget allows "
+                f"{ledger.capacity_mb:.0f} MB",
+            )
+        return None
+
+    def _gpu_placement(self, call: PlannedCall, res: Reservation) -> Placement:
+        assert self._b.gpu is not None and self._b.ledger is not None
+        self._peak = max(self._peak, self._b.ledger.in_use_mb)
+        return Placement(call.option, self._b.gpu.device, None, res.mb)
+
+    def _place(self, call: PlannedCall) -> tuple[Placement, Reservation | None]:
+        planned = self._gpu_plan(call)
+        if planned is not None:
+            return planned, None
+        ledger = self._b.ledger
+        assert ledger is not None
+        spec = call.spec
+        if call.option == "gpu_now":
+            res = ledger.try_reserve(spec.vram_mb, spec.gpu_share)
+            if res is None:
+                why = f"{spec.vram_mb:.0f} MB of VRAM do not fit now ({ledger.free_mb:.0f} MB free)"
+                return self._cpu_or_fail(call, "oom", why), None
+            return self._gpu_placement(call, res), res
+        try:
+            res = ledger.reserve(spec.vram_mb, spec.gpu_share, self._b.queue_timeout_s)
+        except QueueTimeoutError as exc:
+            return self._cpu_or_fail(call, "queue_timeout", str(exc)), None
+        return self._gpu_placement(call, res), res
+
+    async def _aplace(self, call: PlannedCall) -> tuple[Placement, Reservation | None]:
+        if call.option != "gpu_queued" or self._gpu_plan(call) is not None:
+            return self._place(call)
+        ledger = self._b.ledger
+        assert ledger is not None
+        try:
+            res = await ledger.areserve(
+                call.spec.vram_mb, call.spec.gpu_share, self._b.queue_timeout_s
+            )
+        except QueueTimeoutError as exc:
+            return self._cpu_or_fail(call, "queue_timeout", str(exc)), None
+        return self._gpu_placement(call, res), res
+
+    def _oom_fallback(self, call: PlannedCall, exc: BaseException | None) -> Placement:
+        _empty_cuda_cache()
+        if not call.spec.cpu_allowed:
+            if exc is not None:
+                raise exc
+            raise PlacementError(
+                f"tool {call.tool!r} ran out of GPU memory and may not use the CPU"
+            )
+        return Placement(call.option, "cpu", "oom")
+
+    def _record(self, call: PlannedCall, placement: Placement, start: float, peers: int) -> None:
+        now = self._b._clock()
+        self._book.add(
+            CallRecord(
+                call_id=call.call_id,
+                tool=call.tool,
+                option=call.option,
+                device=placement.device,
+                fallback=placement.fallback,
+                start_ms=(start - self._t0) * 1000.0,
+                end_ms=(now - self._t0) * 1000.0,
+                vram_reserved_mb=placement.vram_reserved_mb,
+                gpu_peers=peers,
+            )
+        )
+
+    def _peers(self, placement: Placement) -> int:
+        ledger = self._b.ledger
+        return max(0, ledger.active - 1) if ledger is not None and placement.on_gpu else 0
+
+    # -- running ---------------------------------------------------------------------------
+    def run_sync(self, call_id: str, run: RunOnce[T]) -> T:
+        call = self._calls[call_id]
+        placement, res = self._place(call)
+        cpu_slot = None
+        start = self._b._clock()
+        peers = self._peers(placement)
+        try:
+            if not placement.on_gpu and self._b.cpu_slots is not None:
+                cpu_slot = self._b.cpu_slots.reserve(1)
+            try:
+                result, oom = run(placement)
+                if not (oom and placement.on_gpu):
+                    return result
+                exc: BaseException | None = None
+            except Exception as raised:
+                if not (placement.on_gpu and is_gpu_oom(raised)):
+                    raise
+                exc = raised
+            if res is not None:
+                self._b.ledger.release(res)  # type: ignore[union-attr]
+            placement = self._oom_fallback(call, exc)
+            result, _ = run(placement)
+            return result
+        finally:
+            if res is not None:
+                self._b.ledger.release(res)  # type: ignore[union-attr]
+            if cpu_slot is not None:
+                self._b.cpu_slots.release(cpu_slot)  # type: ignore[union-attr]
+            self._record(call, placement, start, peers)
+
+    async def run_async(self, call_id: str, run: ARunOnce[T]) -> T:
+        call = self._calls[call_id]
+        placement, res = await self._aplace(call)
+        cpu_slot = None
+        start = self._b._clock()
+        peers = self._peers(placement)
+        try:
+            if not placement.on_gpu and self._b.cpu_slots is not None:
+                cpu_slot = await self._b.cpu_slots.areserve(1)
+            try:
+                result, oom = await run(placement)
+                if not (oom and placement.on_gpu):
+                    return result
+                exc: BaseException | None = None
+            except Exception as raised:
+                if not (placement.on_gpu and is_gpu_oom(raised)):
+                    raise
+                exc = raised
+            if res is not None:
+                self._b.ledger.release(res)  # type: ignore[union-attr]
+            placement = self._oom_fallback(call, exc)
+            result, _ = await run(placement)
+            return result
+        finally:
+            if res is not None:
+                self._b.ledger.release(res)  # type: ignore[union-attr]
+            if cpu_slot is not None:
+                self._b.cpu_slots.release(cpu_slot)  # type: ignore[union-attr]
+            self._record(call, placement, start, peers)
+
+    @property
+    def done(self) -> bool:
+        return self._book.done
+
+    def record(self) -> StepRecord:
+        return self._book.step_record(vram_peak_mb=self._peak)

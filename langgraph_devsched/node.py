@@ -1,0 +1,458 @@
+"""`DeviceToolNode`: a drop-in `ToolNode` that schedules each step's tool calls on devices.
+
+>>> from langchain_core.messages import AIMessage
+>>> from langchain_core.tools import tool
+>>> @tool
+... def shout(text: str) -> str:
+...     '''Upper-case a text.'''
+...     return text.upper()
+>>> from langgraph.graph import START, MessagesState, StateGraph
+>>> graph = (StateGraph(MessagesState).add_node("tools", DeviceToolNode([shout]))
+...          .add_edge(START, "tools").compile())
+>>> msg = AIMessage("", tool_calls=[{"name": "shout", "args": {"text": "hi"}, "id": "1"}])
+>>> graph.invoke({"messages": [msg]})["messages"][-1].content
+'HI'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import patch_config
+from langchain_core.tools import BaseTool
+from langchain_core.tools import tool as create_tool
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest, ToolRuntime
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+from pydantic import BaseModel
+
+from langgraph_devsched.device import Placement, injected_device_args, placed
+from langgraph_devsched.executors.base import Backend, PlacementError, PlannedCall, StepExecution
+from langgraph_devsched.executors.local import LocalBackend, is_gpu_oom
+from langgraph_devsched.executors.simulated import SimulatedBackend
+from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
+from langgraph_devsched.options import DeviceOption, FallbackCause
+from langgraph_devsched.records import StepRecord
+from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerView
+from langgraph_devsched.schedulers.registry import make_scheduler
+from langgraph_devsched.schedulers.static import StaticHintScheduler, constrained
+from langgraph_devsched.testbed import SimulatedTestbed
+
+logger = logging.getLogger(__name__)
+
+InputType = Literal["list", "dict", "tool_calls"]
+DEFAULT_SCHEDULER = "static"
+
+
+@dataclass
+class StepReport:
+    """One scheduled step: the batch, the decision actually applied, and what happened."""
+
+    batch: Batch
+    decision: Decision
+    scheduler: str
+    fallbacks: dict[str, FallbackCause] = field(default_factory=dict)
+    """Per call id, why the applied option differs from the scheduler's answer."""
+    record: StepRecord | None = None
+
+
+@dataclass(eq=False)
+class _Step:
+    report: StepReport
+    execution: StepExecution
+    planned: dict[str, PlannedCall]
+    finished: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_STEP: contextvars.ContextVar[_Step | None] = contextvars.ContextVar("devsched_step", default=None)
+
+
+class _OomWatcher(BaseCallbackHandler):
+    """Notices a CUDA OOM raised inside a tool even when `handle_tool_errors` swallows it."""
+
+    def __init__(self) -> None:
+        self.oom = False
+
+    def on_tool_error(self, error: BaseException, **kwargs: Any) -> None:
+        if is_gpu_oom(error):
+            self.oom = True
+
+
+def _with_handler(config: RunnableConfig, handler: BaseCallbackHandler) -> RunnableConfig:
+    callbacks = config.get("callbacks")
+    if callbacks is None:
+        new: Any = [handler]
+    elif isinstance(callbacks, list):
+        new = [*callbacks, handler]
+    else:
+        new = callbacks.copy()
+        new.add_handler(handler, inherit=False)
+    return patch_config(config, callbacks=new)
+
+
+class DeviceToolNode(ToolNode):
+    """`ToolNode` plus a joint device decision per step.
+
+    Same constructor and behaviour as `langgraph.prebuilt.ToolNode`; the keyword-only
+    scheduling options are:
+
+    * ``scheduler``: a `Scheduler` or a registered name (default ``"static"``).
+    * ``hints``: per-tool `ToolDeviceSpec` fields (a mapping or a YAML/JSON file path); tools
+      may also declare hints in code with `device_hints`. Tools without hints run on the CPU
+      side as they are.
+    * ``backend``: where calls run (default: this machine, GPU detected through torch); or
+      ``testbed``: a `SimulatedTestbed` to run on simulated devices with exact virtual times.
+    * ``monitor``: an object with ``record_step(batch, decision, record, device_state)`` and
+      ``snapshot()``; its snapshot is what schedulers observe.
+    * ``on_step``: called with a `StepReport` after every step.
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[BaseTool | Callable[..., Any]],
+        *,
+        name: str = "tools",
+        tags: list[str] | None = None,
+        handle_tool_errors: Any = None,
+        messages_key: str = "messages",
+        wrap_tool_call: Any = None,
+        awrap_tool_call: Any = None,
+        scheduler: Scheduler | str | None = None,
+        hints: Mapping[str, Mapping[str, Any] | ToolDeviceSpec] | str | Path | None = None,
+        backend: Backend | None = None,
+        testbed: SimulatedTestbed | None = None,
+        monitor: Any = None,
+        on_step: Callable[[StepReport], None] | None = None,
+        history: int = 100,
+    ) -> None:
+        kwargs: dict[str, Any] = {}
+        if handle_tool_errors is not None:
+            kwargs["handle_tool_errors"] = handle_tool_errors
+        super().__init__(
+            tools,
+            name=name,
+            tags=tags,
+            messages_key=messages_key,
+            wrap_tool_call=wrap_tool_call,
+            awrap_tool_call=awrap_tool_call,
+            **kwargs,
+        )
+        originals = {
+            t.name if isinstance(t, BaseTool) else getattr(t, "__name__", ""): t for t in tools
+        }
+        by_name = {n: originals.get(n, t) for n, t in self.tools_by_name.items()}
+        self.device_specs: dict[str, ToolDeviceSpec] = resolve_specs(by_name, hints)
+        if backend is not None and testbed is not None:
+            raise ValueError("give either backend= or testbed=, not both")
+        if scheduler is None:
+            scheduler = DEFAULT_SCHEDULER
+        self.scheduler: Scheduler = (
+            make_scheduler(scheduler) if isinstance(scheduler, str) else scheduler
+        )
+        self._fallback_scheduler = StaticHintScheduler()
+        self.backend: Backend = backend or (
+            SimulatedBackend(testbed) if testbed is not None else LocalBackend()
+        )
+        self.monitor = monitor
+        self._on_step = on_step
+        self.history: deque[StepReport] = deque(maxlen=history)
+        self._device_args = {n: injected_device_args(t) for n, t in self.tools_by_name.items()}
+        self._impls = self._build_impls()
+        self._steps: OrderedDict[tuple[str, ...], _Step] = OrderedDict()
+        self._steps_lock = threading.Lock()
+
+    # -- construction helpers --------------------------------------------------------------
+    def _build_impls(self) -> dict[tuple[str, str], BaseTool]:
+        impls: dict[tuple[str, str], BaseTool] = {}
+        for name, spec in self.device_specs.items():
+            for side, impl in (("cpu", spec.cpu_impl), ("gpu", spec.gpu_impl)):
+                if impl is None:
+                    continue
+                t = impl if isinstance(impl, BaseTool) else create_tool(name, impl)  # type: ignore[call-overload]
+                impls[(name, side)] = t
+                self._device_args.setdefault(name, ())
+                self._device_args[name] = tuple(
+                    dict.fromkeys(self._device_args[name] + injected_device_args(t))
+                )
+        return impls
+
+    # -- planning ---------------------------------------------------------------------------
+    def _step_calls(self, tool_calls: list[ToolCall], input: Any) -> list[ToolCall]:
+        """All calls of the step: for a single Send-dispatched call, its AIMessage's calls."""
+        if not (isinstance(input, dict) and input.get("__type") == "tool_call_with_context"):
+            return tool_calls
+        state = input.get("state")
+        messages = (
+            state.get(self._messages_key)
+            if isinstance(state, dict)
+            else getattr(state, self._messages_key, None)
+        )
+        wanted = tool_calls[0].get("id")
+        for message in reversed(messages or []):
+            if isinstance(message, AIMessage) and any(
+                c.get("id") == wanted for c in message.tool_calls
+            ):
+                return list(message.tool_calls)
+        return tool_calls
+
+    def _batch(self, calls: list[ToolCall]) -> Batch:
+        items = []
+        for i, call in enumerate(calls):
+            spec = self.device_specs.get(call["name"])
+            if spec is None:
+                continue  # unknown tool: ToolNode answers it with its own error message
+            items.append((call.get("id") or f"#{i}", call["name"], spec))
+        return Batch.of(items)
+
+    def _validated(
+        self, batch: Batch, decision: Decision, gpu: bool
+    ) -> tuple[Decision, dict[str, FallbackCause]]:
+        mapping: dict[str, DeviceOption] = {}
+        fallbacks: dict[str, FallbackCause] = {}
+        for call in batch.calls:
+            option = decision.mapping.get(call.call_id)
+            if option not in call.spec.allowed_options():
+                fallbacks[call.call_id] = "invalid_decision"
+                logger.warning(
+                    "scheduler %s gave %r for call %s (%s); allowed: %s; using the hints",
+                    self.scheduler.name,
+                    option,
+                    call.call_id,
+                    call.tool,
+                    ", ".join(call.spec.allowed_options()),
+                )
+                option = constrained(call.spec, call.spec.preferred or "gpu_queued", gpu)
+            mapping[call.call_id] = option
+        if not fallbacks and len(mapping) == len(decision.mapping):
+            return decision, fallbacks
+        return Decision(
+            mapping=mapping,
+            reason=decision.reason,
+            predicted_ms=decision.predicted_ms,
+            probe=decision.probe,
+            fallback=decision.fallback or ("invalid_decision" if fallbacks else None),
+            llm_calls=decision.llm_calls,
+            scheduler=decision.scheduler,
+        ), fallbacks
+
+    def _view(self) -> SchedulerView:
+        observations = self.monitor.snapshot() if self.monitor is not None else None
+        return SchedulerView(device=self.backend.device_state(), observations=observations)
+
+    def _fallback_decision(self, batch: Batch, view: SchedulerView, exc: BaseException) -> Decision:
+        logger.warning("scheduler %s failed (%s); using static hints", self.scheduler.name, exc)
+        base = self._fallback_scheduler.decide(batch, view)
+        return Decision(
+            mapping=base.mapping,
+            reason=f"scheduler error: {type(exc).__name__}: {exc}",
+            fallback="scheduler_error",
+            scheduler=self.scheduler.name,
+        )
+
+    def _begin(self, batch: Batch, view: SchedulerView, decision: Decision) -> _Step:
+        decision, fallbacks = self._validated(batch, decision, view.device.gpu_available)
+        if decision.fallback == "scheduler_error":
+            fallbacks = dict.fromkeys(batch.call_ids, "scheduler_error")
+        planned = {
+            c.call_id: PlannedCall(c.call_id, c.tool, decision.mapping[c.call_id], c.spec)
+            for c in batch.calls
+        }
+        execution = self.backend.start_step(list(planned.values()))
+        report = StepReport(batch, decision, self.scheduler.name, fallbacks)
+        return _Step(report, execution, planned)
+
+    def _cached(self, key: tuple[str, ...]) -> _Step | None:
+        with self._steps_lock:
+            return self._steps.get(key)
+
+    def _remember(self, key: tuple[str, ...], step: _Step) -> _Step:
+        with self._steps_lock:
+            existing = self._steps.get(key)
+            if existing is not None:
+                return existing
+            self._steps[key] = step
+            while len(self._steps) > 64:
+                self._steps.popitem(last=False)
+            return step
+
+    def _plan(self, input: Any) -> _Step | None:
+        tool_calls, _ = self._parse_input(input)
+        batch = self._batch(self._step_calls(tool_calls, input))
+        if not batch.calls:
+            return None
+        key = batch.call_ids
+        if (step := self._cached(key)) is not None:
+            return step
+        view = self._view()
+        try:
+            decision = self.scheduler.decide(batch, view)
+        except Exception as exc:
+            decision = self._fallback_decision(batch, view, exc)
+        return self._remember(key, self._begin(batch, view, decision))
+
+    async def _aplan(self, input: Any) -> _Step | None:
+        tool_calls, _ = self._parse_input(input)
+        batch = self._batch(self._step_calls(tool_calls, input))
+        if not batch.calls:
+            return None
+        key = batch.call_ids
+        if (step := self._cached(key)) is not None:
+            return step
+        view = self._view()
+        try:
+            adecide = getattr(self.scheduler, "adecide", None)
+            if adecide is not None:
+                decision = await adecide(batch, view)
+            elif getattr(self.scheduler, "blocking", False):
+                loop = asyncio.get_running_loop()
+                ctx = contextvars.copy_context()
+                decision = await loop.run_in_executor(
+                    None, ctx.run, self.scheduler.decide, batch, view
+                )
+            else:
+                decision = self.scheduler.decide(batch, view)
+        except Exception as exc:
+            decision = self._fallback_decision(batch, view, exc)
+        return self._remember(key, self._begin(batch, view, decision))
+
+    def _finish(self, step: _Step | None) -> None:
+        if step is None or not step.execution.done:
+            return
+        with step.lock:
+            if step.finished:
+                return
+            step.finished = True
+        with self._steps_lock:
+            self._steps.pop(step.report.batch.call_ids, None)
+        record = step.execution.record()
+        step.report.record = record
+        self.history.append(step.report)
+        for hook in (self._observe, self._record_monitor, self._notify):
+            try:
+                hook(step.report, record)
+            except Exception:
+                logger.exception(
+                    "post-step hook %s failed; the step's answers stand", hook.__name__
+                )
+
+    def _observe(self, report: StepReport, record: StepRecord) -> None:
+        self.scheduler.observe(report.batch, report.decision, record)
+
+    def _record_monitor(self, report: StepReport, record: StepRecord) -> None:
+        if self.monitor is not None:
+            self.monitor.record_step(
+                report.batch, report.decision, record, self.backend.device_state()
+            )
+
+    def _notify(self, report: StepReport, record: StepRecord) -> None:
+        if self._on_step is not None:
+            self._on_step(report)
+
+    # -- ToolNode entry points ----------------------------------------------------------------
+    def _func(
+        self,
+        input: list[AnyMessage] | dict[str, Any] | BaseModel,
+        config: RunnableConfig,
+        runtime: Runtime,
+    ) -> Any:
+        step = self._plan(input)
+        token = _STEP.set(step)
+        try:
+            return super()._func(input, config, runtime)
+        finally:
+            _STEP.reset(token)
+            self._finish(step)
+
+    async def _afunc(
+        self,
+        input: list[AnyMessage] | dict[str, Any] | BaseModel,
+        config: RunnableConfig,
+        runtime: Runtime,
+    ) -> Any:
+        step = await self._aplan(input)
+        token = _STEP.set(step)
+        try:
+            return await super()._afunc(input, config, runtime)
+        finally:
+            _STEP.reset(token)
+            self._finish(step)
+
+    # -- per-call execution -----------------------------------------------------------------
+    def _placed_request(self, request: ToolCallRequest, placement: Placement) -> ToolCallRequest:
+        name = request.tool_call["name"]
+        impl = self._impls.get((name, "gpu" if placement.on_gpu else "cpu"))
+        return request.override(tool=impl) if impl is not None else request
+
+    def _error_message(self, call: ToolCall, exc: PlacementError) -> ToolMessage:
+        return ToolMessage(
+            content=f"Error: {exc}", name=call["name"], tool_call_id=call["id"], status="error"
+        )
+
+    def _execute_tool_sync(
+        self, request: ToolCallRequest, input_type: InputType, config: RunnableConfig
+    ) -> ToolMessage | Command | list[Command | ToolMessage]:
+        step = _STEP.get()
+        call_id = request.tool_call.get("id")
+        if step is None or call_id not in step.planned or request.tool is None:
+            return super()._execute_tool_sync(request, input_type, config)
+
+        def run(placement: Placement) -> tuple[Any, bool]:
+            req = self._placed_request(request, placement)
+            watcher = _OomWatcher() if placement.on_gpu else None
+            cfg = _with_handler(config, watcher) if watcher is not None else config
+            with placed(placement):
+                result = ToolNode._execute_tool_sync(self, req, input_type, cfg)
+            return result, bool(watcher and watcher.oom)
+
+        try:
+            return step.execution.run_sync(call_id, run)
+        except PlacementError as exc:
+            return self._error_message(request.tool_call, exc)
+
+    async def _execute_tool_async(
+        self, request: ToolCallRequest, input_type: InputType, config: RunnableConfig
+    ) -> ToolMessage | Command | list[Command | ToolMessage]:
+        step = _STEP.get()
+        call_id = request.tool_call.get("id")
+        if step is None or call_id not in step.planned or request.tool is None:
+            return await super()._execute_tool_async(request, input_type, config)
+
+        async def run(placement: Placement) -> tuple[Any, bool]:
+            req = self._placed_request(request, placement)
+            watcher = _OomWatcher() if placement.on_gpu else None
+            cfg = _with_handler(config, watcher) if watcher is not None else config
+            with placed(placement):
+                result = await ToolNode._execute_tool_async(self, req, input_type, cfg)
+            return result, bool(watcher and watcher.oom)
+
+        try:
+            return await step.execution.run_async(call_id, run)
+        except PlacementError as exc:
+            return self._error_message(request.tool_call, exc)
+
+    def _inject_tool_args(
+        self, tool_call: ToolCall, tool_runtime: ToolRuntime, tool: BaseTool | None = None
+    ) -> ToolCall:
+        injected = super()._inject_tool_args(tool_call, tool_runtime, tool)
+        names = self._device_args.get(tool_call["name"]) or (
+            injected_device_args(tool) if tool is not None else ()
+        )
+        if not names:
+            return injected
+        from langgraph_devsched.device import current_device
+
+        device = current_device()
+        return {**injected, "args": {**injected["args"], **dict.fromkeys(names, device)}}
