@@ -124,7 +124,7 @@ def lower_bounds(
     share-weighted work per ms, D the largest possible demand) after the shortest transfer.
     """
     np = _numpy()
-    m, n = codes.shape
+    m = codes.shape[0]
     budget = float(vram_budget_mb)
     capacity = budget - float(background.vram_mb)
     free_cores = max(1, cpu_cores - background.cpu_threads)

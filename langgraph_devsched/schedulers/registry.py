@@ -19,6 +19,10 @@ _PKG = "langgraph_devsched.schedulers"
 _FACTORIES: dict[str, str] = {
     "all_gpu": f"{_PKG}.static:AllGpuScheduler",
     "static": f"{_PKG}.static:StaticHintScheduler",
+    "heft": f"{_PKG}.heft:HeftScheduler",
+    "dmda": f"{_PKG}.dmda:DmdaScheduler",
+    "ucb": f"{_PKG}.ucb:UcbScheduler",
+    "oracle": f"{_PKG}.oracle:OracleScheduler",
     "monitor": f"{_PKG}.monitor_policy:MonitorPolicy",
 }
 
@@ -38,3 +42,12 @@ def make_scheduler(name: str, **kwargs: Any) -> Scheduler:
     module_name, _, attr = target.partition(":")
     factory = getattr(importlib.import_module(module_name), attr)
     return factory(**kwargs)
+
+
+def scheduler_factory(name: str) -> Any:
+    """The class (or callable) `make_scheduler` would call for ``name``, imported now."""
+    if name not in _FACTORIES:
+        valid = ", ".join(_FACTORIES)
+        raise ValueError(f"unknown scheduler {name!r}; valid schedulers: {valid}")
+    module_name, _, attr = _FACTORIES[name].partition(":")
+    return getattr(importlib.import_module(module_name), attr)

@@ -1,0 +1,71 @@
+"""HEFT: static solo profiles, upward rank, earliest finish time; blind to contention.
+
+The batch's calls are independent, so a call's upward rank is its mean declared cost over the
+devices it may use. In rank order each call goes to the processor where it would finish first:
+the GPU (one processor running one call at a time) or one of the CPU cores. The first call
+placed on the GPU gets `gpu_now`, later ones `gpu_queued` (HEFT's serial GPU processor).
+HEFT never sees sharing, VRAM pressure or background load: only the declared profiles.
+
+>>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
+>>> from langgraph_devsched.telemetry import DeviceState
+>>> def spec(cpu, gpu):
+...     return ToolDeviceSpec(profile=SoloProfile(cpu_ms=cpu, gpu_ms=gpu))
+>>> batch = Batch.of([("a", "asr", spec(900, 60)), ("b", "embed", spec(80, 70)),
+...                   ("c", "ocr", spec(300, 40))])
+>>> view = SchedulerView(DeviceState(True, "gpu", 8000, 0, 0, 4))
+>>> dict(HeftScheduler().decide(batch, view).mapping)
+{'a': 'gpu_now', 'b': 'cpu', 'c': 'gpu_queued'}
+"""
+
+from __future__ import annotations
+
+from langgraph_devsched.options import DeviceOption
+from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
+from langgraph_devsched.schedulers.costs import declared_cost
+from langgraph_devsched.schedulers.static import constrained
+
+
+class HeftScheduler(SchedulerBase):
+    """Heterogeneous Earliest Finish Time over declared solo profiles."""
+
+    name = "heft"
+
+    def decide(self, batch: Batch, view: SchedulerView) -> Decision:
+        gpu_ok = view.device.gpu_available
+        cores = max(1, view.device.cpu_cores)
+        costs = [
+            (declared_cost(c.spec, "gpu", gpu_ok), declared_cost(c.spec, "cpu", gpu_ok))
+            for c in batch.calls
+        ]
+
+        def rank(i: int) -> float:
+            finite = [x for x in costs[i] if x != float("inf")]
+            return sum(finite) / len(finite)
+
+        order = sorted(range(len(batch.calls)), key=lambda i: (-rank(i), i))
+        gpu_free = 0.0
+        cpu_free = [0.0] * cores
+        mapping: dict[str, DeviceOption] = {}
+        predicted: dict[str, float] = {}
+        gpu_used = False
+        for i in order:
+            call = batch.calls[i]
+            gpu_cost, cpu_cost = costs[i]
+            core = min(range(cores), key=lambda k: (cpu_free[k], k))
+            eft_gpu, eft_cpu = gpu_free + gpu_cost, cpu_free[core] + cpu_cost
+            wanted: DeviceOption
+            if eft_gpu <= eft_cpu:
+                gpu_free = eft_gpu
+                wanted = "gpu_queued" if gpu_used else "gpu_now"
+                gpu_used = True
+                predicted[call.call_id] = eft_gpu
+            else:
+                cpu_free[core] = eft_cpu
+                wanted = "cpu"
+                predicted[call.call_id] = eft_cpu
+            mapping[call.call_id] = constrained(call.spec, wanted, gpu_ok)
+        mapping = {cid: mapping[cid] for cid in batch.call_ids}
+        return self._decision(
+            mapping, "HEFT: rank by mean declared cost, earliest finish time",
+            predicted_ms=predicted,
+        )
