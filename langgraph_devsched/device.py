@@ -84,7 +84,7 @@ def injected_device_args(tool: BaseTool) -> tuple[str, ...]:
     schema = getattr(tool, "args_schema", None)
     if isinstance(schema, type) and hasattr(schema, "model_fields"):
         with contextlib.suppress(Exception):
-            for name, field in schema.model_fields.items():  # type: ignore[attr-defined]
+            for name, field in schema.model_fields.items():
                 hints.setdefault(name, field.annotation)
                 for meta in field.metadata:
                     if _is_device_marker(meta):

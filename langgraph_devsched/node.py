@@ -49,6 +49,7 @@ from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, Sched
 from langgraph_devsched.schedulers.registry import make_scheduler
 from langgraph_devsched.schedulers.static import StaticHintScheduler, constrained
 from langgraph_devsched.testbed import SimulatedTestbed
+from langgraph_devsched.tracing import decision_metadata, with_decision
 
 logger = logging.getLogger(__name__)
 
@@ -396,6 +397,28 @@ class DeviceToolNode(ToolNode):
         impl = self._impls.get((name, "gpu" if placement.on_gpu else "cpu"))
         return request.override(tool=impl) if impl is not None else request
 
+    def _tool_config(
+        self,
+        config: RunnableConfig,
+        step: _Step,
+        call_id: str,
+        placement: Placement,
+        watcher: _OomWatcher | None,
+    ) -> RunnableConfig:
+        """The tool run's config: decision metadata and tags, plus the OOM watcher."""
+        decision = step.report.decision
+        observed = step.execution.observed_ms(call_id)
+        meta, tags = decision_metadata(
+            placement,
+            scheduler=decision.scheduler or step.report.scheduler,
+            reason=decision.reason,
+            predicted_ms=decision.predicted_ms.get(call_id),
+            observed_ms=observed,
+            extra={"devsched.probe": decision.probe},
+        )
+        cfg = with_decision(config, meta, tags)
+        return _with_handler(cfg, watcher) if watcher is not None else cfg
+
     def _error_message(self, call: ToolCall, exc: PlacementError) -> ToolMessage:
         return ToolMessage(
             content=f"Error: {exc}", name=call["name"], tool_call_id=call["id"], status="error"
@@ -412,7 +435,7 @@ class DeviceToolNode(ToolNode):
         def run(placement: Placement) -> tuple[Any, bool]:
             req = self._placed_request(request, placement)
             watcher = _OomWatcher() if placement.on_gpu else None
-            cfg = _with_handler(config, watcher) if watcher is not None else config
+            cfg = self._tool_config(config, step, call_id, placement, watcher)
             with placed(placement):
                 result = ToolNode._execute_tool_sync(self, req, input_type, cfg)
             return result, bool(watcher and watcher.oom)
@@ -433,7 +456,7 @@ class DeviceToolNode(ToolNode):
         async def run(placement: Placement) -> tuple[Any, bool]:
             req = self._placed_request(request, placement)
             watcher = _OomWatcher() if placement.on_gpu else None
-            cfg = _with_handler(config, watcher) if watcher is not None else config
+            cfg = self._tool_config(config, step, call_id, placement, watcher)
             with placed(placement):
                 result = await ToolNode._execute_tool_async(self, req, input_type, cfg)
             return result, bool(watcher and watcher.oom)

@@ -50,6 +50,10 @@ class StepExecution(Protocol):
     @property
     def done(self) -> bool: ...
 
+    def observed_ms(self, call_id: str) -> float | None:
+        """The call's latency if already known when it starts (simulated), else None."""
+        ...
+
     def record(self) -> StepRecord: ...
 
 

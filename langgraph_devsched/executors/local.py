@@ -271,6 +271,9 @@ class _LocalStep:
                 self._b.cpu_slots.release(cpu_slot)  # type: ignore[union-attr]
             self._record(call, placement, start, peers)
 
+    def observed_ms(self, call_id: str) -> float | None:
+        return None  # measured when the call ends; see CallRecord
+
     @property
     def done(self) -> bool:
         return self._book.done

@@ -59,6 +59,9 @@ class _SimulatedStep:
         finally:
             self._book.add(self._by_id[call_id])
 
+    def observed_ms(self, call_id: str) -> float | None:
+        return self._by_id[call_id].latency_ms
+
     @property
     def done(self) -> bool:
         return self._book.done
