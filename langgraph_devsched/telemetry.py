@@ -1,17 +1,34 @@
 """Device state as telemetry shows it: CUDA through torch, NVML through `pynvml`.
 
 Both are optional. When either is missing (no package, no driver, no GPU) the state says
-why in ``reason`` and the node keeps working on the CPU.
+why in ``reason`` and the node keeps working on the CPU. On the simulated testbed the same
+interface (`TelemetrySource.device_state`) reports the simulated state.
 
 >>> state = DeviceState.cpu_only("no GPU here", cpu_cores=2)
 >>> state.gpu_available, state.reason
 (False, 'no GPU here')
+>>> reading = nvml_reading(nvml=None)     # no pynvml: a reading that says why
+>>> reading.ok, reading.reason.startswith("pynvml is not installed")
+(False, True)
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+_MB = 2**20
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One process holding GPU memory, as NVML lists it."""
+
+    pid: int
+    used_mb: float | None
+    """None where NVML cannot attribute memory (e.g. inside some containers)."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +42,8 @@ class DeviceState:
     gpu_utilization: float
     cpu_cores: int
     reason: str | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    """Processes holding GPU memory (NVML), empty when unknown."""
 
     @classmethod
     def cpu_only(cls, reason: str, *, cpu_cores: int | None = None) -> DeviceState:
@@ -39,6 +58,79 @@ class DeviceState:
         )
 
 
+@runtime_checkable
+class TelemetrySource(Protocol):
+    """Anything that reports a `DeviceState`: the local machine or a `SimulatedTestbed`."""
+
+    def device_state(self) -> DeviceState: ...
+
+
+@dataclass(frozen=True)
+class NvmlReading:
+    """One NVML read of one GPU, or why there is none."""
+
+    ok: bool
+    reason: str | None = None
+    name: str = ""
+    utilization: float = 0.0
+    memory_total_mb: float = 0.0
+    memory_used_mb: float = 0.0
+    processes: tuple[GpuProcess, ...] = ()
+
+
+def _import_pynvml() -> Any:
+    import pynvml
+
+    return pynvml
+
+
+def nvml_reading(device_index: int = 0, *, nvml: Any = ...) -> NvmlReading:
+    """Read utilization, memory and per-process memory through NVML, failing soft.
+
+    ``nvml`` injects the module (tests); ``None`` means "not installed".
+    """
+    if nvml is ...:
+        try:
+            nvml = _import_pynvml()
+        except ImportError:
+            nvml = None
+    if nvml is None:
+        return NvmlReading(False, "pynvml is not installed (pip install nvidia-ml-py)")
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return NvmlReading(False, f"NVML init failed ({type(exc).__name__}: {exc}); no driver?")
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        if device_index >= count:
+            return NvmlReading(False, f"NVML sees {count} GPU(s); index {device_index} is absent")
+        handle = nvml.nvmlDeviceGetHandleByIndex(device_index)
+        name = nvml.nvmlDeviceGetName(handle)
+        if isinstance(name, bytes):
+            name = name.decode()
+        util = nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
+        mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+        processes: tuple[GpuProcess, ...] = ()
+        try:
+            processes = tuple(
+                GpuProcess(
+                    int(p.pid),
+                    None if getattr(p, "usedGpuMemory", None) is None else p.usedGpuMemory / _MB,
+                )
+                for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            )
+        except Exception:  # per-process info is optional (not supported everywhere)
+            processes = ()
+        return NvmlReading(
+            True, None, str(name), float(util), mem.total / _MB, mem.used / _MB, processes
+        )
+    except Exception as exc:
+        return NvmlReading(False, f"NVML query failed ({type(exc).__name__}: {exc})")
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
 def cuda_status(device_index: int = 0) -> tuple[bool, str | None]:
     """Whether CUDA is usable through torch, and if not, why."""
     try:
@@ -49,41 +141,47 @@ def cuda_status(device_index: int = 0) -> tuple[bool, str | None]:
         if not torch.cuda.is_available():
             return False, f"torch {torch.__version__} sees no CUDA device (CPU build or no driver)"
         if device_index >= torch.cuda.device_count():
-            return False, f"cuda:{device_index} does not exist ({torch.cuda.device_count()} devices)"
+            count = torch.cuda.device_count()
+            return False, f"cuda:{device_index} does not exist ({count} devices)"
     except Exception as exc:  # a broken driver must not take the app down
         return False, f"CUDA probe failed: {exc}"
     return True, None
 
 
 def local_device_state(device_index: int = 0, vram_budget_mb: float | None = None) -> DeviceState:
-    """Read the local GPU's state (torch.cuda, then NVML for utilization), failing soft."""
+    """Read the local GPU's state (torch.cuda memory, NVML utilization and processes).
+
+    Without CUDA through torch the node cannot run tools on the GPU, so the state is CPU-only
+    with the reason (NVML's view is added to the reason when it sees a GPU anyway).
+    """
     ok, reason = cuda_status(device_index)
+    nvml = nvml_reading(device_index)
     if not ok:
+        if nvml.ok:
+            reason = f"{reason}; NVML sees {nvml.name} ({nvml.memory_used_mb:.0f} MB used)"
         return DeviceState.cpu_only(reason or "no GPU")
     import torch
 
-    free_b, total_b = torch.cuda.mem_get_info(device_index)
-    name = torch.cuda.get_device_name(device_index)
-    utilization = 0.0
-    nvml_reason = None
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
-            utilization = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
-        finally:
-            pynvml.nvmlShutdown()
+        free_b, total_b = torch.cuda.mem_get_info(device_index)
+        name = torch.cuda.get_device_name(device_index)
     except Exception as exc:
-        nvml_reason = f"NVML unavailable ({type(exc).__name__}: {exc}); utilization unknown"
-    total_mb = total_b / 2**20
+        return DeviceState.cpu_only(f"torch.cuda.mem_get_info failed: {exc}")
+    total_mb = total_b / _MB
     return DeviceState(
         gpu_available=True,
         gpu_name=name,
         vram_budget_mb=min(vram_budget_mb or total_mb, total_mb),
-        vram_used_mb=(total_b - free_b) / 2**20,
-        gpu_utilization=utilization,
+        vram_used_mb=(total_b - free_b) / _MB,
+        gpu_utilization=nvml.utilization if nvml.ok else 0.0,
         cpu_cores=os.cpu_count() or 1,
-        reason=nvml_reason,
+        reason=None if nvml.ok else f"{nvml.reason}; utilization unknown",
+        processes=nvml.processes,
     )
+
+
+def read_device_state(source: TelemetrySource | None = None) -> DeviceState:
+    """The state from ``source`` (e.g. a `SimulatedTestbed`), else the local machine's."""
+    if source is not None:
+        return source.device_state()
+    return local_device_state()

@@ -58,7 +58,9 @@ class LoadContext:
             or parts[2] not in get_args(VramBucket)
             or parts[3] not in get_args(BackgroundBucket)
         ):
-            raise ValueError(f"not a load context key: {key!r} (expected e.g. 'gpu1-cpu0-low-idle')")
+            raise ValueError(
+                f"not a load context key: {key!r} (expected e.g. 'gpu1-cpu0-low-idle')"
+            )
         return cls(
             gpu=int(parts[0][3:]),
             cpu=int(parts[1][3:]),
@@ -105,10 +107,7 @@ def _overlap(a: CallRecord, b: CallRecord) -> bool:
 def call_context(call: CallRecord, step: StepRecord, state: DeviceState) -> LoadContext:
     """The load context ``call`` ran under within ``step``."""
     others = [c for c in step.calls if c.call_id != call.call_id and _overlap(call, c)]
-    if call.on_gpu:
-        gpu = call.gpu_peers
-    else:
-        gpu = sum(1 for c in others if c.on_gpu)
+    gpu = call.gpu_peers if call.on_gpu else sum(1 for c in others if c.on_gpu)
     cpu = sum(1 for c in others if not c.on_gpu)
     pressure = state.vram_used_mb + step.vram_peak_mb
     return LoadContext(

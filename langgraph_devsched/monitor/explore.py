@@ -83,10 +83,7 @@ def propose_hints(
 ) -> tuple[ExplorationHint, ...]:
     """The hints for the next step of ``batch``'s shape (default: the last recorded shape)."""
     st = mon.state
-    if batch is not None:
-        shape = shape_key(c.tool for c in batch.calls)
-    else:
-        shape = st.last_shape or ""
+    shape = shape_key(c.tool for c in batch.calls) if batch is not None else st.last_shape or ""
     base = st.last.get(shape)
     if base is None:
         return ()

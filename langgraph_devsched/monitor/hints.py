@@ -6,8 +6,9 @@ mapping to adopt, never carries call ids, and its text states a fact, never an o
 
 >>> h = ExplorationHint.make("symmetric", ("ocr",), devices=("cpu",), context="gpu2-cpu0-low-idle",
 ...     expected_gain_ms=40.0, probes_left=2, detail="measured on the GPU there")
->>> h.text
-'`ocr` has never run on the CPU while 2 other calls were on the GPU (measured on the GPU there; up to 40 ms to gain)'
+>>> print(h.text)  # doctest: +NORMALIZE_WHITESPACE
+`ocr` has never run on the CPU while 2 other calls were on the GPU
+(measured on the GPU there; up to 40 ms to gain)
 >>> sorted(h.model_dump())[:3]
 ['context', 'devices', 'expected_gain_ms']
 """

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from langgraph_devsched.monitor.context import background_bucket, call_context
 from langgraph_devsched.monitor.explore import propose_hints
@@ -105,7 +105,7 @@ class RuntimeMonitor:
             if rec.error is not None:
                 continue
             ctx = call_context(rec, step_record, device_state).key
-            device = "gpu" if rec.on_gpu else "cpu"
+            device: Literal["gpu", "cpu"] = "gpu" if rec.on_gpu else "cpu"
             key = stats_key(rec.tool, rec.option, ctx)
             ks = st.stats.get(key) or KeyStats()
             st.stats[key] = KeyStats(

@@ -13,15 +13,15 @@ placement comma-joined sorted ``tool=option`` pairs.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
+from typing import Final, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from langgraph_devsched.monitor.stats import RunningStat
 from langgraph_devsched.options import DeviceOption
 
-FORMAT_NAME = "langgraph_devsched.monitor"
-FORMAT_VERSION = 1
+FORMAT_NAME: Final = "langgraph_devsched.monitor"
+FORMAT_VERSION: Final = 1
 
 
 def stats_key(tool: str, option: str, context: str) -> str:
@@ -40,8 +40,8 @@ def parse_placement(key: str) -> tuple[tuple[str, DeviceOption], ...]:
     pairs = []
     for item in key.split(","):
         tool, _, option = item.rpartition("=")
-        pairs.append((tool, option))
-    return tuple(pairs)  # type: ignore[return-value]
+        pairs.append((tool, cast(DeviceOption, option)))
+    return tuple(pairs)
 
 
 class KeyStats(BaseModel):

@@ -76,6 +76,7 @@ def estimate_params(
         gpu_compute = (cpu or DEFAULT_MS) * UNKNOWN_FACTOR
     elif cpu is None:
         cpu = (gpu_compute + transfer) * UNKNOWN_FACTOR
+    assert cpu is not None and gpu_compute is not None
     vram = max(spec.vram_mb, obs.vram_seen_mb.get(tool, 0.0))
     return ToolParams(
         cpu_ms=max(_MIN_MS, cpu), gpu_ms=gpu_compute, transfer_ms=transfer, vram_mb=vram,
@@ -122,6 +123,7 @@ def predict_makespans(
         import itertools
 
         return [
-            bed.makespan([(str(i), t, o) for i, (t, o) in enumerate(zip(tools, combo))])
+            bed.makespan([(str(i), t, o) for i, (t, o) in enumerate(zip(tools, combo, strict=True))
+                          ])
             for combo in itertools.product(*choices)
         ]

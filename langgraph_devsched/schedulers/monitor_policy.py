@@ -137,7 +137,7 @@ class MonitorPolicy(SchedulerBase):
         scores: dict[Mapping_, float] = {}
         for combo, pred in zip(combos, preds, strict=True):
             score = pred
-            out = seen.get(placement_key(zip(tools, combo)))
+            out = seen.get(placement_key(zip(tools, combo, strict=False)))
             if out is not None and out.count:
                 cv = max(noise, out.std_ms / out.makespan_ms if out.makespan_ms else 0.0)
                 tolerance = max(0.02, 2.5 * cv / math.sqrt(out.count))
@@ -182,7 +182,7 @@ class MonitorPolicy(SchedulerBase):
             if hint.expected_gain_ms <= floor:
                 continue
             for m in self._realise(hint, best, tools, choices, scores):
-                if m == best or placement_key(zip(tools, m)) in executed:
+                if m == best or placement_key(zip(tools, m, strict=False)) in executed:
                     continue
                 cost = scores[m] - scores[best]
                 if cost <= self.probe_horizon * hint.expected_gain_ms:
@@ -216,7 +216,7 @@ class MonitorPolicy(SchedulerBase):
             if "cpu" not in choices[ia]:
                 return []
             m = list(best)
-            m[ia], m[ib] = "cpu", hint.option  # type: ignore[assignment]
+            m[ia], m[ib] = "cpu", hint.option
             out = [m]
         else:
             (tool,), (device,) = hint.tools, hint.devices
@@ -225,7 +225,7 @@ class MonitorPolicy(SchedulerBase):
                     out = moved(list(best), i, device)
                     break
         found = [tuple(m) for m in out if tuple(m) in scores]
-        return sorted(found, key=lambda m: scores[m])  # type: ignore[arg-type,return-value]
+        return sorted(found, key=lambda m: scores[m])
 
 
 def _pooled_cv(obs: Observations) -> float:
