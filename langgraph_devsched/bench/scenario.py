@@ -1,0 +1,261 @@
+"""Scenario files: a testbed, tools (hidden parameters + declared hints) and a workload.
+
+The format is documented in ``docs/scenarios.md``. A scenario is YAML validated by pydantic;
+a malformed file raises `ScenarioError` naming the file, the field and what is expected.
+
+>>> s = Scenario.model_validate({
+...     "name": "one_asr", "category": "serial",
+...     "testbed": {"vram_budget_mb": 8000},
+...     "tools": {"asr": {"params": {"cpu_ms": 900, "gpu_ms": 60, "vram_mb": 1500}}},
+...     "workload": {"kind": "serial", "calls": ["asr", "asr"]}})
+>>> s.batches()
+[['asr'], ['asr']]
+>>> s.specs()["asr"].profile
+SoloProfile(cpu_ms=900.0, gpu_ms=60.0, transfer_ms=0.0)
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec, validate_spec
+from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
+
+Category = Literal["serial", "parallel", "memory"]
+WorkloadKind = Literal["serial", "parallel", "sequence"]
+MAX_BATCH_CALLS = 10
+"""Largest batch a scenario may hold: the oracle enumerates 3^n mappings of each batch."""
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used: the message names the file and the field."""
+
+
+class TestbedConfig(BaseModel):
+    """The simulated machine."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vram_budget_mb: float = Field(gt=0, description="VRAM the scheduler may use, MB")
+    cpu_cores: int = Field(default=8, ge=1, description="CPU cores of the CPU executor")
+    background: BackgroundLoad = Field(
+        default_factory=BackgroundLoad, description="load already on the machine"
+    )
+    noise: float = Field(default=0.05, ge=0, lt=1, description="relative latency sigma")
+    seed: int = Field(default=0, description="seed of the noise generator")
+    oom_detect_ms: float = Field(default=20.0, ge=0, description="time lost to an OOM")
+
+
+class ToolEntry(BaseModel):
+    """One tool: the hidden ground truth and what the tool declares."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    params: ToolParams = Field(description="hidden ground-truth parameters")
+    hints: dict[str, Any] | None = Field(
+        default=None, description="declared ToolDeviceSpec fields (profile derived if absent)"
+    )
+
+
+class Workload(BaseModel):
+    """What the app asks for in each round."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: WorkloadKind
+    calls: list[str] | None = Field(default=None, description="serial chain or parallel batch")
+    batches: list[list[str]] | None = Field(default=None, description="sequence of batches")
+    rounds: int = Field(default=20, ge=1, description="rounds the benchmark runs by default")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Workload:
+        if self.kind == "sequence":
+            if not self.batches or self.calls is not None:
+                raise ValueError("kind 'sequence' needs 'batches' (a list of lists of tools)")
+            if any(not b for b in self.batches):
+                raise ValueError("every batch of a sequence needs at least one call")
+        elif not self.calls or self.batches is not None:
+            raise ValueError(f"kind {self.kind!r} needs 'calls' (a list of tool names)")
+        return self
+
+
+class Scenario(BaseModel):
+    """A benchmark scenario (see ``docs/scenarios.md``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    category: Category
+    description: str = ""
+    testbed: TestbedConfig
+    tools: dict[str, ToolEntry] = Field(min_length=1)
+    workload: Workload
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        known = ", ".join(sorted(self.tools))
+        where = "workload.batches" if self.workload.kind == "sequence" else "workload.calls"
+        for batch in self.batches():
+            for tool in batch:
+                if tool not in self.tools:
+                    raise ValueError(f"{where}: unknown tool {tool!r}; known tools: {known}")
+            if len(batch) > MAX_BATCH_CALLS:
+                raise ValueError(
+                    f"{where}: a batch of {len(batch)} calls is too large; "
+                    f"at most {MAX_BATCH_CALLS} (the oracle enumerates 3^n mappings)"
+                )
+        for name, entry in self.tools.items():
+            try:
+                validate_spec(name, entry.hints or {})
+            except ValueError as exc:
+                raise ValueError(f"tools.{name}.hints: {exc}") from None
+        return self
+
+    def batches(self) -> list[list[str]]:
+        """The round as batches of tool names: a serial chain is one call per batch."""
+        w = self.workload
+        if w.kind == "sequence":
+            return [list(b) for b in w.batches or []]
+        if w.kind == "serial":
+            return [[c] for c in w.calls or []]
+        return [list(w.calls or [])]
+
+    def specs(self) -> dict[str, ToolDeviceSpec]:
+        """Declared hints per tool; a missing profile (or VRAM) is what a profiler would
+        measure alone: cpu_ms, gpu_ms = transfer + compute, transfer_ms (and peak VRAM)."""
+        out = {}
+        for name, entry in self.tools.items():
+            hints = dict(entry.hints or {})
+            p = entry.params
+            hints.setdefault(
+                "profile",
+                SoloProfile(cpu_ms=p.cpu_ms, gpu_ms=p.transfer_ms + p.gpu_ms,
+                            transfer_ms=p.transfer_ms),
+            )
+            hints.setdefault("vram_mb", p.vram_mb)
+            out[name] = validate_spec(name, hints)
+        return out
+
+    def make_testbed(self, *, noise: float | None = None, seed: int | None = None) -> SimulatedTestbed:
+        """A fresh testbed (clock at 0); ``noise``/``seed`` override the file's values."""
+        t = self.testbed
+        return SimulatedTestbed(
+            {name: e.params for name, e in self.tools.items()},
+            vram_budget_mb=t.vram_budget_mb,
+            cpu_cores=t.cpu_cores,
+            background=t.background,
+            noise=t.noise if noise is None else noise,
+            seed=t.seed if seed is None else seed,
+            oom_detect_ms=t.oom_detect_ms,
+        )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate one scenario file (YAML, safe loader)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"scenario file {path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"scenario file {path}: not UTF-8 text ({exc.reason})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"scenario file {path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(
+            f"scenario file {path}: expected a mapping with fields "
+            f"{', '.join(Scenario.model_fields)}, got {type(data).__name__}"
+        )
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_describe(path, exc)) from None
+    except ValueError as exc:  # a HintsError raised inside a validator
+        raise ScenarioError(f"scenario file {path}: {exc}") from None
+
+
+def _describe(path: Path, exc: ValidationError) -> str:
+    lines = [f"scenario file {path}: invalid scenario"]
+    for err in exc.errors():
+        msg = err["msg"]
+        if err["type"] == "value_error" and not err["loc"]:
+            lines.append("  " + msg.removeprefix("Value error, "))
+            continue
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown field; valid fields here: {_valid_fields(err['loc'])}"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "literal_error":
+            msg = f"expected one of {msg.removeprefix('Input should be ')}"
+        else:
+            msg = msg.removeprefix("Value error, ")
+        lines.append(f"  {field}: {msg} (got {err.get('input')!r})")
+    return "\n".join(lines)
+
+
+def _valid_fields(loc: tuple[Any, ...]) -> str:
+    """The field names allowed where an unknown field was found."""
+    model: type[BaseModel] = Scenario
+    parts = list(loc[:-1])
+    i = 0
+    while i < len(parts):
+        if model is Scenario and parts[i] == "tools":
+            model, i = ToolEntry, i + 2  # skip the tool's name
+            continue
+        field = model.model_fields.get(str(parts[i]))
+        annotation = field.annotation if field is not None else None
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        i += 1
+    return ", ".join(model.model_fields)
+
+
+def builtin_scenario_paths() -> list[Path]:
+    """The scenario files shipped in the package, sorted by name."""
+    folder = resources.files("langgraph_devsched") / "scenarios"
+    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_scenarios(path: str | Path | None = None) -> list[Scenario]:
+    """Scenarios from a file, from every ``*.yaml`` in a folder, or the built-ins (None)."""
+    if path is None:
+        paths = builtin_scenario_paths()
+    else:
+        path = Path(path)
+        if path.is_dir():
+            paths = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml"))
+            if not paths:
+                raise ScenarioError(f"scenario folder {path}: no *.yaml files in it")
+        elif path.exists():
+            paths = [path]
+        else:
+            raise ScenarioError(f"scenario path {path}: no such file or folder")
+    scenarios = [load_scenario(p) for p in paths]
+    seen: dict[str, int] = {}
+    for s in scenarios:
+        seen[s.name] = seen.get(s.name, 0) + 1
+    dupes = sorted(n for n, k in seen.items() if k > 1)
+    if dupes:
+        raise ScenarioError(f"scenario names must be unique; repeated: {', '.join(dupes)}")
+    return scenarios
+
+
+__all__ = [
+    "Category",
+    "Scenario",
+    "ScenarioError",
+    "ToolEntry",
+    "Workload",
+    "WorkloadKind",
+    "builtin_scenario_paths",
+    "load_scenario",
+    "load_scenarios",
+]
