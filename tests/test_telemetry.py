@@ -91,7 +91,8 @@ def test_nvml_without_per_process_support_still_reads() -> None:
 def test_no_torch_means_cpu_only_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    assert cuda_status() == (False, "torch is not installed (pip install 'langgraph-devsched[gpu]')")
+    reason = "torch is not installed (pip install 'langgraph-devsched[gpu]')"
+    assert cuda_status() == (False, reason)
     state = local_device_state()
     assert not state.gpu_available
     assert state.reason == "torch is not installed (pip install 'langgraph-devsched[gpu]')"
@@ -124,7 +125,8 @@ def test_cuda_with_nvml_reports_memory_utilization_and_processes(
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml())
     state = local_device_state(vram_budget_mb=5000)
     assert state.gpu_available and state.reason is None
-    assert (state.gpu_name, state.vram_budget_mb, state.vram_used_mb) == ("Fake GPU", 5000.0, 2000.0)
+    assert state.gpu_name == "Fake GPU"
+    assert (state.vram_budget_mb, state.vram_used_mb) == (5000.0, 2000.0)
     assert state.gpu_utilization == 0.37
     assert [p.pid for p in state.processes] == [42, 43]
 
