@@ -47,7 +47,7 @@ from langgraph_devsched.monitor.state import (
 )
 from langgraph_devsched.options import is_gpu
 from langgraph_devsched.records import StepRecord
-from langgraph_devsched.telemetry import DeviceState
+from langgraph_devsched.telemetry import DeviceState, TelemetrySource
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,8 @@ class RuntimeMonitor:
     ``clock`` (seconds, injectable) stamps samples so ages are visible; staleness is counted
     in recorded steps. ``probe_budget`` bounds the probes proposed per (batch shape,
     background load): once that many probes of a shape were recorded, hints say
-    ``probes_left=0``.
+    ``probes_left=0``. ``telemetry`` (e.g. a `SimulatedTestbed`) supplies the device state
+    when `record` is called without one.
     """
 
     def __init__(
@@ -73,8 +74,10 @@ class RuntimeMonitor:
         noisy_cv: float = NOISY_CV,
         probe_budget: int = PROBE_BUDGET,
         state: MonitorState | None = None,
+        telemetry: TelemetrySource | None = None,
     ) -> None:
         self.clock = clock
+        self.telemetry = telemetry
         self.stale_after_steps = stale_after_steps
         self.noisy_cv = noisy_cv
         self.probe_budget = probe_budget
@@ -140,8 +143,18 @@ class RuntimeMonitor:
         )
         st.last_shape = shape
 
-    record = record_step
-    """Alias for hooks that call ``monitor.record(...)``."""
+    def record(
+        self, record: StepRecord, *, batch: Any, decision: Any,
+        device_state: DeviceState | None = None,
+    ) -> None:
+        """`record_step` in the benchmark runner's hook form; the device state comes from
+        ``device_state``, else the monitor's ``telemetry`` source, else the last one seen."""
+        state = device_state
+        if state is None and self.telemetry is not None:
+            state = self.telemetry.device_state()
+        if state is None:
+            state = self._device or DeviceState.cpu_only("no telemetry given to the monitor")
+        self.record_step(batch, decision, record, state)
 
     # -- reading ---------------------------------------------------------------------------
 

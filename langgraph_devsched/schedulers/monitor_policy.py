@@ -14,7 +14,9 @@ predicted extra cost is at most ``probe_horizon`` times the hint's expected gain
 would be collected on later steps of the shape). Probes are marked ``Decision(probe=True)``.
 
 Where ``view.observations`` is None the policy keeps a private `RuntimeMonitor` fed by its own
-`observe`; when the node or runner owns a monitor (observations given), it only reads.
+`observe`; when the node or runner owns a monitor (observations given), it only reads: if that
+monitor was handed to the constructor it reads ``monitor.snapshot(batch)`` (hints about this
+batch's shape), else ``view.observations``. It never records into a monitor it does not own.
 
 >>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 >>> from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
@@ -66,6 +68,7 @@ class MonitorPolicy(SchedulerBase):
     ) -> None:
         self.probe_horizon = probe_horizon
         self.max_calls = max_calls
+        self._shared = monitor is not None
         self.monitor = monitor or RuntimeMonitor()
         self._private = False
         self._device: DeviceState | None = None
@@ -73,11 +76,13 @@ class MonitorPolicy(SchedulerBase):
     # -- protocol --------------------------------------------------------------------------
 
     def decide(self, batch: Batch, view: SchedulerView) -> Decision:
-        self._private = view.observations is None
+        self._private = view.observations is None and not self._shared
         self._device = view.device
-        obs: Observations = (
-            self.monitor.snapshot(batch) if self._private else view.observations  # type: ignore[assignment]
-        )
+        obs: Observations
+        if self._private or (self._shared and isinstance(self.monitor, RuntimeMonitor)):
+            obs = self.monitor.snapshot(batch)  # read only: hints about this batch's shape
+        else:
+            obs = view.observations  # type: ignore[assignment]
         device = view.device
         tools = [c.tool for c in batch.calls]
         choices = [self._choices(c.spec.allowed_options(), device) for c in batch.calls]
