@@ -120,6 +120,9 @@ def _describe(tool_name: str, exc: ValidationError) -> str:
             msg = f"unknown field; valid fields: {valid_fields}"
         elif err["type"] == "literal_error":
             msg = f"{msg} (valid options: {', '.join(DEVICE_OPTIONS)})"
+        if not err["loc"]:
+            lines.append(f"  {msg.removeprefix('Value error, ')}")
+            continue
         lines.append(f"  {field}: {msg} (got {err.get('input')!r})")
     return "\n".join(lines)
 

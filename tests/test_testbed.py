@@ -1,0 +1,94 @@
+"""The simulated testbed: exact virtual times for contention, queueing and OOM."""
+
+import pytest
+
+from langgraph_devsched import BackgroundLoad, SimulatedTestbed, ToolParams
+from tests.fakes import PARAMS
+
+
+def bed(**kw: object) -> SimulatedTestbed:
+    return SimulatedTestbed(PARAMS, vram_budget_mb=kw.pop("vram", 4000), cpu_cores=4, **kw)  # type: ignore[arg-type]
+
+
+def test_solo_gpu_call_pays_transfer_then_compute():
+    out = bed().run_step([("a", "asr", "gpu_now")])
+    (rec,) = out.calls
+    assert (rec.device, rec.fallback, rec.start_ms, rec.end_ms) == ("cuda:0", None, 0.0, 70.0)
+
+
+def test_gpu_sharing_slows_every_computing_call_by_total_demand():
+    two = {
+        "a": ToolParams(cpu_ms=1000, gpu_ms=100, gpu_share=0.75),
+        "b": ToolParams(cpu_ms=1000, gpu_ms=100, gpu_share=0.75),
+    }
+    tb = SimulatedTestbed(two, vram_budget_mb=1000, cpu_cores=4)
+    out = tb.run_step([("1", "a", "gpu_now"), ("2", "b", "gpu_now")])
+    # demand 1.5 > 1: both progress at 1/1.5 until done together at 150 ms
+    assert [c.end_ms for c in out.calls] == pytest.approx([150.0, 150.0])
+    assert [c.gpu_peers for c in out.calls] == [1, 1]
+    queued = tb.run_step([("1", "a", "gpu_queued"), ("2", "b", "gpu_queued")])
+    assert [c.end_ms for c in queued.calls] == pytest.approx([100.0, 200.0])
+    assert queued.calls[1].start_ms == pytest.approx(100.0)
+
+
+def test_gpu_now_that_does_not_fit_falls_back_to_cpu_after_detection():
+    out = bed().run_step([("a", "asr", "gpu_now"), ("b", "ocr", "gpu_now")])
+    a, b = out.calls
+    assert (a.device, a.end_ms) == ("cuda:0", 70.0)
+    assert (b.device, b.fallback) == ("cpu", "oom")
+    assert b.end_ms == pytest.approx(20.0 + 300.0)  # oom_detect_ms, then the CPU run
+
+
+def test_queued_call_waits_in_fifo_order_for_vram():
+    out = bed().run_step([("a", "ocr", "gpu_queued"), ("b", "asr", "gpu_queued")])
+    a, b = out.calls
+    assert (a.start_ms, a.end_ms) == (0.0, 45.0)
+    assert (b.start_ms, b.end_ms) == (45.0, 115.0)
+    assert out.vram_peak_mb == 3000.0
+
+
+def test_cpu_cores_are_shared():
+    heavy = {"x": ToolParams(cpu_ms=100, gpu_ms=10, cpu_threads=4)}
+    tb = SimulatedTestbed(heavy, vram_budget_mb=100, cpu_cores=4)
+    out = tb.run_step([("1", "x", "cpu"), ("2", "x", "cpu")])
+    assert [c.end_ms for c in out.calls] == pytest.approx([200.0, 200.0])
+
+
+def test_background_load_holds_vram_and_gpu_share():
+    tb = bed(background=BackgroundLoad(vram_mb=2000, gpu_share=0.5))
+    state = tb.device_state()
+    assert (state.vram_used_mb, state.gpu_utilization) == (2000, 0.5)
+    out = tb.run_step([("a", "ocr", "gpu_now")])  # 3000 MB > 2000 MB left
+    assert out.calls[0].fallback == "oom"
+    slow = SimulatedTestbed(
+        {"g": ToolParams(cpu_ms=500, gpu_ms=100, gpu_share=1.0)},
+        vram_budget_mb=1000,
+        background=BackgroundLoad(gpu_share=0.5),
+    ).run_step([("1", "g", "gpu_now")])
+    assert slow.makespan_ms == pytest.approx(150.0)
+
+
+def test_queued_call_larger_than_budget_goes_to_cpu():
+    out = bed(vram=2000).run_step([("a", "ocr", "gpu_queued")])
+    assert (out.calls[0].device, out.calls[0].fallback) == ("cpu", "vram_over_budget")
+
+
+def test_virtual_clock_advances_by_makespan_and_noise_is_seeded():
+    tb = bed()
+    tb.run_step([("a", "asr", "gpu_now")])
+    tb.run_step([("a", "embed", "cpu")])
+    assert tb.now_ms == 120.0
+    n1 = bed(noise=0.1, seed=7).run_step([("a", "asr", "cpu")]).makespan_ms
+    n2 = bed(noise=0.1, seed=7).run_step([("a", "asr", "cpu")]).makespan_ms
+    assert n1 == n2 != 800.0
+    assert bed(noise=0.1).makespan([("a", "asr", "cpu")]) == 800.0  # ground truth is noise-free
+
+
+def test_unknown_tool_names_the_known_ones():
+    with pytest.raises(KeyError, match="no parameters for tool 'tts'; known: asr, embed, ocr"):
+        bed().run_step([("a", "tts", "cpu")])
+
+
+def test_hidden_parameters_are_not_in_the_device_state():
+    state = bed().device_state()
+    assert "asr" not in repr(state)
