@@ -92,6 +92,7 @@ class ToolProfile(BaseModel):
     tool: str
     gpu_capable: bool = True
     declared_vram_mb: float = 0.0
+    declared_gpu_share: float | None = Field(default=None, description="from the tool's hints")
     runs: dict[str, DeviceRun] = Field(default_factory=dict, description="keyed 'cpu' / 'cuda'")
     skipped: dict[str, str] = Field(
         default_factory=dict, description="device kind -> why it was not measured"

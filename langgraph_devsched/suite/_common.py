@@ -17,13 +17,12 @@ from typing import Any, Literal, TypeVar, cast, get_args
 from langchain_core.tools import BaseTool
 
 from langgraph_devsched.hints import device_hints
+from langgraph_devsched.profiling.profiler import EXAMPLE_ARGS_KEY
 
 SuiteSize = Literal["small", "full"]
 """``small``: tens of ms per call on a laptop CPU (tests, docs). ``full``: real-size models."""
 
 SUITE_SIZES: tuple[SuiteSize, ...] = get_args(SuiteSize)
-EXAMPLE_ARGS_KEY = "devsched_example_args"
-"""``tool.metadata`` key holding the arguments the profiler calls a tool with."""
 
 MODEL_SEED = 1234
 """Seed of every randomly initialised model, so outputs are the same in every process."""

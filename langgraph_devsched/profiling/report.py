@@ -1,0 +1,139 @@
+"""Show a profile: a rich table in the terminal and a PNG scatter of CPU vs GPU latency.
+
+>>> from langgraph_devsched.profiling.model import Profile
+>>> p = Profile(created="2026-01-01T00:00:00+00:00", repeats=1, warmup=0, cpu_threads=1,
+...             devices_requested=["cpu"], devices_measured=["cpu"])
+>>> profile_table(p).row_count
+0
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from langgraph_devsched.profiling.model import DeviceRun, Profile, ToolClass
+
+CLASS_COLORS: dict[ToolClass, str] = {
+    "gpu_preferred": "tab:green",
+    "cpu_preferred": "tab:red",
+    "device_neutral": "tab:blue",
+    "ambiguous": "tab:orange",
+    "unknown": "tab:gray",
+}
+_RICH_STYLE: dict[ToolClass, str] = {
+    "gpu_preferred": "green",
+    "cpu_preferred": "red",
+    "device_neutral": "blue",
+    "ambiguous": "yellow",
+    "unknown": "dim",
+}
+
+
+def _ms(run: DeviceRun | None) -> str:
+    if run is None:
+        return "-"
+    return f"{run.latency.median_ms:.2f} ± {run.latency.iqr_ms:.2f}"
+
+
+def profile_table(profile: Profile) -> Table:
+    """One row per tool: medians ± IQR per device, transfer, peak VRAM, class and reason."""
+    title = f"profile ({profile.size or 'custom'} size, {profile.repeats} repeats, " \
+            f"{profile.cpu_threads} CPU threads)"
+    table = Table(title=title)
+    for col in ("tool", "cpu ms (median ± IQR)", "gpu ms (median ± IQR)", "transfer ms",
+                "peak VRAM MB", "class", "reason"):
+        table.add_column(col, overflow="fold")
+    for row in profile.tools:
+        gpu = row.gpu
+        table.add_row(
+            row.tool,
+            _ms(row.cpu),
+            _ms(gpu),
+            f"{gpu.transfer_ms:.2f} ({gpu.transfer_method})" if gpu else "-",
+            f"{gpu.peak_vram_mb:.0f}" if gpu and gpu.peak_vram_mb is not None else "-",
+            f"[{_RICH_STYLE[row.tool_class]}]{row.tool_class}[/]",
+            row.reason,
+        )
+    return table
+
+
+def print_profile(profile: Profile, console: Console | None = None) -> None:
+    """Print the table and the profile's notes."""
+    console = console or Console()
+    console.print(profile_table(profile))
+    for note in profile.notes:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def markdown_table(profile: Profile) -> str:
+    """The table as Markdown (for docs)."""
+    lines = [
+        "| tool | cpu ms (median ± IQR) | gpu ms (median ± IQR) | class | reason |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for row in profile.tools:
+        reason = row.reason.replace("|", "/")
+        lines.append(
+            f"| {row.tool} | {_ms(row.cpu)} | {_ms(row.gpu)} | {row.tool_class} | {reason} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_profile(profile: Profile, path: str | Path) -> Path:
+    """Scatter CPU vs GPU median latency (log-log), coloured by class, with y = x.
+
+    Tools without a GPU measurement sit on the bottom edge as grey crosses.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError(
+            "plots need matplotlib: pip install 'langgraph-devsched[plots]'"
+        ) from exc
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    both = [r for r in profile.tools if r.cpu and r.gpu]
+    cpu_only = [r for r in profile.tools if r.cpu and not r.gpu]
+    values = [r.cpu.latency.median_ms for r in both + cpu_only if r.cpu] + [
+        r.gpu.latency.median_ms for r in both if r.gpu
+    ]
+    lo = max(min(values, default=0.01), 1e-3) / 2
+    hi = max(values, default=1.0) * 2
+    fig: Any
+    fig, ax = plt.subplots(figsize=(7, 6))
+    ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, ls="--", label="equal latency")
+    for cls, color in CLASS_COLORS.items():
+        rows = [r for r in both if r.tool_class == cls]
+        if not rows:
+            continue
+        xs = [r.cpu.latency.median_ms for r in rows if r.cpu]
+        ys = [r.gpu.latency.median_ms for r in rows if r.gpu]
+        ax.scatter(xs, ys, color=color, label=cls, zorder=3)
+        for r, x, y in zip(rows, xs, ys, strict=True):
+            ax.annotate(r.tool, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    if cpu_only:
+        xs = [r.cpu.latency.median_ms for r in cpu_only if r.cpu]
+        ax.scatter(xs, [lo * 1.05] * len(xs), marker="x", color=CLASS_COLORS["unknown"],
+                   label="unknown (no GPU measurement)", zorder=3, clip_on=False)
+        for r, x in zip(cpu_only, xs, strict=True):
+            ax.annotate(r.tool, (x, lo * 1.05), fontsize=6, rotation=60,
+                        xytext=(0, 4), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("CPU median latency (ms)")
+    ax.set_ylabel("GPU median latency, transfers included (ms)")
+    ax.set_title(f"CPU vs GPU latency per tool ({profile.size or 'custom'} size)")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
