@@ -1,0 +1,277 @@
+"""The agentic scheduler's answer: its schema, a lenient parser, and the hard-constraint repair.
+
+The sub-agent ends by calling ``submit_mapping`` with one option per call id and a reason.
+`parse_answer` reads those arguments (or a JSON object in plain text, for servers that ignore
+``tool_choice``) without trusting them; `repair` turns what was parsed into a complete
+mapping that obeys the hints and the operator's `HardConstraints`, taking the fallback
+scheduler's option for every call it cannot repair, and says per call why.
+
+>>> from langgraph_devsched.hints import ToolDeviceSpec
+>>> from langgraph_devsched.schedulers.base import Batch
+>>> from langgraph_devsched.telemetry import DeviceState
+>>> batch = Batch.of([("a", "asr", ToolDeviceSpec(vram_mb=6000)),
+...                   ("b", "ocr", ToolDeviceSpec(vram_mb=3000))])
+>>> answer = parse_answer({"assignments": [{"call_id": "a", "option": "gpu_now"},
+...     {"call_id": "b", "option": "gpu_now"}], "reason": "both fast on the GPU"})
+>>> gpu = DeviceState(True, "gpu", 8000, 0, 0, 8)
+>>> mapping, causes = repair(answer, batch, gpu, HardConstraints(), fallback={})
+>>> mapping, causes
+({'a': 'gpu_now', 'b': 'gpu_queued'}, {'b': 'vram_over_budget'})
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast, get_args
+
+from pydantic import BaseModel, Field
+
+from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption, is_gpu, parse_option
+from langgraph_devsched.schedulers.base import Batch
+from langgraph_devsched.telemetry import DeviceState
+
+ANSWER_TOOL = "submit_mapping"
+
+AgenticCause = Literal[
+    "llm_error",
+    "timeout",
+    "no_answer",
+    "missing_call",
+    "unknown_option",
+    "not_allowed",
+    "pinned",
+    "cpu_forbidden",
+    "vram_over_budget",
+    "no_gpu",
+]
+"""Why a call's option is not the sub-agent's answer. The first four (and ``unknown_option``)
+take the fallback scheduler's option; the others repair the answer in place."""
+
+AGENTIC_CAUSES: tuple[AgenticCause, ...] = get_args(AgenticCause)
+REPAIRED: frozenset[AgenticCause] = frozenset(
+    {"not_allowed", "pinned", "cpu_forbidden", "vram_over_budget", "no_gpu"}
+)
+
+
+class CallOption(BaseModel):
+    """The option chosen for one call of the step."""
+
+    call_id: str = Field(description="a call id of this step, exactly as given")
+    option: DeviceOption = Field(description="gpu_now, gpu_queued or cpu")
+
+
+class MappingAnswer(BaseModel):
+    """Submit the final device option for every call of the step, with a short reason."""
+
+    assignments: list[CallOption] = Field(description="one entry per call id of the step")
+    reason: str = Field(description="one or two sentences: why this mapping")
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    """What a submitted answer said, before any checks: raw options by call id."""
+
+    options: dict[str, str]
+    reason: str = ""
+    issues: tuple[str, ...] = ()
+
+
+def parse_answer(args: Any) -> ParsedAnswer:
+    """Read ``submit_mapping`` arguments leniently; malformed entries become ``issues``.
+
+    Accepts ``{"assignments": [{"call_id", "option"}, ...], "reason"}`` and the common slip
+    ``{"assignments": {call_id: option}}``.
+
+    >>> parse_answer({"assignments": {"c1": "cpu"}, "reason": "x"}).options
+    {'c1': 'cpu'}
+    >>> parse_answer({"assignments": [{"id": "c1"}]}).issues
+    ("assignment 0 is not {call_id, option}: {'id': 'c1'}",)
+    """
+    if not isinstance(args, Mapping):
+        return ParsedAnswer({}, issues=(f"answer is not an object: {args!r:.200}",))
+    raw = args.get("assignments")
+    if isinstance(raw, Mapping):
+        raw = [{"call_id": k, "option": v} for k, v in raw.items()]
+    if not isinstance(raw, list):
+        return ParsedAnswer({}, str(args.get("reason", "")), ("no assignments list",))
+    options: dict[str, str] = {}
+    issues: list[str] = []
+    for i, item in enumerate(raw):
+        if not (isinstance(item, Mapping) and {"call_id", "option"} <= item.keys()):
+            issues.append(f"assignment {i} is not {{call_id, option}}: {item!r:.200}")
+            continue
+        call_id, option = str(item["call_id"]), str(item["option"])
+        if call_id in options and options[call_id] != option:
+            issues.append(f"call {call_id!r} given twice; kept {options[call_id]!r}")
+            continue
+        options[call_id] = option
+    return ParsedAnswer(options, str(args.get("reason", ""))[:500], tuple(issues))
+
+
+def answer_from_text(text: str) -> dict[str, Any] | None:
+    """The first JSON object in ``text`` that has ``assignments``, if any.
+
+    >>> answer_from_text('Sure: {"assignments": {"c1": "cpu"}, "reason": "r"} done')
+    {'assignments': {'c1': 'cpu'}, 'reason': 'r'}
+    """
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start != -1:
+        try:
+            obj, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict) and "assignments" in obj:
+            return obj
+        start = text.find("{", start + 1)
+    return None
+
+
+@dataclass(frozen=True)
+class HardConstraints:
+    """Rules enforced on every mapping, whatever the sub-agent says.
+
+    ``min_free_vram_mb``: VRAM to keep free beside the background use (e.g. for a chat model
+    on the same GPU); ``pinned``: tool -> option; ``cpu_forbidden``: tools never sent to the
+    CPU by the scheduler.
+
+    >>> HardConstraints(pinned={"ocr": "fast"})
+    Traceback (most recent call last):
+    ...
+    ValueError: pinned['ocr']: unknown device option 'fast'; valid options: gpu_now, gpu_queued, cpu
+    """
+
+    min_free_vram_mb: float = 0.0
+    pinned: Mapping[str, DeviceOption] = field(default_factory=dict)
+    cpu_forbidden: frozenset[str] = frozenset()
+
+    def __init__(
+        self,
+        *,
+        min_free_vram_mb: float = 0.0,
+        pinned: Mapping[str, str] | None = None,
+        cpu_forbidden: Collection[str] = (),
+    ) -> None:
+        if min_free_vram_mb < 0:
+            raise ValueError(f"min_free_vram_mb must be >= 0, got {min_free_vram_mb}")
+        checked = {t: parse_option(o, where=f"pinned[{t!r}]") for t, o in (pinned or {}).items()}
+        forbidden = frozenset(cpu_forbidden)
+        clash = sorted(t for t, o in checked.items() if o == "cpu" and t in forbidden)
+        if clash:
+            raise ValueError(
+                f"tool(s) {', '.join(map(repr, clash))} pinned to 'cpu' and in cpu_forbidden; "
+                "remove one of the two"
+            )
+        object.__setattr__(self, "min_free_vram_mb", float(min_free_vram_mb))
+        object.__setattr__(self, "pinned", checked)
+        object.__setattr__(self, "cpu_forbidden", forbidden)
+
+    def describe(self) -> dict[str, Any]:
+        """The constraints as JSON-able data (what the sub-agent is told)."""
+        return {
+            "min_free_vram_mb": self.min_free_vram_mb,
+            "pinned": dict(sorted(self.pinned.items())),
+            "cpu_forbidden": sorted(self.cpu_forbidden),
+        }
+
+
+def _pinned(spec: ToolDeviceSpec, tool: str, rules: HardConstraints) -> DeviceOption | None:
+    return spec.pinned or rules.pinned.get(tool)
+
+
+def _cpu_ok(spec: ToolDeviceSpec, tool: str, rules: HardConstraints) -> bool:
+    return spec.cpu_allowed and tool not in rules.cpu_forbidden
+
+
+def _fix_one(
+    option: DeviceOption, spec: ToolDeviceSpec, tool: str, rules: HardConstraints, gpu: bool
+) -> tuple[DeviceOption, AgenticCause | None]:
+    """Hints and pins/CPU rules for one call: the option to use and the repair made."""
+    pinned = _pinned(spec, tool, rules)
+    if pinned is not None:
+        return pinned, (None if option == pinned else "pinned")
+    if option == "cpu" and not _cpu_ok(spec, tool, rules):
+        return ("gpu_queued", "cpu_forbidden") if spec.gpu_capable else ("cpu", None)
+    if is_gpu(option) and not spec.gpu_capable:
+        return "cpu", "not_allowed"
+    if is_gpu(option) and not gpu and _cpu_ok(spec, tool, rules):
+        return "cpu", "no_gpu"
+    return option, None
+
+
+def vram_need_mb(spec: ToolDeviceSpec, seen_mb: float = 0.0) -> float:
+    """What a call reserves on the GPU: the larger of the declared and the observed need."""
+    return max(spec.vram_mb, seen_mb)
+
+
+def repair(
+    answer: ParsedAnswer | None,
+    batch: Batch,
+    device: DeviceState,
+    rules: HardConstraints,
+    *,
+    fallback: Mapping[str, DeviceOption],
+    vram_seen_mb: Mapping[str, float] | None = None,
+) -> tuple[dict[str, DeviceOption], dict[str, AgenticCause]]:
+    """A complete mapping for ``batch`` from ``answer`` (None: nothing usable), with causes.
+
+    Calls missing from the answer, or given an unknown option, take ``fallback``'s option
+    (the hints' nearest allowed one if the fallback lacks the call). Then every call is held
+    to its hints and ``rules``; last, ``gpu_now`` calls that together do not fit the VRAM left
+    (budget - in use - ``min_free_vram_mb``) are queued, and GPU calls that could never fit
+    alone go to the CPU where allowed (pinned calls are never moved).
+    """
+    seen = vram_seen_mb or {}
+    gpu = device.gpu_available
+    mapping: dict[str, DeviceOption] = {}
+    causes: dict[str, AgenticCause] = {}
+    given = answer.options if answer is not None else {}
+    for call in batch.calls:
+        raw = given.get(call.call_id)
+        option: DeviceOption
+        if raw in DEVICE_OPTIONS:
+            option = cast(DeviceOption, raw)
+        else:
+            causes[call.call_id] = "missing_call" if raw is None else "unknown_option"
+            option = fallback.get(call.call_id) or (call.spec.preferred or "gpu_queued")
+        fixed, cause = _fix_one(option, call.spec, call.tool, rules, gpu)
+        if cause is not None and call.call_id not in causes:
+            causes[call.call_id] = cause
+        mapping[call.call_id] = fixed
+    if gpu:
+        _fit_vram(batch, device, rules, seen, mapping, causes)
+    return mapping, causes
+
+
+def _fit_vram(
+    batch: Batch,
+    device: DeviceState,
+    rules: HardConstraints,
+    seen: Mapping[str, float],
+    mapping: dict[str, DeviceOption],
+    causes: dict[str, AgenticCause],
+) -> None:
+    room = device.vram_budget_mb - device.vram_used_mb - rules.min_free_vram_mb
+    pinned_now = sum(
+        vram_need_mb(c.spec, seen.get(c.tool, 0.0))
+        for c in batch.calls
+        if mapping[c.call_id] == "gpu_now" and _pinned(c.spec, c.tool, rules) is not None
+    )
+    used_now = pinned_now
+    for call in batch.calls:
+        option = mapping[call.call_id]
+        if not is_gpu(option) or _pinned(call.spec, call.tool, rules) is not None:
+            continue
+        need = vram_need_mb(call.spec, seen.get(call.tool, 0.0))
+        if need > room and _cpu_ok(call.spec, call.tool, rules):
+            mapping[call.call_id] = "cpu"
+        elif option == "gpu_now" and used_now + need > room:
+            mapping[call.call_id] = "gpu_queued"
+        else:
+            if option == "gpu_now":
+                used_now += need
+            continue
+        causes.setdefault(call.call_id, "vram_over_budget")
