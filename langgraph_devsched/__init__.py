@@ -13,10 +13,12 @@ from langgraph_devsched.node import DeviceToolNode, StepReport
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.records import CallRecord, StepRecord
 from langgraph_devsched.schedulers import Batch, Decision, Scheduler, SchedulerView, make_scheduler
+from langgraph_devsched.schedulers.agentic import AgenticScheduler
 from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
 
 __all__ = [
     "DEVICE_OPTIONS",
+    "AgenticScheduler",
     "BackgroundLoad",
     "Batch",
     "CallRecord",
