@@ -21,7 +21,7 @@ import contextvars
 import logging
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +38,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import BaseModel
 
+from langgraph_devsched.aio import threaded_wrapper
 from langgraph_devsched.device import Placement, injected_device_args, placed
 from langgraph_devsched.executors.base import Backend, PlacementError, PlannedCall, StepExecution
 from langgraph_devsched.executors.local import LocalBackend, is_gpu_oom
@@ -49,7 +50,12 @@ from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, Sched
 from langgraph_devsched.schedulers.registry import make_scheduler
 from langgraph_devsched.schedulers.static import StaticHintScheduler, constrained
 from langgraph_devsched.testbed import SimulatedTestbed
-from langgraph_devsched.tracing import decision_metadata, with_decision
+from langgraph_devsched.tracing import (
+    decision_metadata,
+    takes_config,
+    with_decision,
+    with_observed_latency,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -174,6 +180,12 @@ class DeviceToolNode(ToolNode):
         self._impls = self._build_impls()
         self._steps: OrderedDict[tuple[str, ...], _Step] = OrderedDict()
         self._steps_lock = threading.Lock()
+        self._plan_locks: OrderedDict[tuple[str, ...], threading.Lock] = OrderedDict()
+        self._aplan_locks: OrderedDict[tuple[str, ...], asyncio.Lock] = OrderedDict()
+        self._scheduler_takes_config = takes_config(self.scheduler.decide)
+        if wrap_tool_call is not None and awrap_tool_call is None:
+            # upstream runs a sync wrapper on the event loop under ainvoke, one call at a time
+            self._awrap_tool_call = threaded_wrapper(wrap_tool_call)
 
     # -- construction helpers --------------------------------------------------------------
     def _build_impls(self) -> dict[tuple[str, str], BaseTool]:
@@ -289,45 +301,96 @@ class DeviceToolNode(ToolNode):
                 self._steps.popitem(last=False)
             return step
 
-    def _plan(self, input: Any) -> _Step | None:
-        tool_calls, _ = self._parse_input(input)
-        batch = self._batch(self._step_calls(tool_calls, input))
-        if not batch.calls:
-            return None
-        key = batch.call_ids
-        if (step := self._cached(key)) is not None:
-            return step
-        view = self._view()
-        try:
-            decision = self.scheduler.decide(batch, view)
-        except Exception as exc:
-            decision = self._fallback_decision(batch, view, exc)
-        return self._remember(key, self._begin(batch, view, decision))
+    def _decide(self, batch: Batch, view: SchedulerView, config: RunnableConfig | None) -> Decision:
+        if config is not None and self._scheduler_takes_config:
+            return self.scheduler.decide(batch, view, config=config)  # type: ignore[call-arg]
+        return self.scheduler.decide(batch, view)
 
-    async def _aplan(self, input: Any) -> _Step | None:
+    def _plan(self, input: Any, config: RunnableConfig | None = None) -> _Step | None:
         tool_calls, _ = self._parse_input(input)
-        batch = self._batch(self._step_calls(tool_calls, input))
+        return self.plan_calls(self._step_calls(tool_calls, input), config)
+
+    async def _aplan(self, input: Any, config: RunnableConfig | None = None) -> _Step | None:
+        tool_calls, _ = self._parse_input(input)
+        return await self.aplan_calls(self._step_calls(tool_calls, input), config)
+
+    def plan_calls(
+        self, calls: list[ToolCall], config: RunnableConfig | None = None
+    ) -> _Step | None:
+        """Plan (or fetch the plan of) the step made of ``calls``: one decision for all of them.
+
+        Concurrent callers for the same calls share one decision (the scheduler is asked
+        once). ``config`` is passed to schedulers whose ``decide`` accepts it, so their own
+        runs (e.g. an LLM sub-agent) trace as children of the caller's run.
+        """
+        batch = self._batch(calls)
         if not batch.calls:
             return None
         key = batch.call_ids
         if (step := self._cached(key)) is not None:
             return step
-        view = self._view()
-        try:
-            adecide = getattr(self.scheduler, "adecide", None)
-            if adecide is not None:
-                decision = await adecide(batch, view)
-            elif getattr(self.scheduler, "blocking", False):
-                loop = asyncio.get_running_loop()
-                ctx = contextvars.copy_context()
-                decision = await loop.run_in_executor(
-                    None, ctx.run, self.scheduler.decide, batch, view
-                )
-            else:
-                decision = self.scheduler.decide(batch, view)
-        except Exception as exc:
-            decision = self._fallback_decision(batch, view, exc)
-        return self._remember(key, self._begin(batch, view, decision))
+        with self._plan_lock(key):
+            if (step := self._cached(key)) is not None:
+                return step
+            view = self._view()
+            try:
+                decision = self._decide(batch, view, config)
+            except Exception as exc:
+                decision = self._fallback_decision(batch, view, exc)
+            return self._remember(key, self._begin(batch, view, decision))
+
+    async def aplan_calls(
+        self, calls: list[ToolCall], config: RunnableConfig | None = None
+    ) -> _Step | None:
+        """`plan_calls` without blocking the event loop (``adecide`` or a worker thread)."""
+        batch = self._batch(calls)
+        if not batch.calls:
+            return None
+        key = batch.call_ids
+        if (step := self._cached(key)) is not None:
+            return step
+        async with self._aplan_lock(key):
+            if (step := self._cached(key)) is not None:
+                return step
+            view = self._view()
+            try:
+                adecide = getattr(self.scheduler, "adecide", None)
+                if adecide is not None:
+                    if config is not None and self._scheduler_takes_config:
+                        decision = await adecide(batch, view, config=config)
+                    else:
+                        decision = await adecide(batch, view)
+                elif getattr(self.scheduler, "blocking", False):
+                    loop = asyncio.get_running_loop()
+                    ctx = contextvars.copy_context()
+                    decision = await loop.run_in_executor(
+                        None, ctx.run, self._decide, batch, view, config
+                    )
+                else:
+                    decision = self._decide(batch, view, config)
+            except Exception as exc:
+                decision = self._fallback_decision(batch, view, exc)
+            return self._remember(key, self._begin(batch, view, decision))
+
+    def _plan_lock(self, key: tuple[str, ...]) -> threading.Lock:
+        with self._steps_lock:
+            lock = self._plan_locks.pop(key, None) or threading.Lock()
+            self._plan_locks[key] = lock
+            while len(self._plan_locks) > 256:
+                self._plan_locks.popitem(last=False)
+            return lock
+
+    def _aplan_lock(self, key: tuple[str, ...]) -> asyncio.Lock:
+        with self._steps_lock:
+            lock = self._aplan_locks.pop(key, None) or asyncio.Lock()
+            self._aplan_locks[key] = lock
+            while len(self._aplan_locks) > 256:
+                self._aplan_locks.popitem(last=False)
+            return lock
+
+    def finish_step(self, step: _Step | None) -> None:
+        """Close a step once all its calls have answered: record, observe, notify (once)."""
+        self._finish(step)
 
     def _finish(self, step: _Step | None) -> None:
         if step is None or not step.execution.done:
@@ -369,7 +432,7 @@ class DeviceToolNode(ToolNode):
         config: RunnableConfig,
         runtime: Runtime,
     ) -> Any:
-        step = self._plan(input)
+        step = self._plan(input, config)
         token = _STEP.set(step)
         try:
             return super()._func(input, config, runtime)
@@ -383,7 +446,7 @@ class DeviceToolNode(ToolNode):
         config: RunnableConfig,
         runtime: Runtime,
     ) -> Any:
-        step = await self._aplan(input)
+        step = await self._aplan(input, config)
         token = _STEP.set(step)
         try:
             return await super()._afunc(input, config, runtime)
@@ -392,10 +455,16 @@ class DeviceToolNode(ToolNode):
             self._finish(step)
 
     # -- per-call execution -----------------------------------------------------------------
-    def _placed_request(self, request: ToolCallRequest, placement: Placement) -> ToolCallRequest:
+    def _placed_request(
+        self, request: ToolCallRequest, placement: Placement, step: _Step | None = None
+    ) -> ToolCallRequest:
         name = request.tool_call["name"]
         impl = self._impls.get((name, "gpu" if placement.on_gpu else "cpu"))
-        return request.override(tool=impl) if impl is not None else request
+        req = request.override(tool=impl) if impl is not None else request
+        remote = getattr(step.execution, "remote_tool", None) if step is not None else None
+        if remote is not None and req.tool is not None:  # e.g. Ray: the tool runs in a task
+            req = req.override(tool=remote(request.tool_call["id"], req.tool, placement))
+        return req
 
     def _tool_config(
         self,
@@ -405,7 +474,11 @@ class DeviceToolNode(ToolNode):
         placement: Placement,
         watcher: _OomWatcher | None,
     ) -> RunnableConfig:
-        """The tool run's config: decision metadata and tags, plus the OOM watcher."""
+        """The tool run's config: decision metadata and tags, plus the OOM watcher.
+
+        ``devsched.observed_ms`` is exact up front on the simulated testbed; elsewhere a
+        callback measures the tool run and writes it onto the traced run as it ends.
+        """
         decision = step.report.decision
         observed = step.execution.observed_ms(call_id)
         meta, tags = decision_metadata(
@@ -417,12 +490,61 @@ class DeviceToolNode(ToolNode):
             extra={"devsched.probe": decision.probe},
         )
         cfg = with_decision(config, meta, tags)
+        if observed is None:
+            cfg = with_observed_latency(cfg)
         return _with_handler(cfg, watcher) if watcher is not None else cfg
 
     def _error_message(self, call: ToolCall, exc: PlacementError) -> ToolMessage:
         return ToolMessage(
             content=f"Error: {exc}", name=call["name"], tool_call_id=call["id"], status="error"
         )
+
+    def run_planned(
+        self,
+        step: _Step,
+        request: ToolCallRequest,
+        config: RunnableConfig,
+        execute: Callable[[ToolCallRequest, RunnableConfig], Any],
+    ) -> Any:
+        """Run one planned call: place it, call ``execute(request, tool_config)`` under that
+        placement (OOM → CPU fallback, release on every path), answer placement errors."""
+        call_id = request.tool_call["id"] or ""
+
+        def run(placement: Placement) -> tuple[Any, bool]:
+            req = self._placed_request(request, placement, step)
+            watcher = _OomWatcher() if placement.on_gpu else None
+            cfg = self._tool_config(config, step, call_id, placement, watcher)
+            with placed(placement):
+                result = execute(req, cfg)
+            return result, bool(watcher and watcher.oom)
+
+        try:
+            return step.execution.run_sync(call_id, run)
+        except PlacementError as exc:
+            return self._error_message(request.tool_call, exc)
+
+    async def arun_planned(
+        self,
+        step: _Step,
+        request: ToolCallRequest,
+        config: RunnableConfig,
+        execute: Callable[[ToolCallRequest, RunnableConfig], Awaitable[Any]],
+    ) -> Any:
+        """`run_planned` for async execution (GPU queue waits do not block the loop)."""
+        call_id = request.tool_call["id"] or ""
+
+        async def run(placement: Placement) -> tuple[Any, bool]:
+            req = self._placed_request(request, placement, step)
+            watcher = _OomWatcher() if placement.on_gpu else None
+            cfg = self._tool_config(config, step, call_id, placement, watcher)
+            with placed(placement):
+                result = await execute(req, cfg)
+            return result, bool(watcher and watcher.oom)
+
+        try:
+            return await step.execution.run_async(call_id, run)
+        except PlacementError as exc:
+            return self._error_message(request.tool_call, exc)
 
     def _execute_tool_sync(
         self, request: ToolCallRequest, input_type: InputType, config: RunnableConfig
@@ -431,19 +553,12 @@ class DeviceToolNode(ToolNode):
         call_id = request.tool_call.get("id")
         if step is None or call_id not in step.planned or request.tool is None:
             return super()._execute_tool_sync(request, input_type, config)
-
-        def run(placement: Placement) -> tuple[Any, bool]:
-            req = self._placed_request(request, placement)
-            watcher = _OomWatcher() if placement.on_gpu else None
-            cfg = self._tool_config(config, step, call_id, placement, watcher)
-            with placed(placement):
-                result = ToolNode._execute_tool_sync(self, req, input_type, cfg)
-            return result, bool(watcher and watcher.oom)
-
-        try:
-            return step.execution.run_sync(call_id, run)
-        except PlacementError as exc:
-            return self._error_message(request.tool_call, exc)
+        return self.run_planned(
+            step,
+            request,
+            config,
+            lambda req, cfg: ToolNode._execute_tool_sync(self, req, input_type, cfg),
+        )
 
     async def _execute_tool_async(
         self, request: ToolCallRequest, input_type: InputType, config: RunnableConfig
@@ -452,27 +567,24 @@ class DeviceToolNode(ToolNode):
         call_id = request.tool_call.get("id")
         if step is None or call_id not in step.planned or request.tool is None:
             return await super()._execute_tool_async(request, input_type, config)
+        return await self.arun_planned(
+            step,
+            request,
+            config,
+            lambda req, cfg: ToolNode._execute_tool_async(self, req, input_type, cfg),
+        )
 
-        async def run(placement: Placement) -> tuple[Any, bool]:
-            req = self._placed_request(request, placement)
-            watcher = _OomWatcher() if placement.on_gpu else None
-            cfg = self._tool_config(config, step, call_id, placement, watcher)
-            with placed(placement):
-                result = await ToolNode._execute_tool_async(self, req, input_type, cfg)
-            return result, bool(watcher and watcher.oom)
-
-        try:
-            return await step.execution.run_async(call_id, run)
-        except PlacementError as exc:
-            return self._error_message(request.tool_call, exc)
+    def device_args(self, tool_name: str, tool: BaseTool | None = None) -> tuple[str, ...]:
+        """Names of the tool's `InjectedDevice` arguments (its CPU/GPU variants included)."""
+        return self._device_args.get(tool_name) or (
+            injected_device_args(tool) if tool is not None else ()
+        )
 
     def _inject_tool_args(
         self, tool_call: ToolCall, tool_runtime: ToolRuntime, tool: BaseTool | None = None
     ) -> ToolCall:
         injected = super()._inject_tool_args(tool_call, tool_runtime, tool)
-        names = self._device_args.get(tool_call["name"]) or (
-            injected_device_args(tool) if tool is not None else ()
-        )
+        names = self.device_args(tool_call["name"], tool)
         if not names:
             return injected
         from langgraph_devsched.device import current_device

@@ -3,7 +3,9 @@
 Keys (LangSmith shows them on the tool run; filter on the ``devsched:<option>`` tags):
 ``devsched.option``, ``devsched.device``, ``devsched.scheduler``, ``devsched.reason``,
 ``devsched.fallback``, ``devsched.vram_reserved_mb``, ``devsched.predicted_ms``,
-``devsched.observed_ms`` (known up front on the simulated testbed, else None at start).
+``devsched.observed_ms`` (exact up front on the simulated testbed; on real devices the
+`ObservedLatency` callback measures the tool run and writes it onto the traced run just before
+the tracer sends the run's end, so LangSmith shows it too).
 
 >>> from langgraph_devsched.device import Placement
 >>> meta, tags = decision_metadata(Placement("gpu_now", "cpu", "oom"), scheduler="static",
@@ -14,9 +16,15 @@ Keys (LangSmith shows them on the tool run; filter on the ``devsched:<option>`` 
 
 from __future__ import annotations
 
+import inspect
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
+from uuid import UUID
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import patch_config
 
 from langgraph_devsched.device import Placement
 
@@ -64,3 +72,106 @@ def with_decision(
     merged_meta = {**(config.get("metadata") or {}), **metadata}
     merged_tags = [*(config.get("tags") or []), *tags]
     return cast(RunnableConfig, {**config, "metadata": merged_meta, "tags": merged_tags})
+
+
+class ObservedLatency(BaseCallbackHandler):
+    """Measures one tool run and writes ``devsched.observed_ms`` onto the traced run.
+
+    It must run before the tracers' ``on_tool_end`` (they send the run's end, metadata
+    included): `with_observed_latency` puts it first, and it runs inline. It updates the run
+    records of the tracers it was given (LangSmith's `LangChainTracer`, `collect_runs`, ...).
+    """
+
+    run_inline = True
+
+    def __init__(self, tracers: Sequence[Any] = (), clock: Callable[[], float] = time.perf_counter):
+        unique = {id(t): t for t in tracers if isinstance(getattr(t, "run_map", None), dict)}
+        self._tracers = list(unique.values())
+        self._clock = clock
+        self._started: dict[UUID, float] = {}
+        self.observed_ms: float | None = None
+
+    def on_tool_start(self, serialized: Any, input_str: str, *, run_id: UUID, **kw: Any) -> None:
+        self._started[run_id] = self._clock()
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._stamp(run_id)
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._stamp(run_id)
+
+    def _stamp(self, run_id: UUID) -> None:
+        start = self._started.pop(run_id, None)
+        if start is None:
+            return
+        self.observed_ms = (self._clock() - start) * 1000.0
+        for tracer in self._tracers:
+            run = tracer.run_map.get(str(run_id))
+            if run is None or not isinstance(getattr(run, "extra", None), dict):
+                continue
+            # a new dict: the old one may be shared with other runs' configs
+            run.extra["metadata"] = {
+                **(run.extra.get("metadata") or {}),
+                "devsched.observed_ms": self.observed_ms,
+            }
+
+
+def _tracers_of(callbacks: Any) -> list[Any]:
+    """Tracers that will record a run started with ``callbacks`` (and the context's own)."""
+    from langchain_core.tracers.context import run_collector_var, tracing_v2_callback_var
+
+    if callbacks is None:
+        found: list[Any] = []
+    elif isinstance(callbacks, list):
+        found = list(callbacks)
+    else:
+        found = [*callbacks.handlers, *callbacks.inheritable_handlers]
+    found += [run_collector_var.get(), tracing_v2_callback_var.get()]
+    return [t for t in found if t is not None]
+
+
+def with_observed_latency(config: RunnableConfig) -> RunnableConfig:
+    """A copy of ``config`` whose next tool run gets ``devsched.observed_ms`` when it ends.
+
+    The measuring callback goes first among the run's handlers, so the tracers (LangSmith's
+    among them, which send the run's end with its metadata) see the figure.
+    """
+    callbacks = config.get("callbacks")
+    handler = ObservedLatency(_tracers_of(callbacks))
+    new: Any
+    if callbacks is None:
+        new = [handler]
+    elif isinstance(callbacks, list):
+        new = [handler, *callbacks]
+    else:
+        new = callbacks.copy()
+        new.handlers.insert(0, handler)
+    return patch_config(config, callbacks=new)
+
+
+def takes_config(decide: Callable[..., Any]) -> bool:
+    """True when a scheduler's ``decide`` accepts ``config=`` (so its runs nest under the step)."""
+    try:
+        params = inspect.signature(decide).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "config" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def iter_runs(runs: Sequence[Any]) -> Iterator[Any]:
+    """Every run in ``runs`` and their descendants, depth first (e.g. ``collect_runs`` output)."""
+    for run in runs:
+        yield run
+        yield from iter_runs(getattr(run, "child_runs", None) or [])
+
+
+def decision_runs(runs: Sequence[Any]) -> list[Any]:
+    """The traced tool runs that carry a device decision, in start order.
+
+    >>> decision_runs([])
+    []
+    """
+    found = [
+        r for r in iter_runs(runs) if "devsched.option" in ((r.extra or {}).get("metadata") or {})
+    ]
+    return sorted(found, key=lambda r: r.start_time)
