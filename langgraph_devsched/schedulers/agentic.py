@@ -160,6 +160,7 @@ def openai_model(
 class _State(TypedDict):
     messages: Annotated[list[AnyMessage], add_messages]
     turns: int
+    forced: bool
 
 
 @dataclass
@@ -459,17 +460,17 @@ class AgenticScheduler(SchedulerBase):
         def agent(state: _State, config: RunnableConfig) -> dict[str, Any]:
             model, extra = turn(state)
             reply = model.invoke([*state["messages"], *extra], config)
-            return {"messages": [*extra, reply], "turns": state["turns"] + 1}
+            return {"messages": [*extra, reply], "turns": state["turns"] + 1, "forced": bool(extra)}
 
         async def aagent(state: _State, config: RunnableConfig) -> dict[str, Any]:
             model, extra = turn(state)
             reply = await model.ainvoke([*state["messages"], *extra], config)
-            return {"messages": [*extra, reply], "turns": state["turns"] + 1}
+            return {"messages": [*extra, reply], "turns": state["turns"] + 1, "forced": bool(extra)}
 
         def route(state: _State) -> str:
             last = state["messages"][-1]
             names = [c["name"] for c in getattr(last, "tool_calls", None) or []]
-            if ANSWER_TOOL in names or state["turns"] >= self.max_turns:
+            if ANSWER_TOOL in names or state["forced"] or state["turns"] >= self.max_turns:
                 return END
             if not names:  # a text turn: one more, forced
                 return "agent"
@@ -497,7 +498,7 @@ class AgenticScheduler(SchedulerBase):
         return base  # type: ignore[return-value]
 
     def _inputs(self, batch: Batch) -> dict[str, Any]:
-        return {"messages": self.prompt(batch), "turns": 0}
+        return {"messages": self.prompt(batch), "turns": 0, "forced": False}
 
     def _run_sync(self, batch: Batch, view: View, config: RunnableConfig | None) -> _Run:
         counter = [0]
@@ -551,7 +552,7 @@ class AgenticScheduler(SchedulerBase):
                 llm_calls=llm_calls,
             )
         messages = list(box["state"]["messages"])
-        last = messages[-1] if messages else None
+        last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
         for call in getattr(last, "tool_calls", None) or []:
             if call["name"] == ANSWER_TOOL:
                 return _Run(parse_answer(call["args"]), llm_calls=llm_calls, messages=messages)
@@ -584,7 +585,8 @@ class AgenticScheduler(SchedulerBase):
         issues = list(run.answer.issues)
         unknown = sorted(set(run.answer.options) - known)
         if unknown:
-            issues.append(f"unknown call id(s) {', '.join(unknown)}; valid: {', '.join(known)}")
+            valid = ", ".join(batch.call_ids)
+            issues.append(f"unknown call id(s) {', '.join(unknown)}; valid: {valid}")
         decision = self._finish(
             batch,
             view,

@@ -1,0 +1,87 @@
+"""Scripted chat models for the agentic scheduler's tests (no network, no real time)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field
+
+
+class ToolScriptModel(BaseChatModel):
+    """Answers the scripted AIMessages in order (the last one repeats) and records, per
+    call, the messages it received and the binding it was called through."""
+
+    script: list[AIMessage]
+    received: list[list[BaseMessage]] = Field(default_factory=list)
+    bindings: list[tuple[tuple[str, ...], Any]] = Field(default_factory=list)
+    bound_names: tuple[str, ...] = ()
+    tool_choice: Any = None
+    error: str | None = None
+
+    @property
+    def _llm_type(self) -> str:
+        return "tool-script"
+
+    def bind_tools(
+        self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
+    ) -> ToolScriptModel:
+        names = tuple(getattr(t, "name", getattr(t, "__name__", str(t))) for t in tools)
+        # a shallow copy: the script, received and bindings lists stay shared
+        return self.model_copy(update={"bound_names": names, "tool_choice": tool_choice})
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.received.append(list(messages))
+        self.bindings.append((self.bound_names, self.tool_choice))
+        if self.error is not None:
+            raise RuntimeError(self.error)
+        reply = self.script[min(len(self.received) - 1, len(self.script) - 1)]
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+class HangingModel(BaseChatModel):
+    """Never answers: a sync call waits on ``release``; an async call on an event that never
+    fires. Tests set ``release`` when done so no thread is left behind."""
+
+    release: Any = Field(default_factory=threading.Event)
+    calls: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "hanging"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> HangingModel:
+        return self
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, **kw: Any) -> ChatResult:
+        self.calls += 1
+        self.release.wait()
+        raise RuntimeError("released")
+
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.calls += 1
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def tool_call(name: str, args: dict[str, Any] | None = None, id: str = "t1") -> dict[str, Any]:
+    return {"name": name, "args": args or {}, "id": id, "type": "tool_call"}
+
+
+def submit(mapping: dict[str, str], reason: str = "r", id: str = "ans") -> AIMessage:
+    """An AIMessage calling submit_mapping with ``mapping``."""
+    assignments = [{"call_id": c, "option": o} for c, o in mapping.items()]
+    return AIMessage(
+        "",
+        id=f"ai-{id}",
+        tool_calls=[tool_call("submit_mapping", {"assignments": assignments, "reason": reason}, id)],
+    )
