@@ -141,7 +141,9 @@ class Scenario(BaseModel):
             out[name] = validate_spec(name, hints)
         return out
 
-    def make_testbed(self, *, noise: float | None = None, seed: int | None = None) -> SimulatedTestbed:
+    def make_testbed(
+        self, *, noise: float | None = None, seed: int | None = None
+    ) -> SimulatedTestbed:
         """A fresh testbed (clock at 0); ``noise``/``seed`` override the file's values."""
         t = self.testbed
         return SimulatedTestbed(

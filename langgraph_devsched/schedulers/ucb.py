@@ -2,10 +2,10 @@
 
 Each batch shape (the sorted tool names) has its own bandit; an arm is one option per call,
 the calls taken in shape order. Untried arms are pulled first, in order of a static estimate
-from the declared profiles (GPU calls back to back, CPU calls over the cores), so the likely
-good ones come early. Once every arm has been tried, the arm with the best
-``-mean_makespan / worst_mean + sqrt(2 ln N / n_arm)`` is pulled. It explores whole mappings,
-so it reaches the optimum only after paying for many probes.
+from the declared hints (GPU calls back to back, CPU calls over the cores, a `gpu_now` whose
+declared VRAM does not fit counted as CPU), so the likely good ones come early. Once every
+arm has been tried, the arm with the best ``-mean_ms / worst_mean_ms + sqrt(2 ln N / n_arm)``
+is pulled. It explores whole mappings, so it reaches the optimum only after paying for many probes.
 
 >>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 >>> from langgraph_devsched.telemetry import DeviceState
@@ -71,9 +71,19 @@ class UcbScheduler(SchedulerBase):
             gpu = [declared_cost(c.spec, "gpu", gpu_ok) for c in calls]
             cpu = [declared_cost(c.spec, "cpu", gpu_ok) for c in calls]
 
+            vram = [c.spec.vram_mb for c in calls]
+            free_mb = view.device.vram_budget_mb - view.device.vram_used_mb
+
             def estimate(arm: Arm) -> float:
-                on_gpu = sum(g for g, o in zip(gpu, arm, strict=True) if o != "cpu")
-                cpu_ms = [x for x, o in zip(cpu, arm, strict=True) if o == "cpu"]
+                on_gpu, cpu_ms, held = 0.0, [], 0.0
+                for g, x, mb, o in zip(gpu, cpu, vram, arm, strict=True):
+                    if o == "gpu_now" and held + mb > free_mb:
+                        cpu_ms.append(x)  # declared VRAM does not fit: expect OOM, then CPU
+                    elif o != "cpu":
+                        on_gpu += g
+                        held += mb if o == "gpu_now" else 0.0
+                    else:
+                        cpu_ms.append(x)
                 return max(on_gpu, max(cpu_ms, default=0.0), sum(cpu_ms) / cores)
 
             arms = list(itertools.product(*choices))

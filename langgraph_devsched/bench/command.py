@@ -1,0 +1,67 @@
+"""``devsched bench``: load scenarios, run with a progress bar, print tables, write outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from langgraph_devsched.bench.report import tables, write_json
+from langgraph_devsched.bench.runner import (
+    BenchResult,
+    default_schedulers,
+    run_benchmark,
+    validate_scheduler_names,
+)
+from langgraph_devsched.bench.scenario import Scenario, load_scenarios
+
+
+def run_bench_command(
+    *,
+    scenarios: Path | None = None,
+    schedulers: Sequence[str] | None = None,
+    rounds: int | None = None,
+    seed: int | None = None,
+    noise: float | None = None,
+    json_path: Path | None = None,
+    plots: Path | None = None,
+) -> BenchResult:
+    """What ``devsched bench`` does; raises `ValueError` on bad scenarios or names."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    loaded = load_scenarios(scenarios)
+    skipped: dict[str, str] = {}
+    if schedulers is None:
+        names = default_schedulers(skipped=skipped)
+    else:
+        names = validate_scheduler_names(schedulers)
+    if not names:
+        raise ValueError("no scheduler selected; give --schedulers")
+    console = Console()
+    for name, why in skipped.items():
+        console.print(f"[yellow]skipped {name}[/]: {why}")
+    total = sum(
+        len(names) * (rounds or s.workload.rounds) for s in loaded
+    )
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        console=console, transient=True,
+    ) as progress:
+        task = progress.add_task("bench", total=total)
+
+        def tick(scenario: Scenario, name: str, r: int) -> None:
+            progress.update(task, advance=1, description=f"{scenario.name} · {name}")
+
+        result = run_benchmark(
+            loaded, names, rounds=rounds, seed=seed, noise=noise, on_round=tick
+        )
+    for table in tables(result):
+        console.print(table)
+    if json_path is not None:
+        console.print(f"JSON: {write_json(result, json_path)}")
+    if plots is not None:
+        from langgraph_devsched.bench.plots import write_plots
+
+        for path in write_plots(result, plots):
+            console.print(f"plot: {path}")
+    return result

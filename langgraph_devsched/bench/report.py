@@ -1,0 +1,150 @@
+"""Benchmark reports: the JSON document, the terminal tables (rich) and a Markdown summary.
+
+The JSON keeps these names (a contract for scripts and CI): ``scenarios[].name``,
+``category``, ``optimal_makespan_ms``, ``results.<scheduler>.final_mapping``,
+``final_makespan_ms``, ``optimal``, ``rounds_to_optimal``, ``regret_ms``, ``llm_calls``, and
+``summary.<scheduler>.optimal``, ``total``, ``regret_ms``. Other keys are extra.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from langgraph_devsched.bench.runner import BenchResult, ScenarioResult, SchedulerResult
+
+
+def ratio(result: SchedulerResult, scenario: ScenarioResult) -> float:
+    """Final noise-free makespan over the optimum (1.0 is optimal)."""
+    best = scenario.optimal_makespan_ms
+    return result.final_makespan_ms / best if best > 0 else 1.0
+
+
+def summary(bench: BenchResult) -> dict[str, dict[str, Any]]:
+    """Per scheduler: scenarios solved optimally, total, regret, mean ratio, LLM calls."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in bench.schedulers:
+        rows = [(s, s.results[name]) for s in bench.scenarios if name in s.results]
+        out[name] = {
+            "optimal": sum(r.optimal for _, r in rows),
+            "total": len(rows),
+            "regret_ms": round(sum(r.regret_ms for _, r in rows), 3),
+            "mean_ratio": round(statistics.fmean(ratio(r, s) for s, r in rows), 4)
+            if rows
+            else None,
+            "llm_calls": sum(r.llm_calls for _, r in rows),
+            "decision_ms_median": round(
+                statistics.median(r.decision_ms_median for _, r in rows), 4
+            )
+            if rows
+            else None,
+        }
+    return out
+
+
+def _result_json(r: SchedulerResult, s: ScenarioResult) -> dict[str, Any]:
+    return {
+        "final_mapping": dict(r.final_mapping),
+        "final_makespan_ms": round(r.final_makespan_ms, 3),
+        "optimal": r.optimal,
+        "rounds_to_optimal": r.rounds_to_optimal,
+        "regret_ms": round(r.regret_ms, 3),
+        "llm_calls": r.llm_calls,
+        "makespan_ratio": round(ratio(r, s), 4),
+        "decision_ms_median": round(r.decision_ms_median, 4),
+        "probes": r.probes,
+        "fallbacks": r.fallbacks,
+        "round_makespans_ms": [round(x, 3) for x in r.round_makespans_ms],
+        "measured_makespans_ms": [round(x, 3) for x in r.measured_makespans_ms],
+    }
+
+
+def to_json(bench: BenchResult) -> dict[str, Any]:
+    """The whole run as a JSON-ready dict (see the module docstring for the contract)."""
+    return {
+        "config": {
+            "schedulers": list(bench.schedulers),
+            "rounds": bench.rounds,
+            "seed": bench.seed,
+            "noise": bench.noise,
+        },
+        "scenarios": [
+            {
+                "name": s.name,
+                "category": s.category,
+                "rounds": s.rounds,
+                "optimal_makespan_ms": round(s.optimal_makespan_ms, 3),
+                "optimal_mapping": dict(s.optimal_mapping),
+                "results": {name: _result_json(r, s) for name, r in s.results.items()},
+            }
+            for s in bench.scenarios
+        ],
+        "summary": summary(bench),
+    }
+
+
+def write_json(bench: BenchResult, path: str | Path) -> Path:
+    """Write `to_json` to ``path`` (folders created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(to_json(bench), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def _cell(r: SchedulerResult, s: ScenarioResult) -> str:
+    mark = "[green]✓[/]" if r.optimal else "[red]✗[/]"
+    return f"{mark} {ratio(r, s):.2f}× {r.regret_ms:,.0f}"
+
+
+def tables(bench: BenchResult) -> list[Any]:
+    """Two rich tables: per scenario (optimal? ratio, regret) and the summary."""
+    from rich.table import Table
+
+    per = Table(title="Final mapping vs brute-force optimum (✓ optimal · ratio · regret ms)")
+    per.add_column("scenario", no_wrap=True)
+    per.add_column("optimum ms", justify="right")
+    for name in bench.schedulers:
+        per.add_column(name, justify="right")
+    for s in bench.scenarios:
+        per.add_row(
+            f"{s.name} [dim]({s.category})[/]",
+            f"{s.optimal_makespan_ms:,.1f}",
+            *(_cell(s.results[n], s) if n in s.results else "" for n in bench.schedulers),
+        )
+    summ = Table(title="Summary")
+    for col in ("scheduler", "optimal", "regret ms", "mean ratio", "decision ms", "LLM calls"):
+        summ.add_column(col, justify="left" if col == "scheduler" else "right")
+    for name, row in summary(bench).items():
+        summ.add_row(
+            name,
+            f"{row['optimal']}/{row['total']}",
+            f"{row['regret_ms']:,.0f}",
+            f"{row['mean_ratio']:.3f}",
+            f"{row['decision_ms_median']:.3f}",
+            str(row["llm_calls"]),
+        )
+    return [per, summ]
+
+
+def markdown_summary(bench: BenchResult) -> str:
+    """The summary and per-scenario results as Markdown tables (for docs)."""
+    lines = [
+        "| scheduler | optimal | regret ms | mean ratio | median decision ms | LLM calls |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, row in summary(bench).items():
+        lines.append(
+            f"| {name} | {row['optimal']}/{row['total']} | {row['regret_ms']:,.0f} | "
+            f"{row['mean_ratio']:.3f} | {row['decision_ms_median']:.3f} | {row['llm_calls']} |"
+        )
+    lines += ["", "| scenario | optimum ms | " + " | ".join(bench.schedulers) + " |"]
+    lines.append("| --- | ---: | " + " | ".join("---:" for _ in bench.schedulers) + " |")
+    for s in bench.scenarios:
+        cells = []
+        for n in bench.schedulers:
+            r = s.results[n]
+            cells.append(f"{'✓' if r.optimal else '✗'} {ratio(r, s):.2f}×")
+        lines.append(f"| {s.name} | {s.optimal_makespan_ms:,.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

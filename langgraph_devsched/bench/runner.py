@@ -1,0 +1,346 @@
+"""Run schedulers on scenarios for R rounds and measure accuracy, regret and decision time.
+
+Per (scheduler, scenario): a fresh testbed (same seed for every scheduler, so the noise draws
+match), then R rounds. In a round each batch of the workload is decided on
+``SchedulerView(device=bed.device_state(), observations=monitor.snapshot())``, executed with
+noise by `SimulatedTestbed.run_step`, and fed back through ``observe`` (and the monitor's
+``record``). The round pays the noise-free makespan of the executed mappings; regret is that
+minus the brute-force optimum, summed over rounds (probes included: every executed mapping
+counts).
+
+>>> from langgraph_devsched.bench.scenario import Scenario
+>>> s = Scenario.model_validate({"name": "fft", "category": "serial",
+...     "testbed": {"vram_budget_mb": 8000, "noise": 0},
+...     "tools": {"fft": {"params": {"cpu_ms": 30, "gpu_ms": 2, "transfer_ms": 40}}},
+...     "workload": {"kind": "serial", "calls": ["fft"], "rounds": 3}})
+>>> r = run_scenario(s, ["all_gpu", "oracle"])
+>>> r.optimal_makespan_ms, r.results["all_gpu"].regret_ms, r.results["oracle"].optimal
+(30.0, 36.0, True)
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from langgraph_devsched.bench.scenario import Scenario
+from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
+from langgraph_devsched.records import StepRecord
+from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerView
+from langgraph_devsched.schedulers.oracle import OracleScheduler
+from langgraph_devsched.schedulers.registry import scheduler_factory, scheduler_names
+from langgraph_devsched.testbed import SimulatedTestbed
+
+OPTIMAL_TOLERANCE = 0.01
+"""A mapping is optimal when its noise-free makespan is within 1% of the optimum."""
+DEFAULT_ROUNDS = 20
+
+
+class BenchMonitor(Protocol):
+    """The hook for a runtime monitor: it sees every executed step and offers a snapshot."""
+
+    def record(self, record: StepRecord, *, batch: Batch, decision: Decision) -> None: ...
+
+    def snapshot(self) -> Any: ...
+
+
+MonitorFactory = Callable[[Scenario], BenchMonitor]
+"""Builds a fresh monitor for one (scheduler, scenario) run."""
+
+
+@dataclass
+class SchedulerResult:
+    """One scheduler on one scenario."""
+
+    scheduler: str
+    final_mapping: dict[str, DeviceOption]
+    final_makespan_ms: float
+    optimal: bool
+    rounds_to_optimal: int | None
+    regret_ms: float
+    llm_calls: int
+    decision_ms_median: float
+    round_makespans_ms: list[float] = field(default_factory=list)
+    """Noise-free makespan of each round's executed mappings."""
+    measured_makespans_ms: list[float] = field(default_factory=list)
+    """Makespan each round actually took on the noisy testbed."""
+    probes: int = 0
+    fallbacks: int = 0
+
+
+@dataclass
+class ScenarioResult:
+    """Every scheduler on one scenario, with the brute-force reference."""
+
+    name: str
+    category: str
+    optimal_makespan_ms: float
+    optimal_mapping: dict[str, DeviceOption]
+    rounds: int
+    results: dict[str, SchedulerResult] = field(default_factory=dict)
+
+
+def call_ids(scenario: Scenario) -> list[list[str]]:
+    """Readable, workload-unique call ids: the tool name, ``#k`` when repeated in a batch,
+    prefixed ``b<i>/`` when the round has several batches."""
+    batches = scenario.batches()
+    out = []
+    for b, tools in enumerate(batches):
+        prefix = f"b{b}/" if len(batches) > 1 else ""
+        ids = []
+        for k, tool in enumerate(tools):
+            repeated = tools.count(tool) > 1
+            ids.append(f"{prefix}{tool}#{k}" if repeated else f"{prefix}{tool}")
+        out.append(ids)
+    return out
+
+
+def scenario_batches(scenario: Scenario) -> list[Batch]:
+    """The workload's batches as schedulers see them (declared hints only)."""
+    specs = scenario.specs()
+    return [
+        Batch.of([(cid, tool, specs[tool]) for cid, tool in zip(ids, tools, strict=True)])
+        for ids, tools in zip(call_ids(scenario), scenario.batches(), strict=True)
+    ]
+
+
+def default_schedulers(
+    *, with_monitor: bool = False, skipped: dict[str, str] | None = None
+) -> list[str]:
+    """Every registered scheduler that can be built without extra arguments, and the oracle.
+
+    With ``with_monitor`` a scheduler whose only required argument is ``monitor`` counts too.
+    Schedulers left out are put in ``skipped`` with the reason (e.g. an unconfigured LLM).
+    """
+    names = []
+    provided = {"monitor"} if with_monitor else set()
+    for name in scheduler_names():
+        if name == "oracle":
+            names.append(name)
+            continue
+        try:
+            factory = scheduler_factory(name)
+            required = _required_params(factory)
+            if not required <= provided:
+                raise TypeError(f"needs argument(s) {', '.join(sorted(required - provided))}")
+            if not required:
+                factory()
+        except Exception as exc:  # not buildable here: say why, run the others
+            if skipped is not None:
+                skipped[name] = f"{type(exc).__name__}: {exc}".split("\n")[0][:200]
+            continue
+        names.append(name)
+    return names
+
+
+def _required_params(factory: Any) -> set[str]:
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {
+        p.name
+        for p in params
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    }
+
+
+def validate_scheduler_names(names: Sequence[str]) -> list[str]:
+    """The names as a list, or `ValueError` naming the unknown ones and the valid ones."""
+    valid = scheduler_names()
+    unknown = [n for n in names if n not in valid]
+    if unknown:
+        raise ValueError(
+            f"unknown scheduler(s) {', '.join(map(repr, unknown))}; "
+            f"valid schedulers: {', '.join(valid)}"
+        )
+    return list(names)
+
+
+def build_scheduler(
+    name: str, *, testbed: SimulatedTestbed, monitor: BenchMonitor | None = None
+) -> Scheduler:
+    """A fresh scheduler: the oracle is handed the testbed (only it); a scheduler whose
+    constructor takes ``monitor`` gets the run's monitor."""
+    if name == "oracle":
+        return OracleScheduler(testbed=testbed)
+    factory = scheduler_factory(name)
+    accepts = inspect.signature(factory).parameters
+    kwargs: dict[str, Any] = {}
+    if monitor is not None and "monitor" in accepts:
+        kwargs["monitor"] = monitor
+    scheduler: Scheduler = factory(**kwargs)
+    return scheduler
+
+
+def _tools(batch: Batch) -> list[str]:
+    return [c.tool for c in batch.calls]
+
+
+def _check(decision: Decision, batch: Batch, scheduler: str) -> tuple[DeviceOption, ...]:
+    missing = [cid for cid in batch.call_ids if cid not in decision.mapping]
+    if missing:
+        raise ValueError(f"scheduler {scheduler!r} gave no option for call(s) {missing}")
+    options = decision.options_for(batch)
+    for cid, option in zip(batch.call_ids, options, strict=True):
+        if option not in DEVICE_OPTIONS:
+            raise ValueError(
+                f"scheduler {scheduler!r} chose {option!r} for call {cid!r}; "
+                f"valid options: {', '.join(DEVICE_OPTIONS)}"
+            )
+    return options
+
+
+def optimum(scenario: Scenario) -> tuple[list[float], dict[str, DeviceOption]]:
+    """The brute-force optimal noise-free makespan of each batch, and the optimal mapping."""
+    bed = scenario.make_testbed(noise=0.0)
+    oracle = OracleScheduler(testbed=bed)
+    view = SchedulerView(device=bed.device_state())
+    spans: list[float] = []
+    mapping: dict[str, DeviceOption] = {}
+    for batch in scenario_batches(scenario):
+        decision = oracle.decide(batch, view)
+        options = decision.options_for(batch)
+        spans.append(bed.makespan(list(zip(batch.call_ids, _tools(batch), options, strict=True))))
+        mapping.update(decision.mapping)
+    return spans, mapping
+
+
+def run_scenario(
+    scenario: Scenario,
+    schedulers: Sequence[str],
+    *,
+    rounds: int | None = None,
+    seed: int | None = None,
+    noise: float | None = None,
+    monitor_factory: MonitorFactory | None = None,
+    on_round: Callable[[str, int], None] | None = None,
+) -> ScenarioResult:
+    """Run each scheduler for ``rounds`` (default: the scenario's) and collect the metrics."""
+    names = validate_scheduler_names(schedulers)
+    rounds = scenario.workload.rounds if rounds is None else rounds
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    best_spans, best_mapping = optimum(scenario)
+    best = sum(best_spans)
+    out = ScenarioResult(scenario.name, scenario.category, best, best_mapping, rounds)
+    for name in names:
+        out.results[name] = _run_one(
+            scenario, name, rounds, seed, noise, monitor_factory, best, on_round
+        )
+    return out
+
+
+def _run_one(
+    scenario: Scenario,
+    name: str,
+    rounds: int,
+    seed: int | None,
+    noise: float | None,
+    monitor_factory: MonitorFactory | None,
+    best: float,
+    on_round: Callable[[str, int], None] | None,
+) -> SchedulerResult:
+    bed = scenario.make_testbed(noise=noise, seed=seed)
+    monitor = monitor_factory(scenario) if monitor_factory is not None else None
+    scheduler = build_scheduler(name, testbed=bed, monitor=monitor)
+    batches = scenario_batches(scenario)
+    cache: dict[tuple[int, tuple[DeviceOption, ...]], float] = {}
+    round_spans: list[float] = []
+    measured: list[float] = []
+    decision_ms: list[float] = []
+    llm_calls = probes = fallbacks = 0
+    final: dict[str, DeviceOption] = {}
+    limit = best * (1 + OPTIMAL_TOLERANCE) + 1e-9
+    first_optimal = None
+    for r in range(1, rounds + 1):
+        noise_free = took = 0.0
+        for b, batch in enumerate(batches):
+            view = SchedulerView(
+                device=bed.device_state(),
+                observations=monitor.snapshot() if monitor is not None else None,
+            )
+            t0 = time.perf_counter()
+            decision = scheduler.decide(batch, view)
+            decision_ms.append((time.perf_counter() - t0) * 1000)
+            options = _check(decision, batch, name)
+            calls = list(zip(batch.call_ids, _tools(batch), options, strict=True))
+            record = bed.run_step(calls)
+            scheduler.observe(batch, decision, record)
+            if monitor is not None:
+                monitor.record(record, batch=batch, decision=decision)
+            key = (b, options)
+            if key not in cache:
+                cache[key] = bed.makespan(calls)
+            noise_free += cache[key]
+            took += record.makespan_ms
+            llm_calls += decision.llm_calls
+            probes += int(decision.probe)
+            fallbacks += sum(1 for c in record.calls if c.fell_back)
+            final.update(zip(batch.call_ids, options, strict=True))
+        round_spans.append(noise_free)
+        measured.append(took)
+        if first_optimal is None and noise_free <= limit:
+            first_optimal = r
+        if on_round is not None:
+            on_round(name, r)
+    final_span = round_spans[-1]
+    return SchedulerResult(
+        scheduler=name,
+        final_mapping=final,
+        final_makespan_ms=final_span,
+        optimal=final_span <= limit,
+        rounds_to_optimal=first_optimal,
+        regret_ms=sum(max(0.0, s - best) for s in round_spans),
+        llm_calls=llm_calls,
+        decision_ms_median=statistics.median(decision_ms),
+        round_makespans_ms=round_spans,
+        measured_makespans_ms=measured,
+        probes=probes,
+        fallbacks=fallbacks,
+    )
+
+
+@dataclass
+class BenchResult:
+    """All scenarios of one benchmark run."""
+
+    scenarios: list[ScenarioResult]
+    schedulers: list[str]
+    rounds: int | None
+    seed: int | None
+    noise: float | None
+
+
+def run_benchmark(
+    scenarios: Sequence[Scenario],
+    schedulers: Sequence[str] | None = None,
+    *,
+    rounds: int | None = None,
+    seed: int | None = None,
+    noise: float | None = None,
+    monitor_factory: MonitorFactory | None = None,
+    on_round: Callable[[Scenario, str, int], None] | None = None,
+) -> BenchResult:
+    """Every scheduler (default: `default_schedulers`) on every scenario."""
+    names = (
+        default_schedulers(with_monitor=monitor_factory is not None)
+        if schedulers is None
+        else validate_scheduler_names(schedulers)
+    )
+    results = []
+    for scenario in scenarios:
+        hook = None if on_round is None else functools.partial(on_round, scenario)
+        results.append(
+            run_scenario(
+                scenario, names, rounds=rounds, seed=seed, noise=noise,
+                monitor_factory=monitor_factory, on_round=hook,
+            )
+        )
+    return BenchResult(results, names, rounds, seed, noise)

@@ -1,0 +1,103 @@
+"""The ``devsched`` command line. Each command is a thin call into its package.
+
+    devsched bench --rounds 20 --json out/bench.json --plots out/
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    help="langgraph_devsched: schedule LangGraph tool calls on GPU now, GPU queue or CPU.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _main() -> None:
+    """langgraph_devsched command line."""
+
+
+@app.command()
+def bench(
+    scenarios: Annotated[
+        Path | None,
+        typer.Option(help="scenario file or folder of *.yaml (default: the 13 built-ins)"),
+    ] = None,
+    schedulers: Annotated[
+        str | None,
+        typer.Option(help="comma-separated names, e.g. all_gpu,heft,dmda,ucb,oracle "
+                     "(default: every scheduler buildable without arguments, and the oracle)"),
+    ] = None,
+    rounds: Annotated[
+        int | None, typer.Option(min=1, help="rounds per scenario (default: the scenario's, 20)")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="noise seed (default: the scenario's)")] = None,
+    noise: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=0.99, help="relative latency noise sigma (override)"),
+    ] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write the results as JSON here")
+    ] = None,
+    plots: Annotated[
+        Path | None, typer.Option(help="write accuracy/regret/ratio PNG plots into this folder")
+    ] = None,
+) -> None:
+    """Run schedulers on benchmark scenarios and compare them with the brute-force optimum."""
+    from langgraph_devsched.bench.command import run_bench_command
+
+    names = None
+    if schedulers is not None:
+        names = [n.strip() for n in schedulers.split(",") if n.strip()]
+    try:
+        run_bench_command(
+            scenarios=scenarios, schedulers=names, rounds=rounds, seed=seed, noise=noise,
+            json_path=json_path, plots=plots,
+        )
+    except ValueError as exc:  # ScenarioError and unknown scheduler names
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+
+
+
+@app.command()
+def profile(
+    suite: Annotated[
+        str, typer.Option(help="'builtin' (the 19-tool suite) or MODULE:ATTR (tools or a callable)")
+    ] = "builtin",
+    devices: Annotated[str, typer.Option(help="comma-separated: cpu, cuda, cuda:<index>")] = (
+        "cpu,cuda"
+    ),
+    size: Annotated[str, typer.Option(help="suite size: small or full")] = "small",
+    repeats: Annotated[int, typer.Option(min=1, help="timed runs per tool and device")] = 5,
+    warmup: Annotated[int, typer.Option(min=0, help="untimed runs first")] = 1,
+    threads: Annotated[
+        int | None, typer.Option(min=1, help="torch CPU threads (default: torch's)")
+    ] = None,
+    tools: Annotated[str | None, typer.Option(help="comma-separated subset of tool names")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the profile here")] = None,
+    plots: Annotated[Path | None, typer.Option(help="write profile_scatter.png here")] = None,
+    scenario_out: Annotated[
+        Path | None, typer.Option(help="write bench scenarios built from the profile here")
+    ] = None,
+) -> None:
+    """Profile tools on each device (median, IQR, transfer, VRAM) and classify them."""
+    from langgraph_devsched.profiling.command import run_profile_command
+
+    try:
+        run_profile_command(
+            suite=suite, devices=devices, size=size, repeats=repeats, warmup=warmup,
+            threads=threads, tools=tools, json_path=json_path, plots=plots,
+            scenario_out=scenario_out,
+        )
+    except ValueError as exc:  # unknown device/size/tool, bad MODULE:ATTR, no GPU rows
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,165 @@
+"""The runner: regret arithmetic on hand-computed scenarios, metrics, the monitor hook."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from langgraph_devsched.bench.runner import (
+    build_scheduler,
+    call_ids,
+    default_schedulers,
+    run_benchmark,
+    run_scenario,
+)
+from langgraph_devsched.bench.scenario import Scenario
+from langgraph_devsched.records import StepRecord
+from langgraph_devsched.schedulers import registry
+from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
+
+pytest.importorskip("numpy")
+
+PAIR = {"cpu_ms": 150, "gpu_ms": 100, "vram_mb": 1000, "gpu_share": 1.0}
+
+
+def scenario(noise: float = 0.0) -> Scenario:
+    """Batch 1: two GPU-hungry tools on a 2-core CPU; batch 2: a transfer-dominated FFT.
+
+    Batch 1 all on the GPU now: both at half speed, 200 ms. One on the GPU, one on the CPU:
+    150 ms (the optimum). FFT: GPU 40 + 2 = 42 ms, CPU 30 ms (the optimum).
+    """
+    return Scenario.model_validate({
+        "name": "hand", "category": "parallel",
+        "testbed": {"vram_budget_mb": 8000, "cpu_cores": 2, "noise": noise, "seed": 3},
+        "tools": {
+            "a": {"params": PAIR}, "b": {"params": PAIR},
+            "fft": {"params": {"cpu_ms": 30, "gpu_ms": 2, "transfer_ms": 40}},
+        },
+        "workload": {"kind": "sequence", "batches": [["a", "b"], ["fft"]], "rounds": 3},
+    })
+
+
+def test_regret_arithmetic_is_exact() -> None:
+    r = run_scenario(scenario(), ["all_gpu", "heft", "oracle"])
+    assert r.optimal_makespan_ms == 180.0
+    all_gpu = r.results["all_gpu"]
+    assert all_gpu.round_makespans_ms == [242.0, 242.0, 242.0]
+    assert all_gpu.regret_ms == 3 * 62.0
+    assert all_gpu.final_makespan_ms == 242.0
+    assert (all_gpu.optimal, all_gpu.rounds_to_optimal) == (False, None)
+    assert all_gpu.final_mapping == {"b0/a": "gpu_now", "b0/b": "gpu_now", "b1/fft": "gpu_now"}
+    heft = r.results["heft"]
+    assert heft.final_mapping == {"b0/a": "gpu_now", "b0/b": "cpu", "b1/fft": "cpu"}
+    assert (heft.regret_ms, heft.optimal, heft.rounds_to_optimal) == (0.0, True, 1)
+    assert r.results["oracle"].regret_ms == 0.0
+    assert all(x.llm_calls == 0 for x in r.results.values())
+
+
+def test_noise_changes_measured_makespans_not_the_regret() -> None:
+    quiet = run_scenario(scenario(0.0), ["all_gpu"]).results["all_gpu"]
+    noisy = run_scenario(scenario(0.2), ["all_gpu"], rounds=5).results["all_gpu"]
+    assert noisy.regret_ms == 5 * 62.0
+    assert noisy.measured_makespans_ms != noisy.round_makespans_ms
+    assert quiet.measured_makespans_ms == quiet.round_makespans_ms
+
+
+def test_within_one_percent_counts_as_optimal_and_still_pays_regret() -> None:
+    s = Scenario.model_validate({
+        "name": "close", "category": "serial",
+        "testbed": {"vram_budget_mb": 8000, "noise": 0},
+        "tools": {"t": {"params": {"cpu_ms": 100, "gpu_ms": 100.5}}},
+        "workload": {"kind": "serial", "calls": ["t"], "rounds": 4},
+    })
+    r = run_scenario(s, ["all_gpu"]).results["all_gpu"]
+    assert (r.optimal, r.rounds_to_optimal) == (True, 1)
+    assert r.regret_ms == pytest.approx(4 * 0.5)
+
+
+def test_call_ids_are_readable_and_unique() -> None:
+    s = Scenario.model_validate({
+        "name": "ids", "category": "parallel", "testbed": {"vram_budget_mb": 1000},
+        "tools": {"e": {"params": {"cpu_ms": 1, "gpu_ms": 1}}},
+        "workload": {"kind": "parallel", "calls": ["e", "e"]},
+    })
+    assert call_ids(s) == [["e#0", "e#1"]]
+    assert call_ids(scenario()) == [["b0/a", "b0/b"], ["b1/fft"]]
+
+
+def test_unknown_scheduler_and_bad_rounds() -> None:
+    with pytest.raises(ValueError, match="unknown scheduler\\(s\\) 'nope'; valid schedulers: "):
+        run_scenario(scenario(), ["nope"])
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        run_scenario(scenario(), ["all_gpu"], rounds=0)
+
+
+def test_default_schedulers_are_the_argument_free_ones_and_the_oracle() -> None:
+    names = default_schedulers()
+    assert {"all_gpu", "heft", "dmda", "ucb", "oracle"} <= set(names)
+    for name in names:
+        if name != "oracle":
+            registry.make_scheduler(name)  # buildable without arguments
+
+
+class FakeMonitor:
+    def __init__(self) -> None:
+        self.records: list[tuple[StepRecord, Batch, Decision]] = []
+
+    def record(self, record: StepRecord, *, batch: Batch, decision: Decision) -> None:
+        self.records.append((record, batch, decision))
+
+    def snapshot(self) -> Any:
+        return {"steps": len(self.records)}
+
+
+class SpyScheduler(SchedulerBase):
+    name = "spy"
+
+    def __init__(self, *, monitor: FakeMonitor) -> None:
+        self.monitor = monitor
+        self.seen: list[Any] = []
+
+    def decide(self, batch: Batch, view: SchedulerView) -> Decision:
+        self.seen.append(view.observations)
+        return self._decision({c: "cpu" for c in batch.call_ids}, "spy", probe=True)
+
+
+def test_monitor_hook_sees_every_step_and_feeds_the_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(registry._FACTORIES, "spy", f"{__name__}:SpyScheduler")
+    monitors: list[FakeMonitor] = []
+
+    def factory(_: Scenario) -> FakeMonitor:
+        monitors.append(FakeMonitor())
+        return monitors[-1]
+
+    bench = run_benchmark([scenario()], ["spy"], rounds=2, monitor_factory=factory)
+    (monitor,) = monitors
+    assert len(monitor.records) == 4  # 2 rounds x 2 batches
+    assert [len(b) for _, b, _ in monitor.records] == [2, 1, 2, 1]
+    assert bench.scenarios[0].results["spy"].probes == 4
+    spy = build_scheduler("spy", testbed=scenario().make_testbed(), monitor=FakeMonitor())
+    assert isinstance(spy, SpyScheduler)
+    assert "spy" in default_schedulers(with_monitor=True)
+    assert "spy" not in default_schedulers()
+
+
+def test_monitor_snapshot_reaches_the_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(registry._FACTORIES, "spy", f"{__name__}:SpyScheduler")
+    built: list[SpyScheduler] = []
+    real = registry.scheduler_factory
+
+    def capture(name: str) -> Any:
+        cls = real(name)
+        if name != "spy":
+            return cls
+
+        def make(**kw: Any) -> SpyScheduler:
+            built.append(SpyScheduler(**kw))
+            return built[-1]
+
+        make.__signature__ = __import__("inspect").signature(SpyScheduler)  # type: ignore[attr-defined]
+        return make
+
+    monkeypatch.setattr("langgraph_devsched.bench.runner.scheduler_factory", capture)
+    run_scenario(scenario(), ["spy"], rounds=2, monitor_factory=lambda _: FakeMonitor())
+    assert built[0].seen == [{"steps": 0}, {"steps": 1}, {"steps": 2}, {"steps": 3}]
