@@ -12,6 +12,7 @@ YAML/JSON file, or from a mapping given to the node; they are validated when the
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -79,13 +80,17 @@ class ToolDeviceSpec(BaseModel):
                 )
         return self
 
-    def allowed_options(self) -> tuple[DeviceOption, ...]:
-        """The options a scheduler may choose for this tool, in canonical order."""
+    @functools.cached_property
+    def _allowed(self) -> tuple[DeviceOption, ...]:
         if self.pinned is not None:
             return (self.pinned,)
         return tuple(
             o for o in DEVICE_OPTIONS if (self.gpu_capable if is_gpu(o) else self.cpu_allowed)
         )
+
+    def allowed_options(self) -> tuple[DeviceOption, ...]:
+        """The options a scheduler may choose for this tool, in canonical order."""
+        return self._allowed
 
 
 DEFAULT_SPEC = ToolDeviceSpec(gpu_capable=False)

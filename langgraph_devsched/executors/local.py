@@ -71,10 +71,13 @@ class LocalBackend:
         vram_budget_mb: float | None = None,
         cpu_workers: int | None = None,
         queue_timeout_s: float | None = None,
+        telemetry_ttl_s: float = 1.0,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._clock = clock
         self.queue_timeout_s = queue_timeout_s
+        self.telemetry_ttl_s = telemetry_ttl_s
+        self._state_cache: tuple[float, DeviceState] | None = None
         self._no_gpu_reason: str | None = None
         self.gpu: GpuConfig | None
         if isinstance(gpu, GpuConfig):
@@ -96,6 +99,16 @@ class LocalBackend:
         self.cpu_slots = VramLedger(cpu_workers) if cpu_workers else None
 
     def device_state(self) -> DeviceState:
+        """Telemetry, read at most every ``telemetry_ttl_s`` (NVML calls cost per step)."""
+        now = self._clock()
+        cached = self._state_cache
+        if cached is not None and (self.gpu is None or now - cached[0] < self.telemetry_ttl_s):
+            return cached[1]
+        state = self._read_state()
+        self._state_cache = (now, state)
+        return state
+
+    def _read_state(self) -> DeviceState:
         if self.gpu is None:
             return DeviceState.cpu_only(self._no_gpu_reason or "no GPU")
         if self.gpu.device.startswith("cuda") and cuda_status(0)[0]:
