@@ -10,7 +10,7 @@ import pytest
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.options import DEVICE_OPTIONS
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
-from langgraph_devsched.schedulers.oracle import OracleScheduler
+from langgraph_devsched.schedulers.oracle import TIE_ORDER, OracleScheduler
 from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
 
 np = pytest.importorskip("numpy")
@@ -102,12 +102,12 @@ def test_oracle_matches_plain_exhaustive_search() -> None:
             [(cid, t, decision.mapping[cid]) for cid, t in zip(batch.call_ids, tools, strict=True)]
         )
         assert chosen == min(spans)
-        # deterministic tie-break: the first optimal mapping in option order
-        first = next(
-            m for m, s in zip(
-                itertools.product(DEVICE_OPTIONS, repeat=n), spans, strict=True
-            ) if s == min(spans)
-        )
+        # deterministic tie-break: cpu < gpu_queued < gpu_now, first call first
+        tied = [
+            m for m, s in zip(itertools.product(DEVICE_OPTIONS, repeat=n), spans, strict=True)
+            if s == min(spans)
+        ]
+        first = min(tied, key=lambda m: tuple(TIE_ORDER.index(o) for o in m))
         assert decision.options_for(batch) == first
 
 
