@@ -82,6 +82,6 @@ def submit(mapping: dict[str, str], reason: str = "r", id: str = "ans") -> AIMes
     assignments = [{"call_id": c, "option": o} for c, o in mapping.items()]
     return AIMessage(
         "",
-        id=f"ai-{id}",
+        id=f"answer-{id}",
         tool_calls=[tool_call("submit_mapping", {"assignments": assignments, "reason": reason}, id)],
     )
