@@ -170,8 +170,8 @@ def test_a_transfer_dominated_tool_is_cpu_preferred(builtins: list[Scenario]) ->
     found = []
     for s in builtins:
         bed = s.make_testbed(noise=0.0)
-        for name, entry in s.tools.items():
-            p = entry.params
+        for name in {t for b in s.batches() for t in b}:
+            p = s.tools[name].params
             gpu = bed.makespan([("c", name, "gpu_now")])
             cpu = bed.makespan([("c", name, "cpu")])
             if p.transfer_ms > p.gpu_ms and cpu < 0.9 * gpu:
@@ -183,7 +183,7 @@ def test_a_device_neutral_tool_exists(builtins: list[Scenario]) -> None:
     neutral = []
     for s in builtins:
         bed = s.make_testbed(noise=0.0)
-        for name in s.tools:
+        for name in {t for b in s.batches() for t in b}:
             if not s.specs()[name].gpu_capable:
                 continue
             gpu = bed.makespan([("c", name, "gpu_now")])
