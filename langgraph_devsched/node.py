@@ -110,6 +110,29 @@ def _with_handler(config: RunnableConfig, handler: BaseCallbackHandler) -> Runna
     return patch_config(config, callbacks=new)
 
 
+def pending_step_calls(messages: Sequence[Any], call_id: str | None) -> list[ToolCall] | None:
+    """The calls of the AIMessage that made ``call_id``, less those already answered.
+
+    >>> ai = AIMessage("", tool_calls=[{"name": "a", "args": {}, "id": "1"},
+    ...                                {"name": "b", "args": {}, "id": "2"}])
+    >>> [c["id"] for c in pending_step_calls([ai], "2")]
+    ['1', '2']
+    """
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if isinstance(message, ToolMessage):
+            answered.add(message.tool_call_id)
+        elif isinstance(message, AIMessage) and any(
+            c.get("id") == call_id for c in message.tool_calls
+        ):
+            return [
+                c
+                for c in message.tool_calls
+                if c.get("id") == call_id or c.get("id") not in answered
+            ]
+    return None
+
+
 class DeviceToolNode(ToolNode):
     """`ToolNode` plus a joint device decision per step.
 
@@ -203,23 +226,28 @@ class DeviceToolNode(ToolNode):
         return impls
 
     # -- planning ---------------------------------------------------------------------------
-    def _step_calls(self, tool_calls: list[ToolCall], input: Any) -> list[ToolCall]:
+    def _step_calls(
+        self, tool_calls: list[ToolCall], input: Any, config: RunnableConfig | None = None
+    ) -> list[ToolCall]:
         """All calls of the step: for a single Send-dispatched call, its AIMessage's calls."""
-        if not (isinstance(input, dict) and input.get("__type") == "tool_call_with_context"):
+        if isinstance(input, dict) and input.get("__type") == "tool_call_with_context":
+            state = input.get("state")
+        elif (
+            len(tool_calls) == 1
+            and config is not None
+            and isinstance(input, list)
+            and isinstance(input[-1], dict)
+            and input[-1].get("type") == "tool_call"
+        ):
+            state = self._extract_state(input, config)  # Send("tools", [call]) reads the state
+        else:
             return tool_calls
-        state = input.get("state")
         messages = (
             state.get(self._messages_key)
             if isinstance(state, dict)
             else getattr(state, self._messages_key, None)
         )
-        wanted = tool_calls[0].get("id")
-        for message in reversed(messages or []):
-            if isinstance(message, AIMessage) and any(
-                c.get("id") == wanted for c in message.tool_calls
-            ):
-                return list(message.tool_calls)
-        return tool_calls
+        return pending_step_calls(messages or [], tool_calls[0].get("id")) or tool_calls
 
     def _batch(self, calls: list[ToolCall]) -> Batch:
         items = []
@@ -308,11 +336,11 @@ class DeviceToolNode(ToolNode):
 
     def _plan(self, input: Any, config: RunnableConfig | None = None) -> _Step | None:
         tool_calls, _ = self._parse_input(input)
-        return self.plan_calls(self._step_calls(tool_calls, input), config)
+        return self.plan_calls(self._step_calls(tool_calls, input, config), config)
 
     async def _aplan(self, input: Any, config: RunnableConfig | None = None) -> _Step | None:
         tool_calls, _ = self._parse_input(input)
-        return await self.aplan_calls(self._step_calls(tool_calls, input), config)
+        return await self.aplan_calls(self._step_calls(tool_calls, input, config), config)
 
     def plan_calls(
         self, calls: list[ToolCall], config: RunnableConfig | None = None

@@ -1,0 +1,198 @@
+"""`DeviceSchedulingMiddleware`: device scheduling for agents built with ``create_agent``.
+
+``create_agent`` sends each tool call of a step to the tool node as its own task. The
+middleware plans the whole step once, when the first of those calls starts: it reads the
+model's message from the state (all its pending calls), asks the scheduler once, and every
+call of the step then runs under its share of that plan, through the same executors as
+`DeviceToolNode` (placement, VRAM ledger, OOM fallback, ``current_placement()``,
+``InjectedDevice``, decision metadata on the traced tool run).
+
+Add it to an agent (``examples/create_agent_middleware.py`` runs one end to end):
+
+    agent = create_agent(model, tools, middleware=[DeviceSchedulingMiddleware(hints=...)])
+
+>>> middleware = DeviceSchedulingMiddleware(scheduler="heft", hints={"ocr": {"vram_mb": 900}})
+>>> middleware.scheduler.name
+'heft'
+>>> DeviceSchedulingMiddleware(scheduler="best")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+ValueError: unknown scheduler 'best'; valid schedulers: all_gpu, static, heft, ...
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+from langgraph_devsched.device import current_device
+from langgraph_devsched.executors.base import Backend
+from langgraph_devsched.executors.local import LocalBackend
+from langgraph_devsched.executors.simulated import SimulatedBackend
+from langgraph_devsched.hints import ToolDeviceSpec, load_hints_file, validate_spec
+from langgraph_devsched.node import DeviceToolNode, StepReport, pending_step_calls
+from langgraph_devsched.schedulers.base import Scheduler
+from langgraph_devsched.schedulers.registry import make_scheduler
+from langgraph_devsched.testbed import SimulatedTestbed
+
+ToolResult = ToolMessage | Command[Any]
+
+
+class DeviceSchedulingMiddleware(AgentMiddleware):
+    """Schedule every tool call of a ``create_agent`` agent on ``gpu_now``, ``gpu_queued`` or
+    ``cpu``, one joint decision per model step.
+
+    Keyword-only options, as for `DeviceToolNode`: ``scheduler`` (a `Scheduler` or a
+    registered name, default ``"static"``), ``hints`` (a mapping or a YAML/JSON file; tools
+    may also carry `device_hints`), ``backend`` or ``testbed``, ``monitor``, ``on_step``.
+    Hints are checked against the agent's tools when its first tool call runs.
+    """
+
+    def __init__(
+        self,
+        *,
+        scheduler: Scheduler | str | None = None,
+        hints: Mapping[str, Mapping[str, Any] | ToolDeviceSpec] | str | Path | None = None,
+        backend: Backend | None = None,
+        testbed: SimulatedTestbed | None = None,
+        monitor: Any = None,
+        on_step: Callable[[StepReport], None] | None = None,
+        history: int = 100,
+    ) -> None:
+        super().__init__()
+        if backend is not None and testbed is not None:
+            raise ValueError("give either backend= or testbed=, not both")
+        self.scheduler: Scheduler = (
+            make_scheduler(scheduler or "static")
+            if scheduler is None or isinstance(scheduler, str)
+            else scheduler
+        )
+        if isinstance(hints, (str, Path)):
+            hints = load_hints_file(hints)
+        for tool_name, fields in (hints or {}).items():
+            validate_spec(tool_name, fields)  # field errors now; unknown tools at first call
+        self._hints = hints
+        self.backend: Backend = backend or (
+            SimulatedBackend(testbed) if testbed is not None else LocalBackend()
+        )
+        self.monitor = monitor
+        self._on_step = on_step
+        self.history: deque[StepReport] = deque(maxlen=history)
+        self._engines: dict[tuple[str, ...], DeviceToolNode] = {}
+        self._lock = threading.Lock()
+
+    # -- the engine: a DeviceToolNode over the agent's tools, used for planning and placement --
+    def _record(self, report: StepReport) -> None:
+        self.history.append(report)
+        if self._on_step is not None:
+            self._on_step(report)
+
+    def _engine(self, request: ToolCallRequest) -> DeviceToolNode:
+        runtime_tools = getattr(request.runtime, "tools", None) or []
+        tools: list[BaseTool] = list(runtime_tools)
+        if request.tool is not None and all(t.name != request.tool.name for t in tools):
+            tools.append(request.tool)
+        key = tuple(sorted(t.name for t in tools))
+        with self._lock:
+            engine = self._engines.get(key)
+            if engine is None:
+                engine = DeviceToolNode(
+                    tools,
+                    scheduler=self.scheduler,
+                    hints=self._hints,
+                    backend=self.backend,
+                    monitor=self.monitor,
+                    on_step=self._record,
+                )
+                self._engines[key] = engine
+            return engine
+
+    def _step_calls(self, request: ToolCallRequest) -> list[Any]:
+        state = request.state
+        messages = (
+            state.get("messages") if isinstance(state, dict) else getattr(state, "messages", None)
+        )
+        found = pending_step_calls(messages or [], request.tool_call.get("id"))
+        return found or [request.tool_call]
+
+    def _scheduled(self, engine: DeviceToolNode, request: ToolCallRequest) -> bool:
+        return request.tool is not None and request.tool_call["name"] in engine.device_specs
+
+    @staticmethod
+    def _with_device(engine: DeviceToolNode, request: ToolCallRequest) -> ToolCallRequest:
+        call = request.tool_call
+        names = engine.device_args(call["name"], request.tool)
+        if not names:
+            return request
+        device = current_device()
+        args = {**call["args"], **dict.fromkeys(names, device)}
+        return request.override(tool_call={**call, "args": args})
+
+    @staticmethod
+    def _swap_config(config: RunnableConfig, new: Mapping[str, Any]) -> None:
+        # ToolNode runs the tool with the very dict it put in `request.runtime.config`
+        config.clear()  # type: ignore[attr-defined]
+        config.update(new)  # type: ignore[typeddict-item]
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolResult],
+    ) -> ToolResult:
+        engine = self._engine(request)
+        if not self._scheduled(engine, request):
+            return handler(request)
+        config: RunnableConfig = request.runtime.config
+        step = engine.plan_calls(self._step_calls(request), config)
+        if step is None or request.tool_call.get("id") not in step.planned:
+            return handler(request)
+        original = dict(config)
+
+        def execute(req: ToolCallRequest, cfg: RunnableConfig) -> ToolResult:
+            self._swap_config(config, cfg)
+            try:
+                return handler(self._with_device(engine, req))
+            finally:
+                self._swap_config(config, original)
+
+        try:
+            return engine.run_planned(step, request, config, execute)
+        finally:
+            engine.finish_step(step)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        engine = self._engine(request)
+        if not self._scheduled(engine, request):
+            return await handler(request)
+        config: RunnableConfig = request.runtime.config
+        step = await engine.aplan_calls(self._step_calls(request), config)
+        if step is None or request.tool_call.get("id") not in step.planned:
+            return await handler(request)
+        original = dict(config)
+
+        async def execute(req: ToolCallRequest, cfg: RunnableConfig) -> ToolResult:
+            self._swap_config(config, cfg)
+            try:
+                return await handler(self._with_device(engine, req))
+            finally:
+                self._swap_config(config, original)
+
+        try:
+            return await engine.arun_planned(step, request, config, execute)
+        finally:
+            engine.finish_step(step)
