@@ -316,4 +316,9 @@ class _Simulation:
             for t in self.tasks
         )
         makespan = max((c.end_ms for c in calls), default=0.0)
-        return StepRecord(calls=calls, makespan_ms=makespan, vram_peak_mb=self.peak - 0.0)
+        return StepRecord(
+            calls=calls,
+            makespan_ms=makespan,
+            vram_peak_mb=self.peak,
+            extra={"vram_end_mb": self.ledger.in_use_mb, "vram_budget_mb": self.ledger.capacity_mb},
+        )
