@@ -210,3 +210,14 @@ def test_builtin_parameters_are_plausible(builtins: list[Scenario]) -> None:
             assert 1 <= p.gpu_ms <= 1000, (s.name, name)
             assert 5 <= p.cpu_ms <= 30000, (s.name, name)
             assert 200 <= p.vram_mb <= 10000, (s.name, name)
+
+
+def test_the_documented_example_loads(tmp_path: Path) -> None:
+    doc = Path(__file__).parent.parent / "docs" / "scenarios.md"
+    if not doc.exists():
+        pytest.skip("docs/scenarios.md is not part of this checkout")
+    example = doc.read_text(encoding="utf-8").split("```yaml\n", 1)[1].split("```", 1)[0]
+    s = load_scenario(write(tmp_path, example))
+    assert s.name == "rag_next_to_llm"
+    assert s.specs()["reranker"].preferred == "gpu_queued"
+    assert s.specs()["embedder"].profile == SoloProfile(cpu_ms=120, gpu_ms=18, transfer_ms=4)
