@@ -27,6 +27,10 @@ class CallRecord:
     gpu_peers: int
     """Most other calls computing on the GPU at once while this one ran there (0 on CPU)."""
     error: str | None = None
+    node: str | None = None
+    """The cluster node that ran the call (Ray backend: its IP); None on one machine."""
+    gpu_type: str | None = None
+    """The GPU type that ran the call where the backend knows it (Ray's accelerator type)."""
 
     @property
     def latency_ms(self) -> float:

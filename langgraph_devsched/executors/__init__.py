@@ -2,6 +2,7 @@
 
 from langgraph_devsched.executors.base import Backend, PlacementError, PlannedCall, StepExecution
 from langgraph_devsched.executors.local import GpuConfig, LocalBackend
+from langgraph_devsched.executors.ray_backend import RayBackend, RemoteCallLost
 from langgraph_devsched.executors.simulated import SimulatedBackend
 
 __all__ = [
@@ -10,6 +11,8 @@ __all__ = [
     "LocalBackend",
     "PlacementError",
     "PlannedCall",
+    "RayBackend",
+    "RemoteCallLost",
     "SimulatedBackend",
     "StepExecution",
 ]

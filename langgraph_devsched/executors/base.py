@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from langgraph_devsched.device import Placement
 from langgraph_devsched.hints import ToolDeviceSpec
@@ -55,6 +55,17 @@ class StepExecution(Protocol):
         ...
 
     def record(self) -> StepRecord: ...
+
+
+class RemoteExecution(Protocol):
+    """A `StepExecution` whose calls run in another process (e.g. a Ray task).
+
+    The node hands it each placed tool and invokes the stand-in it returns instead; the
+    stand-in ships ``tool.invoke(call, config)`` to where the call runs. Optional: the node
+    looks for ``remote_tool`` and runs tools in its own process when it is absent.
+    """
+
+    def remote_tool(self, call_id: str, tool: Any, placement: Placement) -> Any: ...
 
 
 class Backend(Protocol):

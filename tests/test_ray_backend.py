@@ -1,0 +1,357 @@
+"""The Ray backend on a local Ray instance (2 CPUs, 1 logical GPU, VRAM_MB = 8000).
+
+Tools run inside Ray tasks (they report their process id and the resources Ray assigned);
+the VRAM ledger rules are those of one machine; lost workers are retried or answered with an
+error message; reservations and Ray's VRAM resource come back to full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pickle
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.graph import START, MessagesState, StateGraph
+
+from langgraph_devsched import (
+    DeviceToolNode,
+    InjectedDevice,
+    StepReport,
+    ToolDeviceSpec,
+    current_placement,
+)
+from langgraph_devsched.executors.ray_cluster import NodeView, cluster_device_state
+from langgraph_devsched.executors.ray_task import Where, portable_config
+
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install '.[ray]')")
+from ray import cloudpickle  # noqa: E402
+
+from langgraph_devsched.executors import RayBackend  # noqa: E402
+
+# the tools below are shipped to Ray workers by value (workers need not import `tests`)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+VRAM_MB = 8000.0
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def graph(node: DeviceToolNode) -> Any:
+    return StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
+
+
+def step(*calls: tuple[str, str], args: dict[str, Any] | None = None) -> dict[str, Any]:
+    tool_calls = [{"name": n, "args": {"text": i, **(args or {})}, "id": i} for n, i in calls]
+    return {"messages": [AIMessage("", tool_calls=tool_calls)]}
+
+
+def answers(result: dict[str, Any]) -> dict[str, ToolMessage]:
+    return {m.tool_call_id: m for m in result["messages"] if isinstance(m, ToolMessage)}
+
+
+def wait_for_full_vram(timeout_s: float = 60.0) -> float:
+    """Ray's view of free VRAM lags task ends a little: poll until it is full (or give up)."""
+    deadline = time.monotonic() + timeout_s
+    free = 0.0
+    while time.monotonic() < deadline:
+        free = ray.available_resources().get("VRAM_MB", 0.0)
+        if free == VRAM_MB:
+            break
+        time.sleep(0.2)
+    return free
+
+
+def in_task() -> dict[str, Any]:
+    """What a tool sees inside its Ray task."""
+    ctx = ray.get_runtime_context()
+    placement = current_placement()
+    return {
+        "pid": os.getpid(),
+        "resources": {k: v for k, v in ctx.get_assigned_resources().items() if k != "memory"},
+        "device": placement.device if placement else None,
+    }
+
+
+@tool
+def embed(text: str, device: Annotated[str, InjectedDevice]) -> str:
+    """Embed a text (reports where it ran)."""
+    return json.dumps({"text": text, "injected": device, **in_task()})
+
+
+@tool
+def rerank(text: str) -> str:
+    """Rerank (reports where it ran)."""
+    return json.dumps({"text": text, **in_task()})
+
+
+@tool
+def mirror(text: str) -> str:
+    """Return the text."""
+    return text
+
+
+# -- without Ray: cluster view, config, pickling -------------------------------------------------
+def test_cluster_state_sums_alive_nodes_and_names_missing_vram() -> None:
+    gpu = NodeView(
+        "a", "10.0.0.1", True, {"CPU": 4, "GPU": 1, "VRAM_MB": 16000}, {"VRAM_MB": 6000, "GPU": 0.5}
+    )
+    bare = NodeView("b", "10.0.0.2", True, {"CPU": 4, "GPU": 1}, {"GPU": 1})
+    dead = NodeView("c", "10.0.0.3", False, {"CPU": 4, "GPU": 8, "VRAM_MB": 640000}, None)
+    state = cluster_device_state([gpu, bare, dead], "VRAM_MB")
+    assert (state.vram_budget_mb, state.vram_used_mb, state.cpu_cores) == (16000, 10000, 8)
+    assert state.gpu_utilization == 0.25
+    assert state.reason is not None and "10.0.0.2 declare no VRAM_MB" in state.reason
+    cpu_only = cluster_device_state([NodeView("d", "x", True, {"CPU": 2}, {})], "VRAM_MB")
+    assert not cpu_only.gpu_available and "--num-gpus" in (cpu_only.reason or "")
+
+
+def test_portable_config_keeps_only_plain_values() -> None:
+    cfg = {
+        "tags": ["devsched:gpu_now"],
+        "metadata": {"devsched.option": "gpu_now", "handle": object()},
+        "callbacks": [object()],
+        "configurable": {"thread_id": "t1", "__pregel_store": object()},
+        "run_name": "embed",
+    }
+    assert portable_config(cfg) == {
+        "tags": ["devsched:gpu_now"],
+        "metadata": {"devsched.option": "gpu_now"},
+        "run_name": "embed",
+        "configurable": {"thread_id": "t1"},
+    }
+    assert Where("n", "10.0.0.9", ("3",)).device(True) == "10.0.0.9/cuda:3"
+    assert Where("n", "10.0.0.9", ("3",)).device(False) == "cpu"
+
+
+def _cpu_version(text: str) -> str:
+    return f"cpu:{text}"
+
+
+@pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps], ids=["pickle", "cloudpickle"])
+def test_tool_and_hints_survive_a_pickle_round_trip(dumps: Any) -> None:
+    spec = ToolDeviceSpec(vram_mb=900, gpu_share=0.5, preferred="gpu_now", cpu_impl=_cpu_version)
+    back = cloudpickle.loads(dumps(spec))
+    assert back.model_dump() == spec.model_dump() and back.cpu_impl("x") == "cpu:x"
+    assert back.allowed_options() == spec.allowed_options()
+    shipped: BaseTool = cloudpickle.loads(cloudpickle.dumps(mirror))
+    assert shipped.invoke({"text": "hi"}) == "hi" and shipped.name == "mirror"
+
+
+def test_package_without_ray_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ImportError, match=r"pip install 'langgraph-devsched\[ray\]'"):
+        RayBackend()
+
+
+# -- on the local Ray instance --------------------------------------------------------------------
+
+
+@pytest.mark.ray
+def test_parallel_calls_run_as_ray_tasks_with_the_scheduled_resources(ray_local: Any) -> None:
+    backend = RayBackend()
+    reports: list[StepReport] = []
+    hints = {
+        "embed": {"vram_mb": 3000, "gpu_share": 0.5, "pinned": "gpu_now"},
+        "rerank": {"vram_mb": 0, "pinned": "cpu"},
+    }
+    node = DeviceToolNode([embed, rerank], hints=hints, backend=backend, on_step=reports.append)
+    out = answers(graph(node).invoke(step(("embed", "e1"), ("embed", "e2"), ("rerank", "r1"))))
+    got = {k: json.loads(str(m.content)) for k, m in out.items()}
+    assert all(g["pid"] != os.getpid() for g in got.values())  # every call ran in a worker
+    for e in ("e1", "e2"):  # 2 x 3000 MB fit in 8000: both on the GPU now, half a GPU each
+        assert got[e]["resources"] == {"GPU": 0.5, "VRAM_MB": 3000.0}
+        assert got[e]["injected"] == got[e]["device"] == "cuda:0"
+    assert got["r1"]["resources"] == {"CPU": 1.0} and got["r1"]["device"] == "cpu"
+    record = reports[0].record
+    assert record is not None
+    by_id = record.by_id()
+    ip = ray.util.get_node_ip_address()
+    assert by_id["e1"].device == f"{ip}/cuda:0" and by_id["e1"].node == ip
+    assert by_id["r1"].device == "cpu" and by_id["r1"].fallback is None
+    assert record.vram_peak_mb == 6000
+    assert all(s.ledger.in_use_mb == 0 for s in backend.slots())
+    assert wait_for_full_vram() == VRAM_MB
+    state = backend.device_state()
+    assert state.gpu_available and state.vram_budget_mb == VRAM_MB
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("option", ["gpu_queued", "gpu_now"])
+def test_calls_that_do_not_fit_together_wait_or_go_to_the_cpu(ray_local: Any, option: str) -> None:
+    backend = RayBackend()
+    reports: list[StepReport] = []
+    hints = {"embed": {"vram_mb": 5000, "pinned": option}}
+    node = DeviceToolNode([embed], hints=hints, backend=backend, on_step=reports.append)
+    out = answers(graph(node).invoke(step(("embed", "a"), ("embed", "b"))))
+    assert set(out) == {"a", "b"} and all(m.status == "success" for m in out.values())
+    record = reports[0].record
+    assert record is not None
+    calls = sorted(record.calls, key=lambda c: c.device)
+    if option == "gpu_queued":  # the second waited for the first's 5000 MB: never side by side
+        assert all(c.on_gpu and c.fallback is None and c.gpu_peers == 0 for c in calls)
+    else:  # gpu_now: only one fits now; the other falls back to the CPU, as on one machine
+        assert [(c.device == "cpu", c.fallback) for c in calls] == [(False, None), (True, "oom")]
+        ran = {json.loads(str(m.content))["device"] for m in out.values()}
+        assert ran == {"cuda:0", "cpu"}
+    assert record.vram_peak_mb == 5000
+    assert wait_for_full_vram() == VRAM_MB
+
+
+@pytest.mark.ray
+def test_more_vram_than_any_node_has_goes_to_the_cpu_or_errors(ray_local: Any) -> None:
+    reports: list[StepReport] = []
+    hints = {
+        "embed": {"vram_mb": VRAM_MB + 1, "pinned": "gpu_queued"},
+        "rerank": {"vram_mb": VRAM_MB + 1, "pinned": "gpu_queued", "cpu_allowed": False},
+    }
+    node = DeviceToolNode(
+        [embed, rerank], hints=hints, backend=RayBackend(), on_step=reports.append
+    )
+    out = answers(graph(node).invoke(step(("embed", "a"), ("rerank", "b"))))
+    assert json.loads(str(out["a"].content))["device"] == "cpu"
+    assert out["b"].status == "error" and "hints forbid the CPU" in str(out["b"].content)
+    assert "8000 MB" in str(out["b"].content)
+    record = reports[0].record
+    assert record is not None and record.by_id()["a"].fallback == "vram_over_budget"
+    assert "hints forbid the CPU" in (record.by_id()["b"].error or "")
+
+
+class OutOfMemoryError(RuntimeError):
+    """Stands in for ``torch.cuda.OutOfMemoryError`` (same name, a ``torch`` module)."""
+
+
+OutOfMemoryError.__module__ = "fake_torch.cuda"
+
+
+@tool
+def greedy(text: str) -> str:
+    """Runs out of GPU memory on the GPU; works on the CPU."""
+    placement = current_placement()
+    if placement is not None and placement.on_gpu:
+        raise OutOfMemoryError("CUDA out of memory (simulated)")
+    return f"cpu answer for {text}"
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("handle_tool_errors", [False, True])
+def test_gpu_oom_inside_the_task_reruns_on_the_cpu(
+    ray_local: Any, handle_tool_errors: bool
+) -> None:
+    reports: list[StepReport] = []
+    node = DeviceToolNode(
+        [greedy],
+        hints={"greedy": {"vram_mb": 1000, "pinned": "gpu_now"}},
+        backend=RayBackend(),
+        handle_tool_errors=handle_tool_errors,
+        on_step=reports.append,
+    )
+    out = answers(graph(node).invoke(step(("greedy", "g"))))
+    assert out["g"].content == "cpu answer for g" and out["g"].status == "success"
+    record = reports[0].record
+    assert record is not None
+    assert (record.calls[0].device, record.calls[0].fallback) == ("cpu", "oom")
+
+
+@tool
+def crash_once(text: str, marker: str) -> str:
+    """Kills its worker on the first attempt (marker file absent), answers on the next."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("attempt 1")
+        os._exit(1)
+    with path.open("a") as f:
+        f.write(" answered")
+    return f"survived:{text}"
+
+
+@tool
+def crash_always(text: str) -> str:
+    """Kills its worker every time."""
+    os._exit(1)
+
+
+@pytest.mark.ray
+def test_killed_worker_is_retried_by_ray_and_answers_once(ray_local: Any, tmp_path: Path) -> None:
+    marker = tmp_path / "attempted"
+    backend = RayBackend(max_retries=2, lost_call_retries=0)
+    reports: list[StepReport] = []
+    node = DeviceToolNode(
+        [crash_once],
+        hints={"crash_once": {"vram_mb": 1000, "pinned": "gpu_queued"}},
+        backend=backend,
+        on_step=reports.append,
+    )
+    out = answers(graph(node).invoke(step(("crash_once", "k"), args={"marker": str(marker)})))
+    assert out["k"].content == "survived:k"
+    assert marker.read_text() == "attempt 1 answered"  # one crash, one answer
+    record = reports[0].record
+    assert record is not None and record.calls[0].error is None and record.calls[0].on_gpu
+    assert all(s.ledger.in_use_mb == 0 for s in backend.slots())
+
+
+@pytest.mark.ray
+def test_call_lost_for_good_is_an_error_message_and_releases(ray_local: Any) -> None:
+    backend = RayBackend(max_retries=0, lost_call_retries=1)
+    reports: list[StepReport] = []
+    node = DeviceToolNode(
+        [crash_always, mirror],
+        hints={"crash_always": {"vram_mb": 2000, "pinned": "gpu_now"}},
+        backend=backend,
+        on_step=reports.append,
+    )
+    out = answers(graph(node).invoke(step(("crash_always", "x"), ("mirror", "y"))))
+    assert out["y"].content == "y"
+    assert out["x"].status == "error" and "was lost on the Ray cluster" in str(out["x"].content)
+    assert "WorkerCrashedError" in str(out["x"].content)
+    record = reports[0].record
+    assert record is not None
+    lost = record.by_id()["x"]
+    assert lost.error is not None and lost.error.startswith("lost: WorkerCrashedError")
+    assert all(s.ledger.in_use_mb == 0 for s in backend.slots())
+    assert wait_for_full_vram() == VRAM_MB
+
+
+@pytest.mark.ray
+def test_async_steps_run_in_ray_tasks_too(ray_local: Any) -> None:
+    reports: list[StepReport] = []
+    node = DeviceToolNode(
+        [embed, rerank],
+        hints={"embed": {"vram_mb": 5000, "pinned": "gpu_queued"}, "rerank": {"pinned": "cpu"}},
+        backend=RayBackend(),
+        on_step=reports.append,
+    )
+    msgs = step(("embed", "a"), ("embed", "b"), ("rerank", "c"))
+    out = answers(asyncio.run(graph(node).ainvoke(msgs)))
+    got = {k: json.loads(str(m.content)) for k, m in out.items()}
+    assert {got["a"]["device"], got["b"]["device"], got["c"]["device"]} == {"cuda:0", "cpu"}
+    record = reports[0].record
+    assert record is not None
+    assert [c.gpu_peers for c in record.calls if c.on_gpu] == [0, 0]
+    assert wait_for_full_vram() == VRAM_MB
+
+
+@pytest.mark.ray
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray inspects the bad object
+def test_a_tool_that_cannot_be_pickled_gets_an_error_naming_it(ray_local: Any) -> None:
+    lock = threading.Lock()
+
+    @tool
+    def locked(text: str) -> str:
+        """Holds a lock (cannot be pickled)."""
+        with lock:
+            return text
+
+    backend = RayBackend()
+    node = DeviceToolNode([locked], hints={"locked": {"pinned": "cpu"}}, backend=backend)
+    out = answers(graph(node).invoke(step(("locked", "z"))))
+    assert out["z"].status == "error"
+    assert "tool 'locked' cannot be sent to Ray" in str(out["z"].content)
+    assert "must be picklable" in str(out["z"].content)
