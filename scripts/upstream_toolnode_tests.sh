@@ -10,8 +10,6 @@ if [ ! -d "$work/langgraph_prebuilt-$version" ]; then
   $PY -m pip download -q --no-binary :all: --no-deps -d "$work" "langgraph-prebuilt==$version"
   tar xzf "$work/langgraph_prebuilt-$version.tar.gz" -C "$work"
 fi
-# the upstream conftest imports its postgres/sqlite fixtures even in fast (memory-only) mode
-$PY -m pip install -q pytest-mock syrupy langgraph-checkpoint-postgres langgraph-checkpoint-sqlite "psycopg[binary]" psycopg-pool 2>/dev/null >/dev/null
 cd "$work/langgraph_prebuilt-$version"
 PYTHONPATH="$OLDPWD/scripts:$OLDPWD${PYTHONPATH:+:$PYTHONPATH}" \
   $PY -m pytest -p upstream_swap_plugin -q -p no:cacheprovider \
