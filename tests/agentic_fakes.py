@@ -60,13 +60,15 @@ class HangingModel(BaseChatModel):
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> HangingModel:
         return self
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, **kw: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
         self.calls += 1
         self.release.wait()
         raise RuntimeError("released")
 
     async def _agenerate(
-        self, messages: list[BaseMessage], stop: Any = None, **kw: Any
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
     ) -> ChatResult:
         self.calls += 1
         await asyncio.Event().wait()
@@ -83,5 +85,7 @@ def submit(mapping: dict[str, str], reason: str = "r", id: str = "ans") -> AIMes
     return AIMessage(
         "",
         id=f"answer-{id}",
-        tool_calls=[tool_call("submit_mapping", {"assignments": assignments, "reason": reason}, id)],
+        tool_calls=[
+            tool_call("submit_mapping", {"assignments": assignments, "reason": reason}, id)
+        ],
     )

@@ -38,8 +38,13 @@ OBS = Observations(
     step=3,
     estimates=(
         OptionEstimate(
-            tool="asr", option="gpu_now", context="gpu1-cpu0-low-idle", device="gpu",
-            run_ms=60, latency_ms=60, count=3,
+            tool="asr",
+            option="gpu_now",
+            context="gpu1-cpu0-low-idle",
+            device="gpu",
+            run_ms=60,
+            latency_ms=60,
+            count=3,
         ),
     ),
     hints=(
@@ -81,8 +86,12 @@ def agentic(script: list[AIMessage], **kw: Any) -> tuple[AgenticScheduler, ToolS
 
 def test_observation_calls_then_answer_with_exact_messages() -> None:
     first = AIMessage(
-        "", id="ai-1",
-        tool_calls=[tool_call("step_calls", id="t1"), tool_call("tool_estimates", {"tool": "asr"}, "t2")],
+        "",
+        id="ai-1",
+        tool_calls=[
+            tool_call("step_calls", id="t1"),
+            tool_call("tool_estimates", {"tool": "asr"}, "t2"),
+        ],
     )
     second = AIMessage("", id="ai-2", tool_calls=[tool_call("device_state", id="t3")])
     answer = submit({"c1": "gpu_now", "c2": "cpu"}, "asr is fast on the GPU; embed is tiny")
@@ -105,28 +114,67 @@ def test_observation_calls_then_answer_with_exact_messages() -> None:
         ),
     ]
     calls = [
-        {"call_id": "c1", "tool": "asr", "allowed_options": ["gpu_now", "gpu_queued", "cpu"],
-         "hints": {"gpu_capable": True, "cpu_allowed": True, "vram_mb": 1500.0,
-                   "gpu_share": 1.0, "pinned": None, "preferred": None, "profile": None}},
-        {"call_id": "c2", "tool": "embed", "allowed_options": ["gpu_now", "gpu_queued", "cpu"],
-         "hints": {"gpu_capable": True, "cpu_allowed": True, "vram_mb": 500.0,
-                   "gpu_share": 1.0, "pinned": None, "preferred": None,
-                   "profile": {"cpu_ms": 50.0, "gpu_ms": 40.0, "transfer_ms": 0.0}}},
+        {
+            "call_id": "c1",
+            "tool": "asr",
+            "allowed_options": ["gpu_now", "gpu_queued", "cpu"],
+            "hints": {
+                "gpu_capable": True,
+                "cpu_allowed": True,
+                "vram_mb": 1500.0,
+                "gpu_share": 1.0,
+                "pinned": None,
+                "preferred": None,
+                "profile": None,
+            },
+        },
+        {
+            "call_id": "c2",
+            "tool": "embed",
+            "allowed_options": ["gpu_now", "gpu_queued", "cpu"],
+            "hints": {
+                "gpu_capable": True,
+                "cpu_allowed": True,
+                "vram_mb": 500.0,
+                "gpu_share": 1.0,
+                "pinned": None,
+                "preferred": None,
+                "profile": {"cpu_ms": 50.0, "gpu_ms": 40.0, "transfer_ms": 0.0},
+            },
+        },
     ]
     estimates = {
         "tool": "asr",
         "estimates": [
-            {"tool": "asr", "option": "gpu_now", "context": "gpu1-cpu0-low-idle",
-             "device": "gpu", "run_ms": 60.0, "latency_ms": 60.0, "std_ms": 0.0, "count": 3,
-             "outliers": 0, "fallbacks": 0, "steps_since": 0, "age_s": None,
-             "status": "measured"},
+            {
+                "tool": "asr",
+                "option": "gpu_now",
+                "context": "gpu1-cpu0-low-idle",
+                "device": "gpu",
+                "run_ms": 60.0,
+                "latency_ms": 60.0,
+                "std_ms": 0.0,
+                "count": 3,
+                "outliers": 0,
+                "fallbacks": 0,
+                "steps_since": 0,
+                "age_s": None,
+                "status": "measured",
+            },
         ],
         "vram_seen_mb": None,
         "note": None,
     }
-    device = {"gpu_available": True, "gpu_name": "gpu", "vram_budget_mb": 8000.0,
-              "vram_used_mb": 1000.0, "vram_free_mb": 7000.0, "gpu_utilization": 0.0,
-              "cpu_cores": 8, "reason": None}
+    device = {
+        "gpu_available": True,
+        "gpu_name": "gpu",
+        "vram_budget_mb": 8000.0,
+        "vram_used_mb": 1000.0,
+        "vram_free_mb": 7000.0,
+        "gpu_utilization": 0.0,
+        "cpu_cores": 8,
+        "reason": None,
+    }
     after_first = [
         first,
         ToolMessage(json.dumps(calls), name="step_calls", tool_call_id="t1"),
@@ -151,7 +199,7 @@ def test_system_prompt_carries_policy_and_hard_constraints() -> None:
         cpu_forbidden=["asr"],
     )
     scheduler.decide(BATCH, VIEW)
-    system = model.received[0][0].content
+    system = model.received[0][0].text
     assert system.endswith(
         'Hard constraints, enforced after you answer: {"min_free_vram_mb": 500.0, '
         '"pinned": {"asr": "gpu_now"}, "cpu_forbidden": ["asr"]}\n'
@@ -161,19 +209,23 @@ def test_system_prompt_carries_policy_and_hard_constraints() -> None:
 
 def test_exploration_hints_and_past_outcomes_tools() -> None:
     script = [
-        AIMessage("", id="ai-1", tool_calls=[
-            tool_call("exploration_hints", id="t1"),
-            tool_call("past_outcomes", id="t2"),
-            tool_call("tool_estimates", {"tool": "ocr"}, "t3"),
-        ]),
+        AIMessage(
+            "",
+            id="ai-1",
+            tool_calls=[
+                tool_call("exploration_hints", id="t1"),
+                tool_call("past_outcomes", id="t2"),
+                tool_call("tool_estimates", {"tool": "ocr"}, "t3"),
+            ],
+        ),
         submit({"c1": "gpu_now", "c2": "cpu"}),
     ]
     scheduler, model = agentic(script)
     scheduler.decide(BATCH, VIEW)
     hints, outcomes, unknown = model.received[1][-3:]
-    assert json.loads(hints.content) == [OBS.hints[0].model_dump(mode="json")]
-    assert json.loads(outcomes.content) == {"shape": ["asr", "embed"], "outcomes": []}
-    assert json.loads(unknown.content) == {"error": "unknown tool 'ocr'; known tools: asr, embed"}
+    assert json.loads(hints.text) == [OBS.hints[0].model_dump(mode="json")]
+    assert json.loads(outcomes.text) == {"shape": ["asr", "embed"], "outcomes": []}
+    assert json.loads(unknown.text) == {"error": "unknown tool 'ocr'; known tools: asr, embed"}
 
 
 # -- the forced answer turn ------------------------------------------------------------------
@@ -193,7 +245,8 @@ def test_text_turn_is_followed_by_a_forced_answer_turn() -> None:
 def test_last_turn_is_forced_after_max_turns() -> None:
     looking = AIMessage("", id="ai-1", tool_calls=[tool_call("device_state", id="t1")])
     scheduler, model = agentic(
-        [looking, looking, submit({"c1": "cpu", "c2": "cpu"})], max_turns=3,
+        [looking, looking, submit({"c1": "cpu", "c2": "cpu"})],
+        max_turns=3,
         final_tool_choice="submit_mapping",
     )
     decision = scheduler.decide(BATCH, VIEW)
@@ -202,8 +255,10 @@ def test_last_turn_is_forced_after_max_turns() -> None:
 
 
 def test_json_answer_in_text_is_accepted_when_tool_choice_is_ignored() -> None:
-    text = 'Here: {"assignments": [{"call_id": "c1", "option": "gpu_queued"}, ' \
-           '{"call_id": "c2", "option": "cpu"}], "reason": "from text"}'
+    text = (
+        'Here: {"assignments": [{"call_id": "c1", "option": "gpu_queued"}, '
+        '{"call_id": "c2", "option": "cpu"}], "reason": "from text"}'
+    )
     scheduler, _ = agentic([AIMessage("thinking", id="ai-1"), AIMessage(text, id="ai-2")])
     decision = scheduler.decide(BATCH, VIEW)
     assert dict(decision.mapping) == {"c1": "gpu_queued", "c2": "cpu"}
@@ -215,6 +270,7 @@ def test_no_answer_at_all_falls_back_for_every_call() -> None:
     decision = scheduler.decide(BATCH, VIEW)
     assert dict(decision.mapping) == {"c1": "gpu_queued", "c2": "gpu_queued"}
     assert decision.fallback == "scheduler_error" and decision.llm_calls == 2
+    assert [b[1] for b in model.bindings] == [None, "any"]
     assert decision.reason == (
         "agentic consultation failed (no_answer: the model never called submit_mapping); "
         "fallback by_tool: fixed"
@@ -256,9 +312,13 @@ def test_unknown_option_takes_the_fallback() -> None:
 
 
 def test_malformed_assignments_fall_back_per_call() -> None:
-    bad = AIMessage("", id="ai-1", tool_calls=[
-        tool_call("submit_mapping", {"assignments": [{"id": "c1"}], "reason": "?"}, "a")
-    ])
+    bad = AIMessage(
+        "",
+        id="ai-1",
+        tool_calls=[
+            tool_call("submit_mapping", {"assignments": [{"id": "c1"}], "reason": "?"}, "a")
+        ],
+    )
     scheduler, _ = agentic([bad])
     decision = scheduler.decide(BATCH, VIEW)
     assert dict(decision.mapping) == {"c1": "gpu_queued", "c2": "gpu_queued"}
@@ -267,17 +327,22 @@ def test_malformed_assignments_fall_back_per_call() -> None:
 
 
 def test_assignments_as_a_mapping_are_accepted() -> None:
-    lenient = AIMessage("", id="ai-1", tool_calls=[
-        tool_call("submit_mapping", {"assignments": {"c1": "cpu", "c2": "gpu_now"}}, "a")
-    ])
+    lenient = AIMessage(
+        "",
+        id="ai-1",
+        tool_calls=[
+            tool_call("submit_mapping", {"assignments": {"c1": "cpu", "c2": "gpu_now"}}, "a")
+        ],
+    )
     scheduler, _ = agentic([lenient])
     assert dict(scheduler.decide(BATCH, VIEW).mapping) == {"c1": "cpu", "c2": "gpu_now"}
     assert scheduler.last_fallbacks == {}
 
 
 def test_gpu_now_that_cannot_fit_is_queued() -> None:
-    big = Batch.of([("a", "asr", ToolDeviceSpec(vram_mb=4000)),
-                    ("b", "ocr", ToolDeviceSpec(vram_mb=3001))])
+    big = Batch.of(
+        [("a", "asr", ToolDeviceSpec(vram_mb=4000)), ("b", "ocr", ToolDeviceSpec(vram_mb=3001))]
+    )
     scheduler, _ = agentic([submit({"a": "gpu_now", "b": "gpu_now"})])
     decision = scheduler.decide(big, VIEW)  # 7000 MB free, 7001 MB asked
     assert dict(decision.mapping) == {"a": "gpu_now", "b": "gpu_queued"}
@@ -286,8 +351,9 @@ def test_gpu_now_that_cannot_fit_is_queued() -> None:
 
 
 def test_min_free_vram_sends_a_call_that_never_fits_to_the_cpu() -> None:
-    big = Batch.of([("a", "asr", ToolDeviceSpec(vram_mb=4000)),
-                    ("b", "ocr", ToolDeviceSpec(vram_mb=3000))])
+    big = Batch.of(
+        [("a", "asr", ToolDeviceSpec(vram_mb=4000)), ("b", "ocr", ToolDeviceSpec(vram_mb=3000))]
+    )
     scheduler, _ = agentic([submit({"a": "gpu_queued", "b": "gpu_now"})], min_free_vram_mb=3500)
     decision = scheduler.decide(big, VIEW)  # room: 8000 - 1000 - 3500 = 3500 MB
     assert dict(decision.mapping) == {"a": "cpu", "b": "gpu_now"}
@@ -295,7 +361,9 @@ def test_min_free_vram_sends_a_call_that_never_fits_to_the_cpu() -> None:
 
 
 def test_pinned_options_are_restored() -> None:
-    pinned_spec = Batch.of([("c1", "asr", ToolDeviceSpec(pinned="gpu_now")), ("c2", "embed", EMBED)])
+    pinned_spec = Batch.of(
+        [("c1", "asr", ToolDeviceSpec(pinned="gpu_now")), ("c2", "embed", EMBED)]
+    )
     scheduler, _ = agentic([submit({"c1": "cpu", "c2": "gpu_now"})], pinned={"embed": "cpu"})
     decision = scheduler.decide(pinned_spec, VIEW)
     assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"}
@@ -305,8 +373,9 @@ def test_pinned_options_are_restored() -> None:
 
 def test_cpu_forbidden_and_gpu_incapable_tools_are_repaired() -> None:
     batch = Batch.of([("c1", "asr", ASR), ("c2", "regex", ToolDeviceSpec(gpu_capable=False))])
-    scheduler, _ = agentic([submit({"c1": "cpu", "c2": "gpu_now"})], cpu_forbidden={"asr"},
-                           fallback=ByTool({}))
+    scheduler, _ = agentic(
+        [submit({"c1": "cpu", "c2": "gpu_now"})], cpu_forbidden={"asr"}, fallback=ByTool({})
+    )
     decision = scheduler.decide(batch, VIEW)
     assert dict(decision.mapping) == {"c1": "gpu_queued", "c2": "cpu"}
     assert scheduler.last_fallbacks == {"c1": "cpu_forbidden", "c2": "not_allowed"}
@@ -321,7 +390,8 @@ def test_gpu_options_go_to_the_cpu_without_a_gpu() -> None:
 
 def test_the_fallback_answer_is_held_to_the_hard_constraints() -> None:
     scheduler, _ = agentic(
-        [AIMessage("no", id="ai-1")], fallback=ByTool({"asr": "cpu", "embed": "cpu"}),
+        [AIMessage("no", id="ai-1")],
+        fallback=ByTool({"asr": "cpu", "embed": "cpu"}),
         pinned={"embed": "gpu_queued"},
     )
     decision = scheduler.decide(BATCH, VIEW)
@@ -365,7 +435,8 @@ def test_from_env_builds_an_openai_compatible_model(monkeypatch: pytest.MonkeyPa
     scheduler = AgenticScheduler.from_env(policy="p", timeout_s=5)
     chat: Any = scheduler.model
     assert (chat.model_name, chat.openai_api_base) == (
-        "qwen2.5-7b-instruct", "http://localhost:8080/v1"
+        "qwen2.5-7b-instruct",
+        "http://localhost:8080/v1",
     )
     assert chat.openai_api_key.get_secret_value() == "not-needed"
     assert (scheduler.policy, scheduler.timeout_s) == ("p", 5)

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage
 
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.hints import ExplorationHint
@@ -27,26 +26,34 @@ def batch(*ids: str) -> Batch:
     return Batch.of([(cid, *tools[i % 2]) for i, cid in enumerate(ids)])
 
 
-def estimate(tool: str, option: str, run_ms: float, status: str = "measured") -> OptionEstimate:
+def estimate(tool: str, option: Any, run_ms: float, status: Any = "measured") -> OptionEstimate:
     return OptionEstimate(
-        tool=tool, option=option, context="gpu1-cpu0-low-idle",  # type: ignore[arg-type]
-        device="gpu" if option != "cpu" else "cpu", run_ms=run_ms, latency_ms=run_ms,
-        count=4, status=status,  # type: ignore[arg-type]
+        tool=tool,
+        option=option,
+        context="gpu1-cpu0-low-idle",
+        device="gpu" if option != "cpu" else "cpu",
+        run_ms=run_ms,
+        latency_ms=run_ms,
+        count=4,
+        status=status,
     )
 
 
 def obs(asr_ms: float = 60.0, *hints: ExplorationHint, status: str = "measured") -> Observations:
     return Observations(
-        step=7, estimates=(estimate("asr", "gpu_now", asr_ms, status), estimate("ocr", "cpu", 90)),
+        step=7,
+        estimates=(estimate("asr", "gpu_now", asr_ms, status), estimate("ocr", "cpu", 90)),
         hints=hints,
     )
 
 
 def scheduler(**kw: Any) -> tuple[AgenticScheduler, ToolScriptModel]:
-    model = ToolScriptModel(script=[
-        submit({"a": "gpu_now", "b": "cpu"}, "first"),
-        submit({"x": "gpu_queued", "y": "cpu"}, "second"),
-    ])
+    model = ToolScriptModel(
+        script=[
+            submit({"a": "gpu_now", "b": "cpu"}, "first"),
+            submit({"x": "gpu_queued", "y": "cpu"}, "second"),
+        ]
+    )
     kw.setdefault("fallback", ByTool({"asr": "gpu_queued", "ocr": "cpu"}))
     return AgenticScheduler(model, **kw), model
 
@@ -87,7 +94,9 @@ def test_a_different_shape_consults_again() -> None:
         (SchedulerView(GPU, obs(80.0)), "asr's estimate drifted by a third"),
         (SchedulerView(GPU, obs(60.0, status="noisy")), "an estimate turned noisy"),
         (
-            SchedulerView(GPU, obs(60.0, ExplorationHint.make("unknown", ("ocr",), devices=("gpu",)))),
+            SchedulerView(
+                GPU, obs(60.0, ExplorationHint.make("unknown", ("ocr",), devices=("gpu",)))
+            ),
             "a new exploration hint",
         ),
         (

@@ -26,28 +26,41 @@ CANARY = "CANARY-d41d8cd9-never-show-the-scheduler"
 
 
 def look_at_everything(id: str) -> AIMessage:
-    calls = [tool_call(n, {"tool": "asr"} if n == "tool_estimates" else {}, f"{id}-{n}")
-             for n in OBSERVATION_TOOL_NAMES]
+    calls = [
+        tool_call(n, {"tool": "asr"} if n == "tool_estimates" else {}, f"{id}-{n}")
+        for n in OBSERVATION_TOOL_NAMES
+    ]
     return AIMessage("", id=f"ai-{id}", tool_calls=calls)
 
 
 def app(scheduler: AgenticScheduler, checkpointer: Any = None) -> Any:
     """A ReAct loop whose agent asks for two steps of tool calls carrying the canary."""
     steps = [
-        AIMessage("", id="outer-1", tool_calls=[
-            {"name": "asr", "args": {"text": f"{CANARY} audio"}, "id": "s1a"},
-            {"name": "ocr", "args": {"text": f"{CANARY} scan"}, "id": "s1b"},
-        ]),
-        AIMessage("", id="outer-2", tool_calls=[
-            {"name": "asr", "args": {"text": f"{CANARY} again"}, "id": "s2a"},
-            {"name": "embed", "args": {"text": CANARY}, "id": "s2b"},
-        ]),
+        AIMessage(
+            "",
+            id="outer-1",
+            tool_calls=[
+                {"name": "asr", "args": {"text": f"{CANARY} audio"}, "id": "s1a"},
+                {"name": "ocr", "args": {"text": f"{CANARY} scan"}, "id": "s1b"},
+            ],
+        ),
+        AIMessage(
+            "",
+            id="outer-2",
+            tool_calls=[
+                {"name": "asr", "args": {"text": f"{CANARY} again"}, "id": "s2a"},
+                {"name": "embed", "args": {"text": CANARY}, "id": "s2b"},
+            ],
+        ),
         AIMessage("done", id="outer-3"),
     ]
     outer = ScriptedChatModel(script=steps)
     node = DeviceToolNode(
-        TOOLS, hints=HINTS, testbed=SimulatedTestbed(PARAMS, vram_budget_mb=8000),
-        scheduler=scheduler, monitor=RuntimeMonitor(),
+        TOOLS,
+        hints=HINTS,
+        testbed=SimulatedTestbed(PARAMS, vram_budget_mb=8000),
+        scheduler=scheduler,
+        monitor=RuntimeMonitor(),
     )
     builder = StateGraph(MessagesState)
     builder.add_node("agent", lambda s: {"messages": [outer.invoke(s["messages"])]})
@@ -59,10 +72,14 @@ def app(scheduler: AgenticScheduler, checkpointer: Any = None) -> Any:
 
 
 def scheduler_model() -> ToolScriptModel:
-    return ToolScriptModel(script=[
-        look_at_everything("1"), submit({"s1a": "gpu_now", "s1b": "gpu_queued"}, id="1"),
-        look_at_everything("2"), submit({"s2a": "gpu_now", "s2b": "cpu"}, id="2"),
-    ])
+    return ToolScriptModel(
+        script=[
+            look_at_everything("1"),
+            submit({"s1a": "gpu_now", "s1b": "gpu_queued"}, id="1"),
+            look_at_everything("2"),
+            submit({"s2a": "gpu_now", "s2b": "cpu"}, id="2"),
+        ]
+    )
 
 
 @pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
@@ -74,14 +91,18 @@ async def test_the_sub_agent_never_sees_arguments_or_outputs(mode: str) -> None:
     result = graph.invoke(inputs) if mode == "invoke" else await graph.ainvoke(inputs)
 
     outputs = [m.content for m in result["messages"] if isinstance(m, ToolMessage)]
-    assert outputs == [f"asr:{CANARY} audio", f"ocr:{CANARY} scan", f"asr:{CANARY} again",
-                       f"embed:{CANARY}"]
+    assert outputs == [
+        f"asr:{CANARY} audio",
+        f"ocr:{CANARY} scan",
+        f"asr:{CANARY} again",
+        f"embed:{CANARY}",
+    ]
     assert len(model.received) == 4 and scheduler.consultations == 2
     seen = json.dumps([[m.model_dump() for m in turn] for turn in model.received], default=str)
     assert "s1a" in seen and "s2b" in seen  # the calls are there, by id and tool name...
     assert CANARY not in seen  # ...their arguments and outputs are not
     estimates = next(m for m in model.received[3] if getattr(m, "name", "") == "tool_estimates")
-    assert json.loads(estimates.content)["estimates"]  # the second step saw the monitor's stats
+    assert json.loads(estimates.text)["estimates"]  # the second step saw the monitor's stats
     assert scheduler.last_fallbacks == {}
 
 
@@ -100,12 +121,26 @@ class Runs(BaseCallbackHandler):
     def __init__(self) -> None:
         self.runs: list[tuple[str, UUID, UUID | None, list[str]]] = []
 
-    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID,
-                       parent_run_id: UUID | None = None, **kw: Any) -> None:
+    def on_chain_start(
+        self,
+        serialized: Any,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kw: Any,
+    ) -> None:
         self.runs.append((kw.get("name") or "", run_id, parent_run_id, kw.get("tags") or []))
 
-    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID,
-                            parent_run_id: UUID | None = None, **kw: Any) -> None:
+    def on_chat_model_start(
+        self,
+        serialized: Any,
+        messages: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kw: Any,
+    ) -> None:
         self.runs.append(("chat_model", run_id, parent_run_id, kw.get("tags") or []))
 
 
@@ -126,6 +161,6 @@ async def test_the_consultation_is_a_child_run_of_the_caller(mode: str) -> None:
 
     by_name = {name: (run_id, parent, tags) for name, run_id, parent, tags in runs.runs}
     step_id = by_name["tools_step"][0]
-    sub_id, sub_parent, sub_tags = by_name["devsched_agentic"]
+    _, sub_parent, sub_tags = by_name["devsched_agentic"]
     assert sub_parent == step_id and "devsched:agentic" in sub_tags
     assert "chat_model" in by_name and scheduler.llm_calls == 1
