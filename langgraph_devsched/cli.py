@@ -47,6 +47,11 @@ def bench(
     plots: Annotated[
         Path | None, typer.Option(help="write accuracy/regret/ratio PNG plots into this folder")
     ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(help="local, or ray: every simulated call also runs as a Ray task "
+                     "(on RAY_ADDRESS, else a local instance with a logical GPU)"),
+    ] = "local",
 ) -> None:
     """Run schedulers on benchmark scenarios and compare them with the brute-force optimum."""
     from langgraph_devsched.bench.command import run_bench_command
@@ -57,7 +62,7 @@ def bench(
     try:
         run_bench_command(
             scenarios=scenarios, schedulers=names, rounds=rounds, seed=seed, noise=noise,
-            json_path=json_path, plots=plots,
+            json_path=json_path, plots=plots, backend=backend,
         )
     except ValueError as exc:  # ScenarioError and unknown scheduler names
         typer.echo(f"Error: {exc}", err=True)
@@ -85,6 +90,9 @@ def profile(
     scenario_out: Annotated[
         Path | None, typer.Option(help="write bench scenarios built from the profile here")
     ] = None,
+    budget_s: Annotated[
+        float | None, typer.Option(min=0, help="stop measuring new tools after this many s")
+    ] = None,
 ) -> None:
     """Profile tools on each device (median, IQR, transfer, VRAM) and classify them."""
     from langgraph_devsched.profiling.command import run_profile_command
@@ -93,7 +101,7 @@ def profile(
         run_profile_command(
             suite=suite, devices=devices, size=size, repeats=repeats, warmup=warmup,
             threads=threads, tools=tools, json_path=json_path, plots=plots,
-            scenario_out=scenario_out,
+            scenario_out=scenario_out, budget_s=budget_s,
         )
     except ValueError as exc:  # unknown device/size/tool, bad MODULE:ATTR, no GPU rows
         typer.echo(f"Error: {exc}", err=True)

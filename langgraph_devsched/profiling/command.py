@@ -53,6 +53,7 @@ def run_profile_command(
     json_path: Path | None = None,
     plots: Path | None = None,
     scenario_out: Path | None = None,
+    budget_s: float | None = None,
     console: Console | None = None,
 ) -> Profile:
     """Profile, print the table, and write JSON / the PNG plot / scenario files if asked."""
@@ -77,6 +78,7 @@ def run_profile_command(
             size=size if suite == "builtin" else None,
             on_start=lambda tool, dev: bar.update(task, description=f"{tool} on {dev}"),
             on_progress=lambda tool, dev: bar.advance(task),
+            time_budget_s=budget_s,
         )
         bar.update(task, description="done")
     print_profile(profile, console)

@@ -274,12 +274,15 @@ def profile_tools(
     size: str | None = None,
     on_progress: ProgressHook | None = None,
     on_start: ProgressHook | None = None,
+    time_budget_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Profile:
     """Profile ``tools`` on each requested device that is available and classify them.
 
     A CUDA device that is not available is noted in ``Profile.notes`` and in each tool's
     ``skipped``; the CPU profile still runs. A tool that fails on a device (a missing package,
-    an error) is recorded as skipped there with the reason; the others go on.
+    an error) is recorded as skipped there with the reason; the others go on. Once
+    ``time_budget_s`` has passed, the remaining tools are listed as skipped, not measured.
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
@@ -289,12 +292,21 @@ def profile_tools(
     rest = "cpu only" if "cpu" in requested else "nothing"
     notes = [f"{why}; profiled {rest}" for why in unavailable.values()]
     rows: list[ToolProfile] = []
+    started = clock()
     with _threads(cpu_threads) as threads:
         for tool in tools:
+            over = time_budget_s is not None and clock() - started > time_budget_s
+            if over and not any(n.startswith("time budget") for n in notes):
+                notes.append(f"time budget of {time_budget_s:g} s exhausted; later tools skipped")
             rows.append(_profile_one(
-                tool, usable, unavailable, args, repeats, warmup, threads, th,
+                tool, [] if over else usable, unavailable, args, repeats, warmup, threads, th,
                 on_progress, on_start,
             ))
+            if over:
+                for dev in usable:
+                    rows[-1].skipped[kind_of(dev)] = "time budget exhausted"
+                    if on_progress:
+                        on_progress(tool.name, dev)
     return Profile(
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         size=size,

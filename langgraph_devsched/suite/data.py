@@ -30,7 +30,7 @@ from langgraph_devsched.suite._common import (
 )
 
 _CORPUS = {"small": (100_000, 128), "full": (1_000_000, 256)}  # vectors, dimensions
-_TABULAR = {"small": (2048, 64, 256), "full": (200_000, 64, 1024)}  # rows, features, hidden
+_TABULAR = {"small": (2048, 64, 256), "full": (100_000, 64, 512)}  # rows, features, hidden
 ARCHIVE_ELEMENTS = {"small": 8 * 2**20, "full": 128 * 2**20}  # int32: 32 MB, 512 MB
 ARCHIVE_MODULUS = 9973
 """``scan_archive``'s element ``i`` is ``i % ARCHIVE_MODULUS``."""

