@@ -8,6 +8,8 @@ Hints refer to the latest executed step of the batch's shape (the situation bein
 * **swap**: a tool on the GPU and one on the CPU in the same step, and the step with the two
   exchanged (the CPU one taking the GPU one's option) was never executed: only that exposes
   interactions single-tool estimates cannot show under contention.
+* **shared**: a call waited in the GPU queue, and its tool has never run on the GPU beside
+  another call, so how it shares the GPU is unknown (its gain: the time it waited).
 * **noisy** / **stale**: the step's own estimates are too spread or too old to trust.
 
 Each hint carries an optimistic ``expected_gain_ms`` (what the step could save if the unknown
@@ -116,6 +118,17 @@ def _device_hints(
                     "symmetric", (call.tool,), devices=(other,), context=call.context,
                     expected_gain_ms=gain, probes_left=left,
                     detail=f"measured on {here} there"))
+        if call.device == "gpu" and call.option == "gpu_queued" and call.wait_ms > 0:
+            never_shared = not any(
+                k.startswith(f"{call.tool}|") and v.device == "gpu" and not k.split("|")[2]
+                .startswith("gpu0-")
+                for k, v in st.stats.items()
+            )
+            if never_shared:
+                out.setdefault(("shared", call.tool), ExplorationHint.make(
+                    "shared", (call.tool,), devices=("gpu",), option="gpu_now",
+                    expected_gain_ms=call.wait_ms, probes_left=left,
+                    detail=f"it waited {call.wait_ms:.0f} ms for the GPU"))
         ks = st.stats.get(stats_key(call.tool, call.option, call.context))
         if ks is None:
             continue

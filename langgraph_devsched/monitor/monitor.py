@@ -45,6 +45,7 @@ from langgraph_devsched.monitor.state import (
     shape_key,
     stats_key,
 )
+from langgraph_devsched.monitor.stats import RunningStat
 from langgraph_devsched.options import is_gpu
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.telemetry import DeviceState, TelemetrySource
@@ -122,16 +123,21 @@ class RuntimeMonitor:
                 st.vram_seen_mb[rec.tool] = max(seen, rec.vram_reserved_mb)
             last_calls.append(
                 LastCall(tool=rec.tool, option=rec.option, device=device, context=ctx,
-                         run_ms=rec.run_ms)
+                         run_ms=rec.run_ms, wait_ms=max(0.0, rec.latency_ms - rec.run_ms))
             )
         shape = shape_key(c.tool for c in step_record.calls)
         placement = placement_key((c.tool, c.option) for c in step_record.calls)
         okey = f"{shape}|{placement}"
         out = st.outcomes.get(okey) or OutcomeStats()
         probe = bool(getattr(decision, "probe", False))
+        ordered = sorted(step_record.calls, key=lambda c: (c.tool, c.option))
+        runs = out.runs if len(out.runs) == len(ordered) else [RunningStat() for _ in ordered]
+        ends = out.ends if len(out.ends) == len(ordered) else [RunningStat() for _ in ordered]
         st.outcomes[okey] = OutcomeStats(
             makespan=out.makespan.add(step_record.makespan_ms, step=st.step, time=now),
             probes=out.probes + probe,
+            runs=[r.add(c.run_ms, step=st.step) for r, c in zip(runs, ordered, strict=True)],
+            ends=[r.add(c.latency_ms, step=st.step) for r, c in zip(ends, ordered, strict=True)],
         )
         bg = background_bucket(device_state)
         if probe:
@@ -193,6 +199,8 @@ class RuntimeMonitor:
                 PlacementOutcome(
                     shape=tuple(shape.split(",")), placement=parse_placement(placement),
                     makespan_ms=out.makespan.mean, std_ms=out.makespan.std,
+                    run_ms=tuple(r.mean for r in out.runs),
+                    latency_ms=tuple(r.mean for r in out.ends),
                     count=out.makespan.count, probes=out.probes,
                     steps_since=st.step - out.makespan.last_step,
                 )

@@ -52,6 +52,12 @@ class PlacementOutcome(BaseModel):
         description="(tool, option) pairs, sorted; what was executed, not advice"
     )
     makespan_ms: float
+    run_ms: tuple[float, ...] = Field(
+        default=(), description="mean run time of each call, aligned with placement"
+    )
+    latency_ms: tuple[float, ...] = Field(
+        default=(), description="mean latency (queue wait included) of each call, aligned"
+    )
     std_ms: float = 0.0
     count: int = 0
     probes: int = Field(default=0, description="how many of the runs were probes")

@@ -62,6 +62,12 @@ class OutcomeStats(BaseModel):
 
     makespan: RunningStat = Field(default_factory=RunningStat)
     probes: int = 0
+    runs: list[RunningStat] = Field(
+        default_factory=list, description="run time of each call, in sorted placement order"
+    )
+    ends: list[RunningStat] = Field(
+        default_factory=list, description="latency (wait included) of each call, same order"
+    )
 
 
 class ToolFacts(BaseModel):
@@ -83,6 +89,7 @@ class LastCall(BaseModel):
     device: Literal["gpu", "cpu"]
     context: str
     run_ms: float
+    wait_ms: float = 0.0
 
 
 class LastStep(BaseModel):

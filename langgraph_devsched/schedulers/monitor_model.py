@@ -23,11 +23,16 @@ once a probe has measured it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.context import LoadContext
-from langgraph_devsched.monitor.observations import Observations, OptionEstimate
-from langgraph_devsched.options import DeviceOption
+from langgraph_devsched.monitor.observations import (
+    Observations,
+    OptionEstimate,
+    PlacementOutcome,
+)
+from langgraph_devsched.options import DeviceOption, is_gpu
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
 
@@ -53,15 +58,21 @@ def _solo(estimates: Sequence[OptionEstimate], device: str) -> float | None:
 
 
 def estimate_params(
-    tool: str, spec: ToolDeviceSpec, obs: Observations, *, bg_share: float
+    tool: str, spec: ToolDeviceSpec, obs: Observations, *, bg_share: float,
+    share: float | None = None, threads: int = 1,
 ) -> ToolParams:
-    """Best current estimate of ``tool``'s parameters from hints and observations."""
+    """Best current estimate of ``tool``'s parameters from hints and observations.
+
+    ``share`` and ``threads`` override the declared GPU share and the CPU threads (1) with
+    fitted values (see `fit_contention`).
+    """
     own = obs.for_tool(tool)
+    share = spec.gpu_share if share is None else share
     profile = spec.profile
     transfer = profile.transfer_ms if profile else 0.0
     gpu_total = _solo(own, "gpu")
     if gpu_total is not None:
-        slowdown = max(1.0, bg_share + spec.gpu_share)
+        slowdown = max(1.0, bg_share + share)
         gpu_compute = max(0.0, gpu_total - transfer) / slowdown
     elif profile and profile.gpu_ms is not None:
         gpu_compute = max(0.0, profile.gpu_ms - transfer)
@@ -80,7 +91,7 @@ def estimate_params(
     vram = max(spec.vram_mb, obs.vram_seen_mb.get(tool, 0.0))
     return ToolParams(
         cpu_ms=max(_MIN_MS, cpu), gpu_ms=gpu_compute, transfer_ms=transfer, vram_mb=vram,
-        gpu_share=spec.gpu_share,
+        gpu_share=share, cpu_threads=threads,
     )
 
 
@@ -127,3 +138,110 @@ def predict_makespans(
                           ])
             for combo in itertools.product(*choices)
         ]
+
+
+SHARE_GRID: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(2, 21))
+THREAD_GRID: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)
+MAX_FIT_OUTCOMES = 12
+
+
+@dataclass(frozen=True)
+class ContentionFit:
+    """Fitted GPU shares and CPU threads per tool (the contention the hints do not declare)."""
+
+    shares: dict[str, float] = field(default_factory=dict)
+    threads: dict[str, int] = field(default_factory=dict)
+
+
+def _ordered_calls(
+    tools: Sequence[str], outcome: PlacementOutcome
+) -> list[tuple[str, str, DeviceOption, int]] | None:
+    """The outcome's calls in batch order: (call id, tool, option, index into run_ms)."""
+    queues: dict[str, list[tuple[DeviceOption, int]]] = {}
+    for k, (tool, option) in enumerate(outcome.placement):
+        queues.setdefault(tool, []).append((option, k))
+    calls = []
+    for i, tool in enumerate(tools):
+        if not queues.get(tool):
+            return None
+        option, k = queues[tool].pop(0)
+        calls.append((f"c{i}", tool, option, k))
+    return calls
+
+
+def fit_contention(
+    tools: Sequence[str],
+    specs: Mapping[str, ToolDeviceSpec],
+    obs: Observations,
+    device: DeviceState,
+    *,
+    oom_ms: float,
+    start: ContentionFit | None = None,
+    passes: int = 2,
+) -> ContentionFit:
+    """Fit each tool's GPU share and CPU threads so the twin reproduces the executed
+    placements of this batch shape (mean per-call run times and latencies, relative squared
+    error; not the
+    makespans, which under noise are maxima and biased upwards).
+
+    Coordinate descent over `SHARE_GRID` and `THREAD_GRID`; a parameter that no executed
+    placement exercises (the tool never shared its device) keeps its start value.
+    """
+    outcomes = sorted(
+        (o for o in obs.outcomes_for(tuple(tools)) if o.count and len(o.run_ms) == len(tools)),
+        key=lambda o: (-o.count, o.steps_since),
+    )[:MAX_FIT_OUTCOMES]
+    shares = dict(start.shares) if start else {}
+    threads = dict(start.threads) if start else {}
+    plans = [(o, c) for o in outcomes if (c := _ordered_calls(tools, o)) is not None]
+    gpu_shared, cpu_shared = set(), set()
+    for _, calls in plans:
+        on_gpu = [t for _, t, o, _ in calls if is_gpu(o)]
+        on_cpu = [t for _, t, o, _ in calls if o == "cpu"]
+        if len(on_gpu) > 1 or (on_gpu and device.gpu_utilization > 0):
+            gpu_shared.update(on_gpu)
+        if len(on_cpu) > 1:
+            cpu_shared.update(on_cpu)
+    if not plans or not (gpu_shared or cpu_shared):
+        return ContentionFit(shares, threads)
+    distinct = sorted(set(tools))
+
+    def loss() -> float:
+        params = {
+            t: estimate_params(t, specs[t], obs, bg_share=device.gpu_utilization,
+                               share=shares.get(t), threads=threads.get(t, 1))
+            for t in distinct
+        }
+        bed = twin(params, device, oom_ms=oom_ms)
+        total = 0.0
+        for outcome, calls in plans:
+            rec = bed.simulate([(cid, t, o) for cid, t, o, _ in calls])
+            weight = min(outcome.count, 5)
+            for (_, _, _, k), c in zip(calls, rec.calls, strict=True):
+                seen = outcome.run_ms[k]
+                if seen > 0:
+                    total += weight * (c.run_ms / seen - 1.0) ** 2
+                if len(outcome.latency_ms) > k and outcome.latency_ms[k] > 0:
+                    total += weight * (c.latency_ms / outcome.latency_ms[k] - 1.0) ** 2
+            if not outcome.run_ms and outcome.makespan_ms > 0:  # (a max of noisy times)
+                total += weight * (rec.makespan_ms / outcome.makespan_ms - 1.0) ** 2
+        return total
+
+    cores = max(1, device.cpu_cores)
+    for _ in range(passes):
+        for tool in distinct:
+            if tool in gpu_shared:
+                current = shares.get(tool, specs[tool].gpu_share)
+                scored = []
+                for v in SHARE_GRID:
+                    shares[tool] = v
+                    scored.append((round(loss(), 9), abs(v - current), v))
+                shares[tool] = min(scored)[2]
+            if tool in cpu_shared:
+                now = threads.get(tool, 1)
+                scored_t = []
+                for n in (n for n in THREAD_GRID if n <= cores):
+                    threads[tool] = n
+                    scored_t.append((round(loss(), 9), abs(n - now), n))
+                threads[tool] = min(scored_t)[2]
+    return ContentionFit(shares, threads)

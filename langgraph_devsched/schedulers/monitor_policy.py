@@ -36,6 +36,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
+from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.hints import ExplorationHint
 from langgraph_devsched.monitor.monitor import RuntimeMonitor
 from langgraph_devsched.monitor.observations import Observations
@@ -44,7 +45,9 @@ from langgraph_devsched.options import GPU_OPTIONS, DeviceOption, is_gpu
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.schedulers.monitor_model import (
+    ContentionFit,
     estimate_params,
+    fit_contention,
     oom_detect_ms,
     predict_makespans,
     twin,
@@ -52,6 +55,7 @@ from langgraph_devsched.schedulers.monitor_model import (
 from langgraph_devsched.telemetry import DeviceState
 
 Mapping_ = tuple[DeviceOption, ...]
+PROBE_KINDS = ("unknown", "symmetric", "swap", "shared")
 
 
 class MonitorPolicy(SchedulerBase):
@@ -63,15 +67,18 @@ class MonitorPolicy(SchedulerBase):
         self,
         *,
         probe_horizon: float = 4.0,
+        override_floor: float = 0.03,
         max_calls: int = 8,
         monitor: RuntimeMonitor | None = None,
     ) -> None:
         self.probe_horizon = probe_horizon
+        self.override_floor = override_floor
         self.max_calls = max_calls
         self._shared = monitor is not None
         self.monitor = monitor or RuntimeMonitor()
         self._private = False
         self._device: DeviceState | None = None
+        self._fits: dict[tuple[str, ...], tuple[int, ContentionFit]] = {}
 
     # -- protocol --------------------------------------------------------------------------
 
@@ -87,8 +94,10 @@ class MonitorPolicy(SchedulerBase):
         tools = [c.tool for c in batch.calls]
         choices = [self._choices(c.spec.allowed_options(), device) for c in batch.calls]
         specs = {c.tool: c.spec for c in batch.calls}
+        fit = self._fit(tools, specs, obs, device)
         params = {
-            t: estimate_params(t, s, obs, bg_share=device.gpu_utilization)
+            t: estimate_params(t, s, obs, bg_share=device.gpu_utilization,
+                               share=fit.shares.get(t), threads=fit.threads.get(t, 1))
             for t, s in specs.items()
         }
         bed = twin(params, device, oom_ms=oom_detect_ms(obs, params))
@@ -109,6 +118,25 @@ class MonitorPolicy(SchedulerBase):
         else:
             reason = f"best predicted makespan {scores[best]:.1f} ms over {len(scores)} mappings"
         return self._decision(mapping, reason, predicted_ms=predicted, probe=bool(probe))
+
+    def _fit(
+        self, tools: list[str], specs: dict[str, ToolDeviceSpec], obs: Observations,
+        device: DeviceState,
+    ) -> ContentionFit:
+        """The contention fit for this shape, refitted (warm) when new outcomes arrived."""
+        shape = tuple(sorted(tools))
+        seen = sum(o.count for o in obs.outcomes_for(shape))
+        cached = self._fits.get(shape)
+        if cached is not None and cached[0] == seen:
+            return cached[1]
+        base = {t: estimate_params(t, s, obs, bg_share=device.gpu_utilization)
+                for t, s in specs.items()}
+        fit = fit_contention(
+            tools, specs, obs, device, oom_ms=oom_detect_ms(obs, base),
+            start=cached[1] if cached else None, passes=1 if cached else 2,
+        )
+        self._fits[shape] = (seen, fit)
+        return fit
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
         if self._private and self._device is not None:
@@ -135,19 +163,21 @@ class MonitorPolicy(SchedulerBase):
             preds = predict_makespans(bed, tools, choices)  # type: ignore[arg-type]
         else:
             combos, preds = self._descend(bed, tools, choices)
-        seen = {
-            placement_key(o.placement): o for o in obs.outcomes_for(tuple(tools))
-        }
+        seen = {placement_key(o.placement): o for o in obs.outcomes_for(tuple(tools))}
         noise = _pooled_cv(obs)
         scores: dict[Mapping_, float] = {}
         for combo, pred in zip(combos, preds, strict=True):
             score = pred
-            out = seen.get(placement_key(zip(tools, combo, strict=False)))
+            out = seen.get(placement_key(zip(tools, combo, strict=True)))
             if out is not None and out.count:
-                cv = max(noise, out.std_ms / out.makespan_ms if out.makespan_ms else 0.0)
-                tolerance = max(0.02, 2.5 * cv / math.sqrt(out.count))
-                if abs(out.makespan_ms - pred) > tolerance * max(pred, 1e-9):
-                    score = out.makespan_ms
+                # the model pools every call's samples and estimates the noise-free makespan;
+                # an executed placement overrides it only where the model is visibly wrong.
+                # Its makespan is read as the largest mean call latency: the mean of noisy
+                # makespans (maxima) would be biased upwards.
+                seen_ms = max(out.latency_ms) if out.latency_ms else out.makespan_ms
+                tolerance = max(self.override_floor, 3.0 * noise / math.sqrt(out.count))
+                if abs(seen_ms - pred) > tolerance * max(pred, 1e-9):
+                    score = seen_ms
             scores[combo] = score
         return scores
 
@@ -182,7 +212,7 @@ class MonitorPolicy(SchedulerBase):
         floor = 0.01 * scores[best]
         candidates = []
         for hint in obs.hints:
-            if hint.probes_left <= 0 or hint.kind not in ("unknown", "symmetric", "swap"):
+            if hint.probes_left <= 0 or hint.kind not in PROBE_KINDS:
                 continue
             if hint.expected_gain_ms <= floor:
                 continue
@@ -204,7 +234,9 @@ class MonitorPolicy(SchedulerBase):
         hint: ExplorationHint, best: Mapping_, tools: list[str],
         choices: list[tuple[DeviceOption, ...]], scores: dict[Mapping_, float],
     ) -> list[Mapping_]:
-        """The mappings closest to ``best`` that measure what ``hint`` says is unknown."""
+        """The mappings closest to ``best`` that measure what ``hint`` says is unknown: the
+        hint's change, alone or with one other call's option changed (to make room), best
+        predicted first."""
 
         def moved(m: list[DeviceOption], i: int, device: str) -> list[list[DeviceOption]]:
             if device == "cpu":
@@ -212,7 +244,14 @@ class MonitorPolicy(SchedulerBase):
             return [[*m[:i], o, *m[i + 1:]] for o in GPU_OPTIONS if o in choices[i]]
 
         out: list[list[DeviceOption]] = []
-        if hint.kind == "swap":
+        touched: set[int] = set()
+        if hint.kind == "shared":
+            (tool,) = hint.tools
+            for i, t in enumerate(tools):
+                if t == tool and best[i] == "gpu_queued" and "gpu_now" in choices[i]:
+                    out, touched = [[*best[:i], "gpu_now", *best[i + 1:]]], {i}
+                    break
+        elif hint.kind == "swap":
             a, b = hint.tools
             ia = next((i for i, t in enumerate(tools) if t == a and is_gpu(best[i])), None)
             ib = next((i for i, t in enumerate(tools) if t == b and best[i] == "cpu"), None)
@@ -222,15 +261,20 @@ class MonitorPolicy(SchedulerBase):
                 return []
             m = list(best)
             m[ia], m[ib] = "cpu", hint.option
-            out = [m]
+            out, touched = [m], {ia, ib}
         else:
             (tool,), (device,) = hint.tools, hint.devices
             for i, t in enumerate(tools):
                 if t == tool and is_gpu(best[i]) != (device == "gpu"):
-                    out = moved(list(best), i, device)
+                    out, touched = moved(list(best), i, device), {i}
                     break
-        found = [tuple(m) for m in out if tuple(m) in scores]
-        return sorted(found, key=lambda m: scores[m])
+        variants = list(out)
+        for m in out:
+            for j, options in enumerate(choices):
+                if j not in touched:
+                    variants.extend([*m[:j], o, *m[j + 1:]] for o in options if o != m[j])
+        found = {tuple(m) for m in variants if tuple(m) in scores}
+        return sorted(found, key=lambda m: (scores[m], m))
 
 
 def _pooled_cv(obs: Observations) -> float:
