@@ -448,3 +448,17 @@ def test_missing_langchain_openai_is_a_plain_message(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "langchain_openai", None)
     with pytest.raises(ImportError, match=r"pip install 'langgraph-devsched\[llm\]'"):
         openai_model("m", base_url="http://h/v1")
+
+
+def test_registered_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from langgraph_devsched.schedulers.registry import make_scheduler, scheduler_names
+
+    monkeypatch.delenv("DEVSCHED_LLM_MODEL", raising=False)
+    assert "agentic" in scheduler_names()
+    with pytest.raises(AgenticNotConfiguredError, match="Set DEVSCHED_LLM_MODEL"):
+        make_scheduler("agentic")
+    built = make_scheduler("agentic", model=ToolScriptModel(script=[]), policy="p")
+    assert isinstance(built, AgenticScheduler) and built.policy == "p"
+    monkeypatch.setenv("DEVSCHED_LLM_MODEL", "m")
+    monkeypatch.setenv("DEVSCHED_LLM_BASE_URL", "http://localhost:11434/v1")
+    assert make_scheduler("agentic").name == "agentic"

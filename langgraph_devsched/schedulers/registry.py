@@ -24,6 +24,7 @@ _FACTORIES: dict[str, str] = {
     "ucb": f"{_PKG}.ucb:UcbScheduler",
     "oracle": f"{_PKG}.oracle:OracleScheduler",
     "monitor": f"{_PKG}.monitor_policy:MonitorPolicy",
+    "agentic": f"{_PKG}.agentic:make_agentic",  # needs a model: AgenticNotConfiguredError
 }
 
 
