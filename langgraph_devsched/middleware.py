@@ -130,13 +130,10 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
 
     @staticmethod
     def _with_device(engine: DeviceToolNode, request: ToolCallRequest) -> ToolCallRequest:
-        call = request.tool_call
-        names = engine.device_args(call["name"], request.tool)
-        if not names:
+        names = engine.device_args(request.tool_call["name"], request.tool)
+        if not names or request.tool is None:
             return request
-        device = current_device()
-        args = {**call["args"], **dict.fromkeys(names, device)}
-        return request.override(tool_call={**call, "args": args})
+        return request.override(tool=_OnDevice.wrap(request.tool, names))
 
     @staticmethod
     def _swap_config(config: RunnableConfig, new: Mapping[str, Any]) -> None:
@@ -196,3 +193,43 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
             return await engine.arun_planned(step, request, config, execute)
         finally:
             engine.finish_step(step)
+
+
+class _OnDevice(BaseTool):
+    """The tool, with its `InjectedDevice` arguments filled from the current placement.
+
+    `ToolNode` strips every injected argument from a call's arguments (the model may not
+    forge them) and fills only those it knows, so the device is added at invocation.
+    """
+
+    inner: BaseTool
+    device_arg_names: tuple[str, ...]
+
+    @classmethod
+    def wrap(cls, tool: BaseTool, names: tuple[str, ...]) -> _OnDevice:
+        return cls(
+            name=tool.name,
+            description=tool.description,
+            args_schema=tool.args_schema,
+            return_direct=tool.return_direct,
+            inner=tool,
+            device_arg_names=names,
+        )
+
+    def _with_device(self, input: Any) -> Any:
+        device = current_device()
+        if isinstance(input, dict) and input.get("type") == "tool_call":
+            args = {**input["args"], **dict.fromkeys(self.device_arg_names, device)}
+            return {**input, "args": args}
+        if isinstance(input, dict):
+            return {**input, **dict.fromkeys(self.device_arg_names, device)}
+        return input
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return self.inner.invoke(self._with_device(input), config, **kwargs)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await self.inner.ainvoke(self._with_device(input), config, **kwargs)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - invoke delegates
+        raise NotImplementedError
