@@ -84,7 +84,8 @@ def test_all_gpu_is_not_optimal_on_these_testbeds() -> None:
         combos = itertools.product(*(c.spec.allowed_options() for c in batch.calls))
         best = min(bed.makespan(list(zip(batch.call_ids, seq, m, strict=True))) for m in combos)
         d = make_scheduler("all_gpu").decide(batch, SchedulerView(bed.device_state()))
-        assert bed.makespan(list(zip(batch.call_ids, seq, d.options_for(batch)))) > best
+        chosen = zip(batch.call_ids, seq, d.options_for(batch), strict=True)
+        assert bed.makespan(list(chosen)) > best
 
 
 def test_learns_when_the_declared_profile_lies() -> None:
@@ -120,7 +121,7 @@ def test_private_monitor_records_each_step_once() -> None:
 
 
 def test_a_shared_monitor_is_only_read() -> None:
-    params, machine, seq = BEDS["transfer"]
+    params = BEDS["transfer"][0]
     bed = SimulatedTestbed(params, vram_budget_mb=8000)
     monitor = RuntimeMonitor(telemetry=bed)
     policy = MonitorPolicy(monitor=monitor)
