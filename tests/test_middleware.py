@@ -177,7 +177,7 @@ def test_hints_are_validated_when_built_and_checked_against_the_agents_tools() -
     with pytest.raises(ValueError, match="either backend= or testbed="):
         DeviceSchedulingMiddleware(backend=LocalBackend(gpu=False), testbed=bed())
     mw = DeviceSchedulingMiddleware(hints={"nope": {"vram_mb": 1}}, testbed=bed())
-    with pytest.raises(HintsError, match="unknown tool.*'nope'.*known tools: asr, embed, ocr"):
+    with pytest.raises(HintsError, match=r"unknown tool.*'nope'.*known tools: asr, embed, ocr"):
         invoke(agent(mw, [AIMessage("", tool_calls=calls("asr")), AIMessage("x")]), "sync")
 
 
