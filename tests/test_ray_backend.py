@@ -355,3 +355,65 @@ def test_a_tool_that_cannot_be_pickled_gets_an_error_naming_it(ray_local: Any) -
     assert out["z"].status == "error"
     assert "tool 'locked' cannot be sent to Ray" in str(out["z"].content)
     assert "must be picklable" in str(out["z"].content)
+
+
+# -- the benchmark through Ray ---------------------------------------------------------------------
+BENCH_SCENARIOS = ("memory_consumer_gpu", "serial_voice_assistant")
+
+
+@pytest.mark.ray
+def test_bench_through_ray_gives_the_local_mappings(ray_local: Any) -> None:
+    from langgraph_devsched.bench.runner import run_scenario
+    from langgraph_devsched.bench.scenario import load_scenarios
+    from langgraph_devsched.executors.ray_sim import RaySimulatedSteps
+
+    scenarios = [s for s in load_scenarios(None) if s.name in BENCH_SCENARIOS]
+    assert len(scenarios) == len(BENCH_SCENARIOS)
+    names = ["oracle", "all_gpu", "ucb"]
+    steps = RaySimulatedSteps()
+    records: list[Any] = []
+
+    def through_ray(bed: Any, batch: Any, calls: Any) -> Any:
+        records.append(steps(bed, batch, calls))
+        return records[-1]
+
+    for scenario in scenarios:
+        local = run_scenario(scenario, names, rounds=3, seed=7)
+        remote = run_scenario(scenario, names, rounds=3, seed=7, step_runner=through_ray)
+        for name in names:
+            here, there = local.results[name], remote.results[name]
+            assert there.final_mapping == here.final_mapping
+            assert there.optimal == here.optimal
+            assert there.round_makespans_ms == here.round_makespans_ms
+            assert there.measured_makespans_ms == here.measured_makespans_ms
+        assert remote.results["oracle"].optimal
+    assert steps.tasks == sum(len(r.calls) for r in records) > 0
+    ip = ray.util.get_node_ip_address()
+    calls = [c for r in records for c in r.calls]
+    assert all(c.node == ip for c in calls)
+    assert {c.device for c in calls} >= {"cpu", f"{ip}/cuda:0"}
+    assert wait_for_full_vram() == VRAM_MB
+
+
+def test_bench_backend_names_are_checked() -> None:
+    from typer.testing import CliRunner
+
+    from langgraph_devsched.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "--backend", "spark", "--rounds", "1"])
+    assert result.exit_code == 2
+    assert "unknown backend 'spark'; valid backends: local, ray" in result.output
+
+
+@pytest.mark.ray
+def test_devsched_bench_runs_with_the_ray_backend(ray_local: Any) -> None:
+    from typer.testing import CliRunner
+
+    import langgraph_devsched
+    from langgraph_devsched.cli import app
+
+    path = Path(langgraph_devsched.__file__).parent / "scenarios" / "serial_voice_assistant.yaml"
+    args = ["bench", "--backend", "ray", "--scenarios", str(path), "--rounds", "2"]
+    result = CliRunner().invoke(app, [*args, "--schedulers", "oracle,heft"])
+    assert result.exit_code == 0, result.output
+    assert "serial_voice_assistant" in result.output

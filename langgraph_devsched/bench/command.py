@@ -8,11 +8,29 @@ from pathlib import Path
 from langgraph_devsched.bench.report import tables, write_json
 from langgraph_devsched.bench.runner import (
     BenchResult,
+    StepRunner,
     default_schedulers,
     run_benchmark,
     validate_scheduler_names,
 )
 from langgraph_devsched.bench.scenario import Scenario, load_scenarios
+
+BENCH_BACKENDS = ("local", "ray")
+"""``local``: the testbed alone; ``ray``: every simulated call also runs as a Ray task."""
+
+
+def step_runner_for(backend: str) -> StepRunner | None:
+    """The step runner of a ``--backend`` name, or `ValueError` listing the valid ones."""
+    if backend == "local":
+        return None
+    if backend == "ray":
+        from langgraph_devsched.executors.ray_sim import RaySimulatedSteps
+
+        try:
+            return RaySimulatedSteps()
+        except ImportError as exc:
+            raise ValueError(str(exc)) from None
+    raise ValueError(f"unknown backend {backend!r}; valid backends: {', '.join(BENCH_BACKENDS)}")
 
 
 def run_bench_command(
@@ -24,11 +42,13 @@ def run_bench_command(
     noise: float | None = None,
     json_path: Path | None = None,
     plots: Path | None = None,
+    backend: str = "local",
 ) -> BenchResult:
     """What ``devsched bench`` does; raises `ValueError` on bad scenarios or names."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    runner = step_runner_for(backend)
     loaded = load_scenarios(scenarios)
     skipped: dict[str, str] = {}
     if schedulers is None:
@@ -53,7 +73,8 @@ def run_bench_command(
             progress.update(task, advance=1, description=f"{scenario.name} · {name}")
 
         result = run_benchmark(
-            loaded, names, rounds=rounds, seed=seed, noise=noise, on_round=tick
+            loaded, names, rounds=rounds, seed=seed, noise=noise, on_round=tick,
+            step_runner=runner,
         )
     for table in tables(result):
         console.print(table)

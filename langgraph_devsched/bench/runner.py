@@ -52,6 +52,10 @@ class BenchMonitor(Protocol):
 MonitorFactory = Callable[[Scenario], BenchMonitor]
 """Builds a fresh monitor for one (scheduler, scenario) run."""
 
+StepRunner = Callable[[SimulatedTestbed, Batch, list[tuple[str, str, DeviceOption]]], StepRecord]
+"""Executes one decided batch on the testbed (default: ``bed.run_step(calls)``); e.g.
+`langgraph_devsched.executors.ray_sim.RaySimulatedSteps` runs every call as a Ray task."""
+
 
 @dataclass
 class SchedulerResult:
@@ -221,6 +225,7 @@ def run_scenario(
     noise: float | None = None,
     monitor_factory: MonitorFactory | None = None,
     on_round: Callable[[str, int], None] | None = None,
+    step_runner: StepRunner | None = None,
 ) -> ScenarioResult:
     """Run each scheduler for ``rounds`` (default: the scenario's) and collect the metrics."""
     names = validate_scheduler_names(schedulers)
@@ -232,7 +237,7 @@ def run_scenario(
     out = ScenarioResult(scenario.name, scenario.category, best, best_mapping, rounds)
     for name in names:
         out.results[name] = _run_one(
-            scenario, name, rounds, seed, noise, monitor_factory, best, on_round
+            scenario, name, rounds, seed, noise, monitor_factory, best, on_round, step_runner
         )
     return out
 
@@ -246,6 +251,7 @@ def _run_one(
     monitor_factory: MonitorFactory | None,
     best: float,
     on_round: Callable[[str, int], None] | None,
+    step_runner: StepRunner | None = None,
 ) -> SchedulerResult:
     bed = scenario.make_testbed(noise=noise, seed=seed)
     monitor = monitor_factory(scenario) if monitor_factory is not None else None
@@ -271,7 +277,7 @@ def _run_one(
             decision_ms.append((time.perf_counter() - t0) * 1000)
             options = _check(decision, batch, name)
             calls = list(zip(batch.call_ids, _tools(batch), options, strict=True))
-            record = bed.run_step(calls)
+            record = bed.run_step(calls) if step_runner is None else step_runner(bed, batch, calls)
             scheduler.observe(batch, decision, record)
             if monitor is not None:
                 monitor.record(record, batch=batch, decision=decision)
@@ -327,6 +333,7 @@ def run_benchmark(
     noise: float | None = None,
     monitor_factory: MonitorFactory | None = None,
     on_round: Callable[[Scenario, str, int], None] | None = None,
+    step_runner: StepRunner | None = None,
 ) -> BenchResult:
     """Every scheduler (default: `default_schedulers`) on every scenario."""
     names = (
@@ -340,7 +347,7 @@ def run_benchmark(
         results.append(
             run_scenario(
                 scenario, names, rounds=rounds, seed=seed, noise=noise,
-                monitor_factory=monitor_factory, on_round=hook,
+                monitor_factory=monitor_factory, on_round=hook, step_runner=step_runner,
             )
         )
     return BenchResult(results, names, rounds, seed, noise)
