@@ -52,6 +52,12 @@ def bench(
         typer.Option(help="local, or ray: every simulated call also runs as a Ray task "
                      "(on RAY_ADDRESS, else a local instance with a logical GPU)"),
     ] = "local",
+    real: Annotated[
+        bool,
+        typer.Option("--real", help="run real tools on this machine's devices and time them "
+                     "(default scenarios: the built-in real ones; the oracle executes every "
+                     "mapping)"),
+    ] = False,
 ) -> None:
     """Run schedulers on benchmark scenarios and compare them with the brute-force optimum."""
     from langgraph_devsched.bench.command import run_bench_command
@@ -62,7 +68,7 @@ def bench(
     try:
         run_bench_command(
             scenarios=scenarios, schedulers=names, rounds=rounds, seed=seed, noise=noise,
-            json_path=json_path, plots=plots, backend=backend,
+            json_path=json_path, plots=plots, backend=backend, real=real,
         )
     except ValueError as exc:  # ScenarioError and unknown scheduler names
         typer.echo(f"Error: {exc}", err=True)

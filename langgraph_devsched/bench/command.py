@@ -43,11 +43,16 @@ def run_bench_command(
     json_path: Path | None = None,
     plots: Path | None = None,
     backend: str = "local",
+    real: bool = False,
 ) -> BenchResult:
     """What ``devsched bench`` does; raises `ValueError` on bad scenarios or names."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    if real:
+        return run_real_bench_command(
+            scenarios=scenarios, schedulers=schedulers, json_path=json_path, plots=plots
+        )
     runner = step_runner_for(backend)
     loaded = load_scenarios(scenarios)
     skipped: dict[str, str] = {}
@@ -76,6 +81,39 @@ def run_bench_command(
             loaded, names, rounds=rounds, seed=seed, noise=noise, on_round=tick,
             step_runner=runner,
         )
+    for table in tables(result):
+        console.print(table)
+    if json_path is not None:
+        console.print(f"JSON: {write_json(result, json_path)}")
+    if plots is not None:
+        from langgraph_devsched.bench.plots import write_plots
+
+        for path in write_plots(result, plots):
+            console.print(f"plot: {path}")
+    return result
+
+
+def run_real_bench_command(
+    *,
+    scenarios: Path | None = None,
+    schedulers: Sequence[str] | None = None,
+    json_path: Path | None = None,
+    plots: Path | None = None,
+) -> BenchResult:
+    """``devsched bench --real``: real tools timed on this machine (see `bench.real`)."""
+    from rich.console import Console
+
+    from langgraph_devsched.bench.real import load_real_scenarios, run_real_benchmark
+
+    console = Console()
+    loaded = load_real_scenarios(scenarios)
+    names = validate_scheduler_names(schedulers or ["all_gpu", "static", "monitor", "oracle"])
+    result = run_real_benchmark(
+        loaded,
+        names,
+        on_round=lambda s, n, r: console.print(f"[dim]{s.name} · {n} · {r}[/]"),
+        say=lambda text: console.print(f"[yellow]{text}[/]"),
+    )
     for table in tables(result):
         console.print(table)
     if json_path is not None:
