@@ -40,7 +40,7 @@ def write_plots(bench: BenchResult, folder: str | Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7, 4))
     values = [summ[n]["optimal"] for n in names]
     ax.bar(names, values, color="tab:blue")
-    ax.set_ylim(0, max(1, len(bench.scenarios)))
+    ax.set_ylim(0, max(1, len(bench.scenarios)) * 1.1)
     ax.set_ylabel(f"scenarios with the optimal final mapping (of {len(bench.scenarios)})")
     ax.set_title("Mapping accuracy vs brute-force optimum")
     for i, v in enumerate(values):
