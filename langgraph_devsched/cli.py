@@ -22,6 +22,29 @@ def _main() -> None:
     """langgraph_devsched command line."""
 
 
+def _use_llm(llm: str | None, base_url: str | None, names: list[str] | None) -> list[str] | None:
+    """``--llm``/``--llm-base-url``: configure the agentic scheduler for this run, check that
+    it builds, and add its row; `ValueError` with the reason when it cannot be built."""
+    import os
+
+    from langgraph_devsched.schedulers.agentic import ENV_BASE_URL, ENV_MODEL
+    from langgraph_devsched.schedulers.registry import make_scheduler
+
+    if llm is not None:
+        os.environ[ENV_MODEL] = llm
+    if base_url is not None:
+        os.environ[ENV_BASE_URL] = base_url
+    if llm is None and (names is None or "agentic" not in names):
+        return names
+    try:
+        make_scheduler("agentic")
+    except (ImportError, RuntimeError) as exc:
+        raise ValueError(f"the agentic scheduler is unavailable: {exc}") from None
+    if names is not None and "agentic" not in names:
+        names = [*names, "agentic"]
+    return names
+
+
 @app.command()
 def bench(
     scenarios: Annotated[
@@ -58,6 +81,16 @@ def bench(
                      "(default scenarios: the built-in real ones; the oracle executes every "
                      "mapping)"),
     ] = False,
+    llm: Annotated[
+        str | None,
+        typer.Option(help="chat model name: adds the agentic scheduler's row "
+                     "(sets DEVSCHED_LLM_MODEL for this run)"),
+    ] = None,
+    llm_base_url: Annotated[
+        str | None,
+        typer.Option(help="OpenAI-compatible endpoint for --llm, e.g. http://localhost:8080/v1 "
+                     "(sets DEVSCHED_LLM_BASE_URL)"),
+    ] = None,
 ) -> None:
     """Run schedulers on benchmark scenarios and compare them with the brute-force optimum."""
     from langgraph_devsched.bench.command import run_bench_command
@@ -66,6 +99,7 @@ def bench(
     if schedulers is not None:
         names = [n.strip() for n in schedulers.split(",") if n.strip()]
     try:
+        names = _use_llm(llm, llm_base_url, names)
         run_bench_command(
             scenarios=scenarios, schedulers=names, rounds=rounds, seed=seed, noise=noise,
             json_path=json_path, plots=plots, backend=backend, real=real,

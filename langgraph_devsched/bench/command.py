@@ -81,6 +81,7 @@ def run_bench_command(
             loaded, names, rounds=rounds, seed=seed, noise=noise, on_round=tick,
             step_runner=runner,
         )
+    result.skipped.update(skipped)
     for table in tables(result):
         console.print(table)
     if json_path is not None:

@@ -3,7 +3,8 @@
 The JSON keeps these names (a contract for scripts and CI): ``scenarios[].name``,
 ``category``, ``optimal_makespan_ms``, ``results.<scheduler>.final_mapping``,
 ``final_makespan_ms``, ``optimal``, ``rounds_to_optimal``, ``regret_ms``, ``llm_calls``, and
-``summary.<scheduler>.optimal``, ``total``, ``regret_ms``. Other keys are extra.
+``summary.<scheduler>.optimal``, ``total``, ``regret_ms``; ``config.skipped`` maps each
+scheduler left out to why (e.g. ``agentic`` without a configured LLM). Other keys are extra.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def to_json(bench: BenchResult) -> dict[str, Any]:
             "rounds": bench.rounds,
             "seed": bench.seed,
             "noise": bench.noise,
+            "skipped": dict(bench.skipped),
         },
         "scenarios": [
             {

@@ -322,6 +322,8 @@ class BenchResult:
     rounds: int | None
     seed: int | None
     noise: float | None
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Schedulers left out, with why (e.g. ``agentic`` without a configured LLM)."""
 
 
 def run_benchmark(

@@ -1,0 +1,121 @@
+"""``devsched bench`` and the agentic scheduler: skipped with why, or added by ``--llm``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import ChatResult
+from typer.testing import CliRunner
+
+from langgraph_devsched.cli import app
+from langgraph_devsched.schedulers import agentic
+from tests.agentic_fakes import ToolScriptModel, submit
+
+TINY = """\
+name: tiny
+category: parallel
+testbed: {vram_budget_mb: 8000, cpu_cores: 2, noise: 0.0, seed: 1}
+tools:
+  a: {params: {cpu_ms: 150, gpu_ms: 100, vram_mb: 1000, gpu_share: 1.0}}
+  b: {params: {cpu_ms: 150, gpu_ms: 100, vram_mb: 1000, gpu_share: 1.0}}
+workload: {kind: parallel, calls: [a, b], rounds: 3}
+"""
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # the command sets DEVSCHED_LLM_* for its process: keep that inside this test
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    for var in (agentic.ENV_MODEL, agentic.ENV_BASE_URL, agentic.ENV_API_KEY):
+        os.environ.pop(var, None)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY, encoding="utf-8")
+    return path
+
+
+class AnswersEveryCall(ToolScriptModel):
+    """Submits a on the GPU now and b on the CPU, whatever the call ids."""
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        task = str(messages[1].content)
+        ids = dict((tool, cid) for cid, tool in re.findall(r"(\S+) \((\w+)\)", task))
+        self.script[:] = [submit({ids["a"]: "gpu_now", ids["b"]: "cpu"}, "a then b")]
+        return super()._generate(messages, stop, run_manager, **kw)
+
+
+def test_without_a_model_agentic_is_skipped_with_the_reason(scenario: Path) -> None:
+    out = scenario.parent / "bench.json"
+    result = runner.invoke(
+        app, ["bench", "--scenarios", str(scenario), "--rounds", "2", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "skipped agentic" in result.output
+    data = json.loads(out.read_text())
+    assert "agentic" not in data["summary"]
+    assert data["config"]["skipped"]["agentic"].startswith(
+        "AgenticNotConfiguredError: the agentic scheduler is not configured"
+    )
+
+
+def test_asking_for_agentic_without_a_model_is_a_plain_error(scenario: Path) -> None:
+    result = runner.invoke(app, ["bench", "--scenarios", str(scenario), "--schedulers", "agentic"])
+    assert result.exit_code == 2
+    assert "the agentic scheduler is unavailable" in result.output
+    assert "DEVSCHED_LLM_MODEL" in result.output
+
+
+def test_llm_option_adds_the_agentic_row(scenario: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[tuple[str | None, str | None]] = []
+    model = AnswersEveryCall(script=[])
+
+    def fake_openai_model(
+        name: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        **kw: Any,
+    ) -> ToolScriptModel:
+        built.append(
+            (
+                name or os.environ.get(agentic.ENV_MODEL),
+                base_url or os.environ.get(agentic.ENV_BASE_URL),
+            )
+        )
+        return model
+
+    monkeypatch.setattr(agentic, "openai_model", fake_openai_model)
+    out = scenario.parent / "bench.json"
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            "--scenarios",
+            str(scenario),
+            "--schedulers",
+            "all_gpu",
+            "--rounds",
+            "3",
+            "--llm",
+            "qwen2.5:7b",
+            "--llm-base-url",
+            "http://localhost:11434/v1",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert set(built) == {("qwen2.5:7b", "http://localhost:11434/v1")}
+    row = json.loads(out.read_text())["scenarios"][0]["results"]["agentic"]
+    assert row["final_mapping"] == {"a": "gpu_now", "b": "cpu"}
+    # round 1: nothing measured; round 2: the first measurements and hints; round 3: cached
+    assert row["llm_calls"] == 2
