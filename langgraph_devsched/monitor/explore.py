@@ -10,6 +10,8 @@ Hints refer to the latest executed step of the batch's shape (the situation bein
   interactions single-tool estimates cannot show under contention.
 * **shared**: a call waited in the GPU queue, and its tool has never run on the GPU beside
   another call, so how it shares the GPU is unknown (its gain: the time it waited).
+* **queued**: a `gpu_now` call was slowed beside other GPU calls, and its tool never ran as
+  `gpu_queued` in this batch shape (its gain: the slowdown, run time minus its solo time).
 * **noisy** / **stale**: the step's own estimates are too spread or too old to trust.
 
 Each hint carries an optimistic ``expected_gain_ms`` (what the step could save if the unknown
@@ -58,6 +60,19 @@ def best_evidence_ms(mon: RuntimeMonitor, tool: str, device: str, context: str) 
     if facts is None:
         return None
     return facts.declared_gpu_ms if device == "gpu" else facts.declared_cpu_ms
+
+
+def _solo_gpu_ms(mon: RuntimeMonitor, tool: str) -> float | None:
+    """Fastest GPU run of ``tool`` with no GPU peer, else its declared solo GPU time."""
+    solo = [
+        ks.run.mean for k, ks in mon.state.stats.items()
+        if k.startswith(f"{tool}|") and ks.device == "gpu" and ks.run.known
+        and k.split("|")[2].startswith("gpu0-")
+    ]
+    if solo:
+        return min(solo)
+    facts = mon.state.tools.get(tool)
+    return facts.declared_gpu_ms if facts else None
 
 
 def _measured_on(mon: RuntimeMonitor, tool: str, device: str, context: str | None) -> bool:
@@ -129,6 +144,21 @@ def _device_hints(
                     "shared", (call.tool,), devices=("gpu",), option="gpu_now",
                     expected_gain_ms=call.wait_ms, probes_left=left,
                     detail=f"it waited {call.wait_ms:.0f} ms for the GPU"))
+        if call.device == "gpu" and call.option == "gpu_now" and not call.context.startswith(
+            "gpu0-"
+        ):
+            queued = f"{call.tool}=gpu_queued"
+            tried = any(
+                k.startswith(f"{base.shape}|") and queued in k.split("|")[1].split(",")
+                for k in st.outcomes
+            )
+            solo = _solo_gpu_ms(mon, call.tool)
+            if not tried and solo is not None and call.run_ms > solo:
+                out.setdefault(("queued", call.tool), ExplorationHint.make(
+                    "queued", (call.tool,), devices=("gpu",), option="gpu_queued",
+                    context=call.context, expected_gain_ms=call.run_ms - solo,
+                    probes_left=left,
+                    detail=f"it ran {call.run_ms - solo:.0f} ms slower than alone"))
         ks = st.stats.get(stats_key(call.tool, call.option, call.context))
         if ks is None:
             continue

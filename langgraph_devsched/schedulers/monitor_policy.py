@@ -55,7 +55,7 @@ from langgraph_devsched.schedulers.monitor_model import (
 from langgraph_devsched.telemetry import DeviceState
 
 Mapping_ = tuple[DeviceOption, ...]
-PROBE_KINDS = ("unknown", "symmetric", "swap", "shared")
+PROBE_KINDS = ("unknown", "symmetric", "swap", "shared", "queued")
 
 
 class MonitorPolicy(SchedulerBase):
@@ -223,7 +223,7 @@ class MonitorPolicy(SchedulerBase):
                 if cost <= self.probe_horizon * hint.expected_gain_ms:
                     value = hint.expected_gain_ms - cost / self.probe_horizon
                     candidates.append((-value, self._order(m, choices), m, hint))
-                break
+                    break
         if not candidates:
             return None
         _, _, m, hint = min(candidates, key=lambda c: (c[0], c[1]))
@@ -235,8 +235,8 @@ class MonitorPolicy(SchedulerBase):
         choices: list[tuple[DeviceOption, ...]], scores: dict[Mapping_, float],
     ) -> list[Mapping_]:
         """The mappings closest to ``best`` that measure what ``hint`` says is unknown: the
-        hint's change, alone or with one other call's option changed (to make room), best
-        predicted first."""
+        hint's change alone, then with one other call's option changed (to make room), each
+        group best predicted first."""
 
         def moved(m: list[DeviceOption], i: int, device: str) -> list[list[DeviceOption]]:
             if device == "cpu":
@@ -245,11 +245,13 @@ class MonitorPolicy(SchedulerBase):
 
         out: list[list[DeviceOption]] = []
         touched: set[int] = set()
-        if hint.kind == "shared":
+        if hint.kind in ("shared", "queued"):
             (tool,) = hint.tools
+            was, now = ("gpu_queued", "gpu_now") if hint.kind == "shared" else (
+                "gpu_now", "gpu_queued")
             for i, t in enumerate(tools):
-                if t == tool and best[i] == "gpu_queued" and "gpu_now" in choices[i]:
-                    out, touched = [[*best[:i], "gpu_now", *best[i + 1:]]], {i}
+                if t == tool and best[i] == was and now in choices[i]:
+                    out, touched = [[*best[:i], now, *best[i + 1:]]], {i}
                     break
         elif hint.kind == "swap":
             a, b = hint.tools
@@ -268,13 +270,16 @@ class MonitorPolicy(SchedulerBase):
                 if t == tool and is_gpu(best[i]) != (device == "gpu"):
                     out, touched = moved(list(best), i, device), {i}
                     break
-        variants = list(out)
+        plain = sorted((tuple(m) for m in out if tuple(m) in scores), key=lambda m: (scores[m], m))
+        variants: set[Mapping_] = set()
         for m in out:
             for j, options in enumerate(choices):
                 if j not in touched:
-                    variants.extend([*m[:j], o, *m[j + 1:]] for o in options if o != m[j])
-        found = {tuple(m) for m in variants if tuple(m) in scores}
-        return sorted(found, key=lambda m: (scores[m], m))
+                    variants.update(
+                        tuple([*m[:j], o, *m[j + 1:]]) for o in options if o != m[j]
+                    )
+        room = sorted((m for m in variants if m in scores), key=lambda m: (scores[m], m))
+        return plain + room
 
 
 def _pooled_cv(obs: Observations) -> float:
