@@ -42,8 +42,10 @@ def classify(
     """Class of a tool from its per-device latency (GPU latency includes transfers)."""
     th = thresholds or Thresholds()
     if cpu is None or gpu is None:
-        measured = "cpu" if cpu is not None else "cuda" if gpu is not None else "no device"
         why = f" ({missing_reason})" if missing_reason else ""
+        if cpu is None and gpu is None:
+            return Classification("unknown", f"not measured{why}")
+        measured = "cpu" if cpu is not None else "cuda"
         return Classification("unknown", f"measured on {measured} only{why}")
     c, g = cpu.median_ms, gpu.median_ms
     speedup = c / g if g > 0 else None

@@ -298,15 +298,16 @@ def profile_tools(
             over = time_budget_s is not None and clock() - started > time_budget_s
             if over and not any(n.startswith("time budget") for n in notes):
                 notes.append(f"time budget of {time_budget_s:g} s exhausted; later tools skipped")
+            skip = dict(unavailable)
+            if over:
+                skip.update({kind_of(dev): "time budget exhausted" for dev in usable})
             rows.append(_profile_one(
-                tool, [] if over else usable, unavailable, args, repeats, warmup, threads, th,
+                tool, [] if over else usable, skip, args, repeats, warmup, threads, th,
                 on_progress, on_start,
             ))
-            if over:
+            if over and on_progress:
                 for dev in usable:
-                    rows[-1].skipped[kind_of(dev)] = "time budget exhausted"
-                    if on_progress:
-                        on_progress(tool.name, dev)
+                    on_progress(tool.name, dev)
     return Profile(
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         size=size,
