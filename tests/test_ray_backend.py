@@ -320,6 +320,39 @@ def test_call_lost_for_good_is_an_error_message_and_releases(ray_local: Any) -> 
 
 
 @pytest.mark.ray
+def test_call_lost_with_its_node_is_placed_again_elsewhere(
+    ray_local: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray says the pinned node is gone (as when a node dies mid-call, see
+    scripts/ray_node_loss.py for the real thing): the call is placed again, not on that node
+    (here: no other GPU node, so the CPU), and answered once."""
+    real_get, failures = ray.get, []
+
+    def node_gone_once(refs: Any, *args: Any, **kwargs: Any) -> Any:
+        if not failures:
+            failures.append(refs)
+            raise ray.exceptions.TaskUnschedulableError("the node of NodeAffinity is dead")
+        return real_get(refs, *args, **kwargs)
+
+    monkeypatch.setattr(ray, "get", node_gone_once)
+    backend = RayBackend(lost_call_retries=1)
+    reports: list[StepReport] = []
+    node = DeviceToolNode(
+        [embed],
+        hints={"embed": {"vram_mb": 1000, "pinned": "gpu_now"}},
+        backend=backend,
+        on_step=reports.append,
+    )
+    out = answers(graph(node).invoke(step(("embed", "n"))))
+    assert len(failures) == 1 and out["n"].status == "success"
+    assert json.loads(str(out["n"].content))["device"] == "cpu"
+    record = reports[0].record
+    assert record is not None
+    assert (record.calls[0].fallback, record.calls[0].error) == ("no_gpu", None)
+    assert all(s.ledger.in_use_mb == 0 for s in backend.slots())
+
+
+@pytest.mark.ray
 def test_async_steps_run_in_ray_tasks_too(ray_local: Any) -> None:
     reports: list[StepReport] = []
     node = DeviceToolNode(

@@ -59,6 +59,10 @@ GPU_DEVICE_IN_TASK = "cuda:0"
 """The device a GPU tool is told: Ray sets ``CUDA_VISIBLE_DEVICES`` to the GPU it assigned."""
 
 
+NODE_LOSS_ERRORS = ("TaskUnschedulableError", "NodeDiedError", "LocalRayletDiedError")
+"""Ray errors that mean a GPU call's pinned node is gone: place it elsewhere."""
+
+
 class RemoteCallLost(PlacementError):
     """A call's Ray task was lost (worker crash after Ray's retries, node death, ...)."""
 
@@ -243,6 +247,8 @@ class _RayStep:
         self.where: dict[str, Where] = {}
         self.oom: set[str] = set()
         self.lost: dict[str, str] = {}
+        self._avoid: dict[str, set[str]] = {}
+        """Per call, nodes not to place it on again (its task was lost with the node)."""
 
     # -- the node's hook: run the tool inside a Ray task ------------------------------------
     def remote_tool(self, call_id: str, tool: BaseTool, placement: Placement) -> BaseTool:
@@ -273,9 +279,13 @@ class _RayStep:
     def _candidates(self, call: PlannedCall) -> list[GpuSlot] | Placement:
         if call.option == "cpu":
             return Placement("cpu", "cpu")
-        slots = self.backend.slots()
+        avoid = self._avoid.get(call.call_id, set())
+        slots = [s for s in self.backend.slots() if s.node_id not in avoid]
         if not slots:
-            return self._cpu_or_fail(call, "no_gpu", "the Ray cluster has no alive GPU node")
+            why = "the Ray cluster has no alive GPU node"
+            if avoid:
+                why += " other than the one its task was lost with"
+            return self._cpu_or_fail(call, "no_gpu", why)
         big = [s for s in slots if call.spec.vram_mb <= s.ledger.capacity_mb + 1e-9]
         if not big:
             most = max(s.ledger.capacity_mb for s in slots)
@@ -365,9 +375,13 @@ class _RayStep:
     def _retry_lost(self, call: PlannedCall, attempt: int) -> bool:
         if call.call_id not in self.lost or attempt >= self.backend.lost_call_retries:
             return False
-        del self.lost[call.call_id]
+        why = self.lost.pop(call.call_id)
         self.where.pop(call.call_id, None)
         self.backend.refresh()
+        slot = self._slot_of.get(call.call_id)
+        if slot is not None and (why.startswith(NODE_LOSS_ERRORS) or not slot.alive):
+            # Ray's node list may still show the node alive for a while after it died
+            self._avoid.setdefault(call.call_id, set()).add(slot.node_id)
         return True
 
     def _after_oom(self, call: PlannedCall, exc: BaseException | None) -> Placement:
