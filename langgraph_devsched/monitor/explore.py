@@ -12,6 +12,8 @@ Hints refer to the latest executed step of the batch's shape (the situation bein
   another call, so how it shares the GPU is unknown (its gain: the time it waited).
 * **queued**: a `gpu_now` call was slowed beside other GPU calls, and its tool never ran as
   `gpu_queued` in this batch shape (its gain: the slowdown, run time minus its solo time).
+* **sparse**: under noise, the other device was measured here fewer than 3 times, and an
+  optimistic reading of it (mean minus two standard errors) would beat this side.
 * **noisy** / **stale**: the step's own estimates are too spread or too old to trust.
 
 Each hint carries an optimistic ``expected_gain_ms`` (what the step could save if the unknown
@@ -27,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 from langgraph_devsched.monitor.context import background_bucket
 from langgraph_devsched.monitor.hints import DeviceClass, ExplorationHint
 from langgraph_devsched.monitor.observations import Observations
-from langgraph_devsched.monitor.state import LastStep, placement_key, shape_key, stats_key
+from langgraph_devsched.monitor.state import (
+    LastCall,
+    LastStep,
+    placement_key,
+    shape_key,
+    stats_key,
+)
 from langgraph_devsched.options import GPU_OPTIONS, is_gpu
 
 if TYPE_CHECKING:
@@ -60,6 +68,44 @@ def best_evidence_ms(mon: RuntimeMonitor, tool: str, device: str, context: str) 
     if facts is None:
         return None
     return facts.declared_gpu_ms if device == "gpu" else facts.declared_cpu_ms
+
+
+SPARSE_BELOW = 3
+"""The other side of a comparison measured fewer times than this, under noise, is re-measured."""
+
+
+def noise_level(mon: RuntimeMonitor) -> float:
+    """Typical relative spread of the repeated estimates (0 while nothing is repeated)."""
+    cvs = [ks.run.cv for ks in mon.state.stats.values() if ks.run.count >= 2]
+    return sum(cvs) / len(cvs) if cvs else 0.0
+
+
+def _sparse_hint(
+    mon: RuntimeMonitor, call: LastCall, other: DeviceClass, left: int,
+    out: dict[tuple[Any, ...], ExplorationHint],
+) -> None:
+    """The other device was measured here, but too few times to trust a close comparison."""
+    st = mon.state
+    options = GPU_OPTIONS if other == "gpu" else ("cpu",)
+    samples = [
+        ks.run for o in options
+        if (ks := st.stats.get(stats_key(call.tool, o, call.context))) is not None
+        and ks.device == other and ks.run.known
+    ]
+    if not samples:
+        return
+    best = min(samples, key=lambda r: r.mean)
+    cv = noise_level(mon)
+    if best.count >= SPARSE_BELOW or cv <= 0:
+        return
+    optimistic = best.mean * (1.0 - 2.0 * cv / best.count**0.5)
+    gain = call.run_ms - optimistic
+    if gain > 0:
+        out.setdefault(("sparse", call.tool, other, call.context), ExplorationHint.make(
+            "sparse", (call.tool,), devices=(other,), context=call.context,
+            expected_gain_ms=gain, probes_left=left,
+            detail=f"measured {best.count} time{'s' * (best.count != 1)} there, "
+                   f"{best.mean:.0f} ms"))
 
 
 def _solo_gpu_ms(mon: RuntimeMonitor, tool: str) -> float | None:
@@ -133,6 +179,8 @@ def _device_hints(
                     "symmetric", (call.tool,), devices=(other,), context=call.context,
                     expected_gain_ms=gain, probes_left=left,
                     detail=f"measured on {here} there"))
+            else:
+                _sparse_hint(mon, call, other, left, out)
         if call.device == "gpu" and call.option == "gpu_queued" and call.wait_ms > 0:
             never_shared = not any(
                 k.startswith(f"{call.tool}|") and v.device == "gpu" and not k.split("|")[2]

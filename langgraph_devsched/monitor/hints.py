@@ -22,9 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from langgraph_devsched.monitor.context import LoadContext
 from langgraph_devsched.options import DeviceOption
 
-HintKind = Literal["unknown", "symmetric", "swap", "shared", "queued", "noisy", "stale"]
+HintKind = Literal[
+    "unknown", "symmetric", "sparse", "swap", "shared", "queued", "noisy", "stale"
+]
 """``unknown``: never measured on a device; ``symmetric``: measured on one device but missing
-or stale on the other under the same context; ``swap``: a GPU/CPU pair of one batch never ran
+or stale on the other under the same context; ``sparse``: measured there too few times to
+trust a close comparison under noise; ``swap``: a GPU/CPU pair of one batch never ran
 exchanged; ``shared``: waited for the GPU and never ran on it beside another call (its
 contention is unknown); ``queued``: slowed down beside other GPU calls and never run in the GPU
 queue in this batch shape; ``noisy``: spread too large to trust the mean; ``stale``: not measured
@@ -87,6 +90,8 @@ class ExplorationHint(BaseModel):
             body = f"{names} has never run on {_device_name(self.devices[0])}"
         elif self.kind == "shared":
             body = f"{names} has never run on the GPU beside another call"
+        elif self.kind == "sparse":
+            body = f"{names} on {_device_name(self.devices[0])} {where} is barely measured"
         elif self.kind == "queued":
             body = f"{names} has never run in the GPU queue in this batch"
         elif self.kind == "symmetric":

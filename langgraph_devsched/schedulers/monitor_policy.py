@@ -55,7 +55,9 @@ from langgraph_devsched.schedulers.monitor_model import (
 from langgraph_devsched.telemetry import DeviceState
 
 Mapping_ = tuple[DeviceOption, ...]
-PROBE_KINDS = ("unknown", "symmetric", "swap", "shared", "queued")
+PROBE_KINDS = ("unknown", "symmetric", "sparse", "swap", "shared", "queued")
+RESAMPLE_BELOW = 3
+"""A ``sparse`` hint may re-run an executed placement until it has this many samples."""
 
 
 class MonitorPolicy(SchedulerBase):
@@ -208,7 +210,7 @@ class MonitorPolicy(SchedulerBase):
         choices: list[tuple[DeviceOption, ...]],
     ) -> tuple[Mapping_, ExplorationHint] | None:
         tools = [c.tool for c in batch.calls]
-        executed = {placement_key(o.placement) for o in obs.outcomes_for(tuple(tools))}
+        counts = {placement_key(o.placement): o.count for o in obs.outcomes_for(tuple(tools))}
         floor = 0.01 * scores[best]
         candidates = []
         for hint in obs.hints:
@@ -217,7 +219,8 @@ class MonitorPolicy(SchedulerBase):
             if hint.expected_gain_ms <= floor:
                 continue
             for m in self._realise(hint, best, tools, choices, scores):
-                if m == best or placement_key(zip(tools, m, strict=False)) in executed:
+                runs = counts.get(placement_key(zip(tools, m, strict=True)), 0)
+                if m == best or runs >= (RESAMPLE_BELOW if hint.kind == "sparse" else 1):
                     continue
                 cost = scores[m] - scores[best]
                 if cost <= self.probe_horizon * hint.expected_gain_ms:
