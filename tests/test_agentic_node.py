@@ -164,3 +164,16 @@ async def test_the_consultation_is_a_child_run_of_the_caller(mode: str) -> None:
     _, sub_parent, sub_tags = by_name["devsched_agentic"]
     assert sub_parent == step_id and "devsched:agentic" in sub_tags
     assert "chat_model" in by_name and scheduler.llm_calls == 1
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+async def test_each_consultation_nests_under_the_tools_step(mode: str) -> None:
+    runs = Runs()
+    graph = app(AgenticScheduler(scheduler_model(), fallback="static"))
+    inputs = {"messages": [HumanMessage("go")]}
+    cfg: RunnableConfig = {"callbacks": [runs]}
+    await graph.ainvoke(inputs, cfg) if mode == "ainvoke" else graph.invoke(inputs, cfg)
+
+    tools_steps = {run_id for name, run_id, _, _ in runs.runs if name == "tools"}
+    consultations = [parent for name, _, parent, _ in runs.runs if name == "devsched_agentic"]
+    assert len(consultations) == 2 and set(consultations) <= tools_steps
