@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import InjectedState
+from langgraph.types import Command
 
 from langgraph_devsched import (
     DeviceToolNode,
@@ -350,6 +353,45 @@ def test_call_lost_with_its_node_is_placed_again_elsewhere(
     assert record is not None
     assert (record.calls[0].fallback, record.calls[0].error) == ("no_gpu", None)
     assert all(s.ledger.in_use_mb == 0 for s in backend.slots())
+
+
+@tool
+def tally(
+    text: str,
+    state: Annotated[dict, InjectedState],
+    tool_call_id: Annotated[str, InjectedToolCallId],
+) -> Command:
+    """Count the messages so far (injected state) and answer with a Command."""
+    answer = f"{text}: {len(state['messages'])} message(s), pid {os.getpid()}"
+    return Command(update={"messages": [ToolMessage(answer, tool_call_id=tool_call_id)]})
+
+
+class ToolRuns(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.started: list[tuple[list[str], dict[str, Any]]] = []
+        self.ended = 0
+
+    def on_tool_start(self, serialized: Any, input_str: str, **kwargs: Any) -> None:
+        self.started.append((kwargs.get("tags") or [], kwargs.get("metadata") or {}))
+
+    def on_tool_end(self, output: Any, **kwargs: Any) -> None:
+        self.ended += 1
+
+
+@pytest.mark.ray
+def test_injected_state_commands_and_tracing_callbacks_work_across_ray(ray_local: Any) -> None:
+    node = DeviceToolNode(
+        [tally], hints={"tally": {"vram_mb": 500, "pinned": "gpu_now"}}, backend=RayBackend()
+    )
+    runs = ToolRuns()
+    out = graph(node).invoke(step(("tally", "t")), {"callbacks": [runs]})
+    answer = answers(out)["t"]
+    assert str(answer.content).startswith("t: 1 message(s), pid ")
+    assert not str(answer.content).endswith(f"pid {os.getpid()}")  # ran in a worker
+    # the run's callbacks fire here, around the remote run, with the decision's tags
+    [(tags, metadata)] = runs.started
+    assert "devsched:gpu_now" in tags and metadata["devsched.option"] == "gpu_now"
+    assert runs.ended == 1
 
 
 @pytest.mark.ray
