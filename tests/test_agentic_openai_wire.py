@@ -1,0 +1,119 @@
+"""What `openai_model` sends an OpenAI-compatible server, through an in-memory HTTP transport.
+
+No socket is opened: ``httpx.MockTransport`` answers as a server would. The point is the wire
+format llama.cpp server and friends accept: tools as functions, a forced last turn sent as
+``tool_choice: "required"`` with only ``submit_mapping`` bound, and never a ``response_format``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from langgraph_devsched.schedulers.agentic import AgenticScheduler, openai_model
+from tests.test_agentic import BATCH, VIEW, ByTool
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("langchain_openai")
+
+
+def completion(message: dict[str, Any]) -> dict[str, Any]:
+    finish = "tool_calls" if message.get("tool_calls") else "stop"
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "stub",
+        "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+def function_call(name: str, args: dict[str, Any], id: str) -> dict[str, Any]:
+    return {"id": id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+REPLIES = [
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [function_call("device_state", {}, "call_1")],
+    },
+    {"role": "assistant", "content": "asr on the GPU, embed on the CPU."},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            function_call(
+                "submit_mapping",
+                {
+                    "assignments": [
+                        {"call_id": "c1", "option": "gpu_now"},
+                        {"call_id": "c2", "option": "cpu"},
+                    ],
+                    "reason": "measured",
+                },
+                "call_2",
+            )
+        ],
+    },
+]
+
+
+class StubServer:
+    """Answers /chat/completions with the scripted replies; keeps every request body."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    def __call__(self, request: Any) -> Any:
+        assert request.url.path == "/v1/chat/completions"
+        self.bodies.append(json.loads(request.content))
+        return httpx.Response(200, json=completion(REPLIES[len(self.bodies) - 1]))
+
+
+def tool_names(body: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in body.get("tools", [])]
+
+
+@pytest.mark.parametrize("mode", ["decide", "adecide"])
+async def test_the_wire_format_of_a_consultation(mode: str) -> None:
+    server = StubServer()
+    transport = httpx.MockTransport(server)
+    model = openai_model(
+        "stub",
+        base_url="http://llm.invalid/v1",
+        max_retries=0,
+        http_client=httpx.Client(transport=transport),
+        http_async_client=httpx.AsyncClient(transport=transport),
+    )
+    scheduler = AgenticScheduler(model, fallback=ByTool({"asr": "cpu", "embed": "cpu"}))
+
+    decision = (
+        await scheduler.adecide(BATCH, VIEW) if mode == "adecide" else scheduler.decide(BATCH, VIEW)
+    )
+
+    assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"}
+    assert decision.llm_calls == 3 and decision.fallback is None
+    first, second, last = server.bodies
+    assert (
+        tool_names(first)
+        == tool_names(second)
+        == [
+            "step_calls",
+            "tool_estimates",
+            "device_state",
+            "exploration_hints",
+            "past_outcomes",
+            "submit_mapping",
+        ]
+    )
+    assert "tool_choice" not in first
+    assert tool_names(last) == ["submit_mapping"] and last["tool_choice"] == "required"
+    assert all("response_format" not in body for body in server.bodies)
+    assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "tool"]
+    assert [m["role"] for m in last["messages"]][-2:] == ["assistant", "user"]
+    schema = last["tools"][0]["function"]["parameters"]
+    assert schema["required"] == ["assignments", "reason"]
