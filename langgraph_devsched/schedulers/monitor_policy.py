@@ -70,11 +70,13 @@ class MonitorPolicy(SchedulerBase):
         *,
         probe_horizon: float = 4.0,
         override_floor: float = 0.03,
+        tie_tolerance: float = 0.005,
         max_calls: int = 8,
         monitor: RuntimeMonitor | None = None,
     ) -> None:
         self.probe_horizon = probe_horizon
         self.override_floor = override_floor
+        self.tie_tolerance = tie_tolerance
         self.max_calls = max_calls
         self._shared = monitor is not None
         self.monitor = monitor or RuntimeMonitor()
@@ -103,8 +105,16 @@ class MonitorPolicy(SchedulerBase):
             for t, s in specs.items()
         }
         bed = twin(params, device, oom_ms=oom_detect_ms(obs, params))
-        scores = self._scores(batch, obs, bed, tools, choices)
-        best = min(scores, key=lambda m: (round(scores[m], 6), self._order(m, choices)))
+        scores, seen_ms = self._scores(batch, obs, bed, tools, choices)
+        low = min(scores.values())
+        tie = max(self.tie_tolerance * low, 1e-6)
+
+        def objective(m: Mapping_) -> tuple[int, float, tuple[int, ...]]:
+            # near-ties (within tie_tolerance of the best) are broken by what was observed
+            return (int((scores[m] - low) // tie), seen_ms.get(m, scores[m]),
+                    self._order(m, choices))
+
+        best = min(scores, key=objective)
         probe = self._probe(batch, obs, scores, best, choices)
         chosen = probe[0] if probe else best
         mapping = dict(zip(batch.call_ids, chosen, strict=True))
@@ -159,7 +169,8 @@ class MonitorPolicy(SchedulerBase):
     def _scores(
         self, batch: Batch, obs: Observations, bed: object, tools: list[str],
         choices: list[tuple[DeviceOption, ...]],
-    ) -> dict[Mapping_, float]:
+    ) -> tuple[dict[Mapping_, float], dict[Mapping_, float]]:
+        """Score per mapping, and the observed makespan of the executed ones (2+ runs)."""
         if len(tools) <= self.max_calls:
             combos = list(itertools.product(*choices))
             preds = predict_makespans(bed, tools, choices)  # type: ignore[arg-type]
@@ -168,9 +179,12 @@ class MonitorPolicy(SchedulerBase):
         seen = {placement_key(o.placement): o for o in obs.outcomes_for(tuple(tools))}
         noise = _pooled_cv(obs)
         scores: dict[Mapping_, float] = {}
+        observed: dict[Mapping_, float] = {}
         for combo, pred in zip(combos, preds, strict=True):
             score = pred
             out = seen.get(placement_key(zip(tools, combo, strict=True)))
+            if out is not None and out.count >= 2:
+                observed[combo] = max(out.latency_ms) if out.latency_ms else out.makespan_ms
             if out is not None and out.count:
                 # the model pools every call's samples and estimates the noise-free makespan;
                 # an executed placement overrides it only where the model is visibly wrong.
@@ -181,7 +195,7 @@ class MonitorPolicy(SchedulerBase):
                 if abs(seen_ms - pred) > tolerance * max(pred, 1e-9):
                     score = seen_ms
             scores[combo] = score
-        return scores
+        return scores, observed
 
     def _descend(
         self, bed: object, tools: list[str], choices: list[tuple[DeviceOption, ...]]
