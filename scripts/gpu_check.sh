@@ -65,7 +65,7 @@ if [[ "$CUDA" == "1" ]]; then
   fi
   say "profiling the $SIZE suite on cuda and cpu ($REPEATS repeats)"
   timeout 280 "${CLI[@]}" profile --suite builtin --size "$SIZE" --devices cuda,cpu \
-    --repeats "$REPEATS" --warmup 2 --budget-s 210 "${TOOLS_ARG[@]}" --json "$OUT/profile_$SIZE.json" \
+    --repeats "$REPEATS" --warmup 1 --budget-s 210 "${TOOLS_ARG[@]}" --json "$OUT/profile_$SIZE.json" \
     --plots "$OUT" --scenario-out "$OUT/scenarios" 2>&1 | tee "$OUT/profile.log"
   rc=${PIPESTATUS[0]}
   say "profile exit code $rc"

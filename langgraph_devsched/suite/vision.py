@@ -41,8 +41,8 @@ _TINY_VIT = dict(
     intermediate_size=128,
 )
 _CAPTION_TOKENS = {"small": 4, "full": 8}
-_OCR = {"small": (32, 256, 16, 1), "full": (64, 1024, 96, 16)}  # height, width, channels, lines
-_UNET = {"small": (32, 16, 4), "full": (128, 64, 20)}  # side, channels, steps
+_OCR = {"small": (32, 256, 16, 1), "full": (64, 1024, 64, 8)}  # height, width, channels, lines
+_UNET = {"small": (32, 16, 4), "full": (128, 48, 12)}  # side, channels, steps
 OCR_ALPHABET = "-0123456789abcdefghijklmnopqrstuvwxyz"  # index 0 is the CTC blank
 
 
