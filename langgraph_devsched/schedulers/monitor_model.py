@@ -7,7 +7,8 @@ fallback and CPU cores) sized from telemetry (`DeviceState`). The twin never rea
 hidden parameters: every number comes from hints, telemetry or executed records.
 
 What is learned, per tool: the solo GPU time (runs with no GPU peer, background slowdown
-undone), the solo CPU time (runs beside no other CPU call), the VRAM seen reserved, and the
+undone), the solo CPU time (runs beside no other CPU call), each blended with the declared solo
+profile while the two agree within the noise, the VRAM seen reserved, and the
 OOM detection delay (fallback latency minus the CPU time). A side never measured takes the
 declared solo profile, else a pessimistic guess (4x the other side), so it is only chosen
 once a probe has measured it.
@@ -43,8 +44,26 @@ DEFAULT_OOM_MS = 20.0
 _MIN_MS = 1e-3
 
 
-def _solo(estimates: Sequence[OptionEstimate], device: str) -> float | None:
-    """Mean run time over the samples that ran with nothing else on their device."""
+PRIOR_WEIGHT = 3.0
+"""A declared solo time counts as this many samples while the measurements agree with it."""
+
+
+def _blend(declared: float | None, measured: tuple[float, int] | None, cv: float) -> float | None:
+    """The declared solo time and the measured mean, weighted like samples, while the two
+    agree within the noise (3 standard errors, at least 5 %); else the measurement alone (the
+    declaration was wrong)."""
+    if measured is None:
+        return declared
+    mean, count = measured
+    if declared is None or declared <= 0:
+        return mean
+    if abs(mean - declared) > max(0.05, 3.0 * cv / count**0.5) * declared:
+        return mean
+    return (PRIOR_WEIGHT * declared + count * mean) / (PRIOR_WEIGHT + count)
+
+
+def _solo(estimates: Sequence[OptionEstimate], device: str) -> tuple[float, int] | None:
+    """Mean run time and count over the samples that ran with nothing else on their device."""
     total = count = 0.0
     for e in estimates:
         if e.device != device or e.fallbacks:
@@ -54,7 +73,7 @@ def _solo(estimates: Sequence[OptionEstimate], device: str) -> float | None:
             continue
         total += e.run_ms * e.count
         count += e.count
-    return total / count if count else None
+    return (total / count, int(count)) if count else None
 
 
 def estimate_params(
@@ -70,17 +89,14 @@ def estimate_params(
     share = spec.gpu_share if share is None else share
     profile = spec.profile
     transfer = profile.transfer_ms if profile else 0.0
-    gpu_total = _solo(own, "gpu")
-    if gpu_total is not None:
+    cv = _noise(obs)
+    gpu_seen = _solo(own, "gpu")
+    if gpu_seen is not None:  # undo the background's slowdown of the compute phase
         slowdown = max(1.0, bg_share + share)
-        gpu_compute = max(0.0, gpu_total - transfer) / slowdown
-    elif profile and profile.gpu_ms is not None:
-        gpu_compute = max(0.0, profile.gpu_ms - transfer)
-    else:
-        gpu_compute = None
-    cpu = _solo(own, "cpu")
-    if cpu is None and profile and profile.cpu_ms is not None:
-        cpu = profile.cpu_ms
+        gpu_seen = (max(0.0, gpu_seen[0] - transfer) / slowdown + transfer, gpu_seen[1])
+    gpu_total = _blend(profile.gpu_ms if profile else None, gpu_seen, cv)
+    gpu_compute = None if gpu_total is None else max(0.0, gpu_total - transfer)
+    cpu = _blend(profile.cpu_ms if profile else None, _solo(own, "cpu"), cv)
     if gpu_compute is None and cpu is None:
         gpu_compute, cpu = DEFAULT_MS, DEFAULT_MS * UNKNOWN_FACTOR
     elif gpu_compute is None:
@@ -93,6 +109,11 @@ def estimate_params(
         cpu_ms=max(_MIN_MS, cpu), gpu_ms=gpu_compute, transfer_ms=transfer, vram_mb=vram,
         gpu_share=share, cpu_threads=threads,
     )
+
+
+def _noise(obs: Observations) -> float:
+    cvs = [e.std_ms / e.run_ms for e in obs.estimates if e.count >= 2 and e.run_ms > 0]
+    return sum(cvs) / len(cvs) if cvs else 0.0
 
 
 def oom_detect_ms(obs: Observations, params: Mapping[str, ToolParams]) -> float:

@@ -11,7 +11,8 @@ Exploration: the monitor's hints (unknown device, symmetric, swap) name what was
 measured. The policy turns a hint into a *probe* — the chosen mapping with that one change —
 when the shape's probe budget is not spent, the probe's placement was never executed, and its
 predicted extra cost is at most ``probe_horizon`` times the hint's expected gain (the gain
-would be collected on later steps of the shape). Probes are marked ``Decision(probe=True)``.
+would be collected on later steps of the shape) and at most ``max_probe_cost`` of the step.
+Probes are marked ``Decision(probe=True)``.
 
 Where ``view.observations`` is None the policy keeps a private `RuntimeMonitor` fed by its own
 `observe`; when the node or runner owns a monitor (observations given), it only reads: if that
@@ -68,13 +69,15 @@ class MonitorPolicy(SchedulerBase):
     def __init__(
         self,
         *,
-        probe_horizon: float = 4.0,
+        probe_horizon: float = 2.0,
+        max_probe_cost: float = 0.25,
         override_floor: float = 0.03,
         tie_tolerance: float = 0.005,
         max_calls: int = 8,
         monitor: RuntimeMonitor | None = None,
     ) -> None:
         self.probe_horizon = probe_horizon
+        self.max_probe_cost = max_probe_cost
         self.override_floor = override_floor
         self.tie_tolerance = tie_tolerance
         self.max_calls = max_calls
@@ -232,12 +235,16 @@ class MonitorPolicy(SchedulerBase):
                 continue
             if hint.expected_gain_ms <= floor:
                 continue
+            blind = hint.kind == "unknown" and not _declared(batch, hint)
             for m in self._realise(hint, best, tools, choices, scores):
                 runs = counts.get(placement_key(zip(tools, m, strict=True)), 0)
                 if m == best or runs >= (RESAMPLE_BELOW if hint.kind == "sparse" else 1):
                     continue
-                cost = scores[m] - scores[best]
-                if cost <= self.probe_horizon * hint.expected_gain_ms:
+                # a side never measured nor declared has only a made-up prediction: its
+                # first measurement is not priced by it
+                cost = 0.0 if blind else scores[m] - scores[best]
+                affordable = cost <= self.max_probe_cost * scores[best]
+                if affordable and cost <= self.probe_horizon * hint.expected_gain_ms:
                     value = hint.expected_gain_ms - cost / self.probe_horizon
                     candidates.append((-value, self._order(m, choices), m, hint))
                     break
@@ -297,6 +304,16 @@ class MonitorPolicy(SchedulerBase):
                     )
         room = sorted((m for m in variants if m in scores), key=lambda m: (scores[m], m))
         return plain + room
+
+
+def _declared(batch: Batch, hint: ExplorationHint) -> bool:
+    """Whether the hint's tool declares a solo time for the hint's device."""
+    for call in batch.calls:
+        if call.tool == hint.tools[0] and call.spec.profile is not None:
+            side = call.spec.profile.gpu_ms if hint.devices[:1] == ("gpu",) else (
+                call.spec.profile.cpu_ms)
+            return side is not None
+    return False
 
 
 def _pooled_cv(obs: Observations) -> float:
