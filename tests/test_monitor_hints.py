@@ -7,9 +7,12 @@ import itertools
 import json
 import re
 
+import pytest
+
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor import ExplorationHint, RuntimeMonitor
 from langgraph_devsched.options import DeviceOption
+from langgraph_devsched.records import CallRecord, StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision
 from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
 
@@ -145,3 +148,62 @@ def test_hints_never_name_a_mapping() -> None:
             assert not any(cid in blob for cid in batch.call_ids)  # no call ids at all
             assert not _IMPERATIVE.search(hint.text), hint.text
             assert hint.text and "\n" not in hint.text
+
+
+def test_shared_hint_when_a_queued_call_waited_and_never_shared_the_gpu() -> None:
+    mon, b = RuntimeMonitor(), bed()
+    batch = run(mon, b, {"asr": "gpu_now", "emb": "gpu_queued"})  # shares 1.0 + 1.0: emb waits
+    hint = next(h for h in mon.snapshot(batch).hints if h.kind == "shared")
+    assert hint.tools == ("emb",) and hint.option == "gpu_now"
+    assert hint.expected_gain_ms == pytest.approx(60.0)  # it waited for asr's 60 ms
+    run(mon, b, {"asr": "gpu_now", "emb": "gpu_now"})     # now it has shared the GPU
+    batch = run(mon, b, {"asr": "gpu_now", "emb": "gpu_queued"})
+    assert not [h for h in mon.snapshot(batch).hints if h.kind == "shared"]
+
+
+def test_queued_hint_when_slowed_beside_others_and_never_queued() -> None:
+    mon, b = RuntimeMonitor(), bed()
+    profiled = specs(
+        asr=ToolDeviceSpec(vram_mb=2000, profile=SoloProfile(cpu_ms=300, gpu_ms=60)),
+        emb=ToolDeviceSpec(vram_mb=800, profile=SoloProfile(cpu_ms=90, gpu_ms=40)),
+    )
+    batch = run(mon, b, {"asr": "gpu_now", "emb": "gpu_now"}, profiled)  # both slowed 2x
+    queued = {h.tools: h for h in mon.snapshot(batch).hints if h.kind == "queued"}
+    assert set(queued) == {("asr",), ("emb",)}
+    assert queued[("emb",)].expected_gain_ms == pytest.approx(40.0)  # 80 ms beside asr, 40 alone
+    run(mon, b, {"asr": "gpu_now", "emb": "gpu_queued"}, profiled)
+    batch = run(mon, b, {"asr": "gpu_now", "emb": "gpu_now"}, profiled)
+    assert {h.tools for h in mon.snapshot(batch).hints if h.kind == "queued"} == {("asr",)}
+
+
+def test_no_queued_hint_for_a_call_that_ran_alone() -> None:
+    mon, b = RuntimeMonitor(), bed()
+    batch = run(mon, b, {"asr": "gpu_now", "emb": "cpu"})
+    assert not [h for h in mon.snapshot(batch).hints if h.kind == "queued"]
+
+
+def _one(tool: str, option: DeviceOption, run_ms: float) -> tuple[Batch, Decision, StepRecord]:
+    device = "cpu" if option == "cpu" else "cuda:0"
+    rec = CallRecord("c", tool, option, device, None, 0.0, run_ms, 0.0, 0)
+    batch = Batch.of([("c", tool, ToolDeviceSpec())])
+    return batch, Decision({"c": option}), StepRecord((rec,), run_ms)
+
+
+def test_sparse_hint_only_under_noise_and_only_while_barely_measured() -> None:
+    state = bed().device_state()
+    quiet = RuntimeMonitor()
+    for args in (_one("ocr", "cpu", 110.0), _one("ocr", "gpu_now", 100.0),
+                 _one("ocr", "gpu_now", 100.0)):
+        quiet.record_step(*args, state)
+    assert not quiet.snapshot().hints  # noise-free: one CPU sample is enough
+    noisy = RuntimeMonitor()
+    for args in (_one("ocr", "cpu", 110.0), _one("ocr", "gpu_now", 90.0),
+                 _one("ocr", "gpu_now", 110.0)):
+        noisy.record_step(*args, state)
+    (hint,) = noisy.snapshot().hints
+    assert hint.kind == "sparse" and hint.devices == ("cpu",)
+    assert "measured 1 time there, 110 ms" in hint.text
+    for _ in range(2):
+        noisy.record_step(*_one("ocr", "cpu", 110.0), state)
+    noisy.record_step(*_one("ocr", "gpu_now", 100.0), state)
+    assert not noisy.snapshot().hints  # three CPU samples: no longer sparse
