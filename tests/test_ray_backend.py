@@ -394,6 +394,30 @@ def test_injected_state_commands_and_tracing_callbacks_work_across_ray(ray_local
     assert runs.ended == 1
 
 
+@tool
+def picky(text: str) -> str:
+    """Refuses every text."""
+    raise ValueError(f"cannot handle {text!r}")
+
+
+@pytest.mark.ray
+def test_tool_errors_come_back_as_on_one_machine(ray_local: Any) -> None:
+    from langgraph_devsched import GpuConfig, LocalBackend
+
+    hints = {"picky": {"vram_mb": 100, "pinned": "gpu_now"}}
+    local = LocalBackend(gpu=GpuConfig(vram_budget_mb=VRAM_MB))
+    messages = []
+    for backend in (local, RayBackend()):
+        node = DeviceToolNode([picky], hints=hints, backend=backend, handle_tool_errors=True)
+        messages.append(answers(graph(node).invoke(step(("picky", "p"))))["p"])
+        strict = DeviceToolNode([picky], hints=hints, backend=backend)
+        with pytest.raises(ValueError, match="cannot handle 'p'"):
+            graph(strict).invoke(step(("picky", "p")))
+    on_one_machine, on_ray = messages
+    assert on_ray.status == on_one_machine.status == "error"
+    assert on_ray.content == on_one_machine.content
+
+
 @pytest.mark.ray
 def test_async_steps_run_in_ray_tasks_too(ray_local: Any) -> None:
     reports: list[StepReport] = []
