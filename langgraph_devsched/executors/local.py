@@ -219,6 +219,15 @@ class _LocalStep:
             )
         )
 
+    def _unplaced(self, call: PlannedCall, exc: PlacementError) -> None:
+        """Record a call that could run nowhere (its answer is an error message)."""
+        now = (self._b._clock() - self._t0) * 1000.0
+        self._book.add(
+            CallRecord(
+                call.call_id, call.tool, call.option, "cpu", None, now, now, 0.0, 0, error=str(exc)
+            )
+        )
+
     def _peers(self, placement: Placement) -> int:
         ledger = self._b.ledger
         return max(0, ledger.active - 1) if ledger is not None and placement.on_gpu else 0
@@ -226,7 +235,11 @@ class _LocalStep:
     # -- running ---------------------------------------------------------------------------
     def run_sync(self, call_id: str, run: RunOnce[T]) -> T:
         call = self._calls[call_id]
-        placement, res = self._place(call)
+        try:
+            placement, res = self._place(call)
+        except PlacementError as err:
+            self._unplaced(call, err)
+            raise
         cpu_slot = None
         start = self._b._clock()
         peers = self._peers(placement)
@@ -256,7 +269,11 @@ class _LocalStep:
 
     async def run_async(self, call_id: str, run: ARunOnce[T]) -> T:
         call = self._calls[call_id]
-        placement, res = await self._aplace(call)
+        try:
+            placement, res = await self._aplace(call)
+        except PlacementError as err:
+            self._unplaced(call, err)
+            raise
         cpu_slot = None
         start = self._b._clock()
         peers = self._peers(placement)
