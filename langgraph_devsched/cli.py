@@ -147,5 +147,42 @@ def profile(
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(code=2) from None
 
+
+@app.command()
+def stress(
+    calls: Annotated[int, typer.Option(min=1, help="tool calls to send in all")] = 1000,
+    seed: Annotated[int, typer.Option(help="random seed (steps, faults, decisions)")] = 0,
+    backend: Annotated[
+        str, typer.Option(help="simulated (virtual testbed), local (declared GPU, real ledger "
+                          "and threads) or both")
+    ] = "both",
+    fault_rate: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fault-rate", help="KIND=P, repeatable (e.g. hang=0.05); see docs/reliability.md"
+        ),
+    ] = None,
+    max_seconds: Annotated[
+        float, typer.Option(min=1, help="stop sending new steps after this many seconds")
+    ] = 540.0,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write the report as JSON here")
+    ] = None,
+) -> None:
+    """Drive DeviceToolNode with injected faults; exit 1 if an answer was lost or duplicated,
+    a ledger went over budget or did not return to zero, or an invariant broke."""
+    from langgraph_devsched.stress.command import run_stress_command
+
+    try:
+        report = run_stress_command(
+            calls=calls, seed=seed, backend=backend, fault_rates=fault_rate or (),
+            max_seconds=max_seconds, json_path=json_path,
+        )
+    except ValueError as exc:  # unknown backend or fault kind, bad rate
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    if not report.ok:
+        raise typer.Exit(code=1)
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -1,0 +1,111 @@
+"""The faults the stress harness injects, their default rates, and a thread-safe tally.
+
+Call-level faults hit one tool call; step-level faults hit a whole step (its scheduler, its
+run, or the monitor's persisted stats). Rates are probabilities per call or per step.
+
+>>> parse_fault_rates(["tool_error=0.1", "hang=0"])["tool_error"]
+0.1
+>>> parse_fault_rates(["nope=0.1"])  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+ValueError: --fault-rate 'nope=0.1': unknown fault kind 'nope'; valid kinds: tool_error, ...
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Literal, cast, get_args
+
+CallFault = Literal["tool_error", "gpu_oom", "slow", "hang", "bad_call"]
+"""``tool_error``: the tool raises; ``gpu_oom``: the tool raises ``torch.cuda.OutOfMemoryError``
+when placed on a GPU (local backend: rerun on the CPU); ``slow``: the tool sleeps a few ms;
+``hang``: the tool blocks until the harness's call timeout releases it with an error;
+``bad_call``: the call names an unknown tool or gives invalid arguments."""
+
+StepFault = Literal[
+    "cancel",
+    "scheduler_error",
+    "invalid_decision",
+    "llm_garbage",
+    "llm_error",
+    "llm_hang",
+    "corrupt_stats",
+]
+"""``cancel``: the async graph run is cancelled mid-step, then the step is retried;
+``scheduler_error``: the scheduler raises; ``invalid_decision``: it answers options the hints
+forbid or no option at all; ``llm_*``: the agentic scheduler's chat model answers garbage,
+raises, or hangs past its timeout; ``corrupt_stats``: garbage is written to the monitor's stats
+file and loaded (it must start cold)."""
+
+FaultKind = Literal[CallFault, StepFault]
+
+CALL_FAULTS: tuple[CallFault, ...] = get_args(CallFault)
+STEP_FAULTS: tuple[StepFault, ...] = get_args(StepFault)
+FAULT_KINDS: tuple[str, ...] = (*CALL_FAULTS, *STEP_FAULTS)
+
+DEFAULT_RATES: dict[str, float] = {
+    "tool_error": 0.03,
+    "gpu_oom": 0.08,  # raises only when placed on the (local) GPU
+    "slow": 0.03,
+    "hang": 0.025,
+    "bad_call": 0.02,
+    "cancel": 0.13,  # async steps only
+    "scheduler_error": 0.12,
+    "invalid_decision": 0.12,
+    "llm_garbage": 0.12,
+    "llm_error": 0.12,
+    "llm_hang": 0.12,
+    "corrupt_stats": 0.12,
+}
+"""Rates that inject every kind well over 100 times in a 10,000-call run (about 1,200 steps)."""
+
+
+def parse_fault_rates(
+    items: Iterable[str], base: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """``KIND=P`` strings over ``base`` (default `DEFAULT_RATES`); errors name the valid kinds."""
+    rates = dict(DEFAULT_RATES if base is None else base)
+    for item in items:
+        kind, sep, value = item.partition("=")
+        kind = kind.strip()
+        if not sep:
+            raise ValueError(f"--fault-rate {item!r}: expected KIND=P, e.g. hang=0.02")
+        if kind not in FAULT_KINDS:
+            raise ValueError(
+                f"--fault-rate {item!r}: unknown fault kind {kind!r}; "
+                f"valid kinds: {', '.join(FAULT_KINDS)}"
+            )
+        try:
+            p = float(value)
+        except ValueError:
+            raise ValueError(f"--fault-rate {item!r}: {value!r} is not a number") from None
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"--fault-rate {item!r}: a rate is a probability in [0, 1]")
+        rates[kind] = p
+    return rates
+
+
+class Tally:
+    """Thread-safe counters by name (faults injected, answers, violations)."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] = self._counts.get(name, 0) + n
+
+    def get(self, name: str) -> int:
+        with self._lock:
+            return self._counts.get(name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        with self._lock:
+            return dict(sorted(self._counts.items()))
+
+
+def as_call_fault(value: object) -> CallFault | None:
+    """``value`` as a call fault, or None for anything else (e.g. ``"none"``)."""
+    return cast(CallFault, value) if value in CALL_FAULTS else None
