@@ -259,7 +259,7 @@ def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     env = {
         **os.environ, "PYTHON": sys.executable,
-        "DEVSCHED_GPU_CHECK_TOOLS": "estimate_pitch,hash_text", "DEVSCHED_GPU_CHECK_REPEATS": "1",
+        "DEVSCHED_GPU_CHECK_TOOLS": "hash_text,scan_archive", "DEVSCHED_GPU_CHECK_REPEATS": "1",
     }
     res = subprocess.run(
         ["bash", str(REPO / "scripts" / "gpu_check.sh"), str(tmp_path / "out")],
@@ -268,6 +268,6 @@ def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     assert "no CUDA device visible to torch: running the CPU path only" in res.stdout
     p = Profile.load(tmp_path / "out" / "profile_small.json")
-    assert [t.tool for t in p.tools] == ["estimate_pitch", "hash_text"]
+    assert [t.tool for t in p.tools] == ["hash_text", "scan_archive"]
     assert all(t.runs["cpu"].latency.runs == 1 for t in p.tools)
     assert (tmp_path / "out" / "profile_scatter.png").exists()
