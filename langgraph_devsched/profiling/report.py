@@ -84,7 +84,7 @@ def markdown_table(profile: Profile) -> str:
 
 
 def plot_profile(profile: Profile, path: str | Path) -> Path:
-    """Scatter CPU vs GPU median latency (log-log), coloured by class, with y = x.
+    """Scatter CPU vs GPU median latency (log-log), coloured by class, IQR bars, and y = x.
 
     Tools without a GPU measurement sit on the bottom edge as grey crosses.
     """
@@ -116,6 +116,11 @@ def plot_profile(profile: Profile, path: str | Path) -> Path:
         xs = [r.cpu.latency.median_ms for r in rows if r.cpu]
         ys = [r.gpu.latency.median_ms for r in rows if r.gpu]
         ax.scatter(xs, ys, color=color, label=cls, zorder=3)
+        xerr = [[x - r.cpu.latency.q25_ms for r, x in zip(rows, xs, strict=True) if r.cpu],
+                [r.cpu.latency.q75_ms - x for r, x in zip(rows, xs, strict=True) if r.cpu]]
+        yerr = [[y - r.gpu.latency.q25_ms for r, y in zip(rows, ys, strict=True) if r.gpu],
+                [r.gpu.latency.q75_ms - y for r, y in zip(rows, ys, strict=True) if r.gpu]]
+        ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt="none", ecolor=color, alpha=0.5, lw=1)
         for r, x, y in zip(rows, xs, ys, strict=True):
             ax.annotate(r.tool, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     if cpu_only:
