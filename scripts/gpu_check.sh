@@ -11,7 +11,10 @@
 # PYTHONPATH. A suite tool whose package is missing is skipped with the reason in the table.
 # Environment: PYTHON (interpreter), DEVSCHED_GPU_CHECK_TOOLS (comma-separated subset),
 # DEVSCHED_GPU_CHECK_REPEATS (timed runs per tool and device, default 5 on GPU, 3 on CPU),
-# DEVSCHED_GPU_CHECK_SIZE (override the suite size).
+# DEVSCHED_GPU_CHECK_SIZE (override the suite size), DEVSCHED_GPU_CHECK_DEPS (a folder of
+# pure-Python dependencies without torch, e.g. made with `pip install --target .gpu_deps
+# langgraph langchain-core typer rich pydantic pyyaml matplotlib` on a machine with a registry
+# and carried along; default REPO/.gpu_deps when it exists), appended to PYTHONPATH.
 set -uo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +25,8 @@ if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$REPO/.venv/bin/python" ]]; then PYTHON="$REPO/.venv/bin/python"; else PYTHON=python3; fi
 fi
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+DEPS="${DEVSCHED_GPU_CHECK_DEPS:-$REPO/.gpu_deps}"
+[[ -d "$DEPS" ]] && PYTHONPATH="$PYTHONPATH:$DEPS"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 cd "$REPO"
 status=0
@@ -29,7 +34,8 @@ say() { echo "[gpu_check] $*" | tee -a "$OUT/summary.txt"; }
 : >"$OUT/summary.txt"
 
 if ! "$PYTHON" -c "import langgraph_devsched.cli, typer, rich, pydantic, langchain_core" 2>"$OUT/import_error.txt"; then
-  say "cannot import the package or its dependencies with $PYTHON (no install is attempted):"
+  say "cannot import the package or its dependencies with $PYTHON (no install is attempted;"
+  say "carry them in a folder named by DEVSCHED_GPU_CHECK_DEPS, see the header):"
   cat "$OUT/import_error.txt" | tee -a "$OUT/summary.txt"
   exit 3
 fi
