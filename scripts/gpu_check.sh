@@ -22,16 +22,26 @@ OUT="${1:-out/gpu_check}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x "$REPO/.venv/bin/python" ]]; then PYTHON="$REPO/.venv/bin/python"; else PYTHON=python3; fi
+  # prefer an interpreter whose torch sees CUDA (a carried CPU-only .venv must not win)
+  PYTHON=python3
+  for cand in "$REPO/.venv/bin/python" python3 python; do
+    command -v "$cand" >/dev/null 2>&1 || continue
+    if "$cand" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+      PYTHON="$cand"; break
+    fi
+    [[ "$PYTHON" == python3 && -x "$cand" && "$cand" == "$REPO/.venv/bin/python" ]] && PYTHON="$cand"
+  done
 fi
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 DEPS="${DEVSCHED_GPU_CHECK_DEPS:-$REPO/.gpu_deps}"
 [[ -d "$DEPS" ]] && PYTHONPATH="$PYTHONPATH:$DEPS"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+export COLUMNS="${COLUMNS:-160}"
 cd "$REPO"
 status=0
 say() { echo "[gpu_check] $*" | tee -a "$OUT/summary.txt"; }
 : >"$OUT/summary.txt"
+say "python: $PYTHON; PYTHONPATH=$PYTHONPATH"
 
 if ! "$PYTHON" -c "import langgraph_devsched.cli, typer, rich, pydantic, langchain_core" 2>"$OUT/import_error.txt"; then
   say "cannot import the package or its dependencies with $PYTHON (no install is attempted;"
