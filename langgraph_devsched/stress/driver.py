@@ -250,7 +250,7 @@ class _Run:
             planned[target] = "none"  # the retry ran it normally
         self.steps += 1
         lane.figures.steps += 1
-        self._check_answers(calls, planned, out["messages"][1:])
+        self._check_answers(calls, planned, out["messages"][1:], lane=lane.name)
         batch = any(c["name"] in TOOL_NAMES for c in calls)
         self._check_reports(lane, lane.reports[before:], batch=batch, cancelled=target is not None)
         self._check_ledger_at_rest(lane, f"after step {index}")
@@ -309,7 +309,8 @@ class _Run:
 
     # -- checks --------------------------------------------------------------------------------
     def _check_answers(
-        self, calls: list[dict[str, Any]], planned: dict[str, str], messages: list[Any]
+        self, calls: list[dict[str, Any]], planned: dict[str, str], messages: list[Any],
+        *, lane: str = "",
     ) -> None:
         self.calls += len(calls)
         by_id: dict[str, list[ToolMessage]] = {}
@@ -333,9 +334,11 @@ class _Run:
             self.duplicated += len(got) - 1
             if len(got) > 1:
                 self.violation(f"call {cid} got {len(got)} answers")
-            self._check_content(call, planned[cid], got[0])
+            self._check_content(call, planned[cid], got[0], lane)
 
-    def _check_content(self, call: dict[str, Any], fault: str, m: ToolMessage) -> None:
+    def _check_content(
+        self, call: dict[str, Any], fault: str, m: ToolMessage, lane: str = ""
+    ) -> None:
         text = str(m.content)
         error = m.status == "error"
         self.error_answers += error
@@ -360,6 +363,9 @@ class _Run:
             self.counts.add("placement_errors")
         else:
             ok = text.startswith(f"{tool}:{cid}@")
+            if gpu_only and text.endswith("@cpu"):
+                # the simulated testbed reruns an OOM on the CPU whatever the hints say
+                self.counts.add(f"cpu_forbidden_ran_on_cpu:{lane}")
         if fired is not None and fired == fault:
             self.faults.add(fault)
             if ok:
