@@ -11,7 +11,8 @@
 # PYTHONPATH. A suite tool whose package is missing is skipped with the reason in the table.
 # Environment: PYTHON (interpreter), DEVSCHED_GPU_CHECK_TOOLS (comma-separated subset),
 # DEVSCHED_GPU_CHECK_REPEATS (timed runs per tool and device, default 5 on GPU, 3 on CPU),
-# DEVSCHED_GPU_CHECK_SIZE (override the suite size), DEVSCHED_GPU_CHECK_DEPS (a folder of
+# DEVSCHED_GPU_CHECK_SIZE (override the suite size), DEVSCHED_GPU_CHECK_THREADS (torch CPU
+# threads; default torch's), DEVSCHED_GPU_CHECK_DEPS (a folder of
 # pure-Python dependencies without torch, e.g. made with `pip install --target .gpu_deps
 # langgraph langchain-core typer rich pydantic pyyaml matplotlib` on a machine with a registry
 # and carried along; default REPO/.gpu_deps when it exists), appended to PYTHONPATH.
@@ -65,6 +66,7 @@ PY
 
 TOOLS_ARG=()
 [[ -n "${DEVSCHED_GPU_CHECK_TOOLS:-}" ]] && TOOLS_ARG=(--tools "$DEVSCHED_GPU_CHECK_TOOLS")
+[[ -n "${DEVSCHED_GPU_CHECK_THREADS:-}" ]] && TOOLS_ARG+=(--threads "$DEVSCHED_GPU_CHECK_THREADS")
 CLI=("$PYTHON" -m langgraph_devsched.cli)
 
 if [[ "$CUDA" == "1" ]]; then

@@ -260,6 +260,7 @@ def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
     env = {
         **os.environ, "PYTHON": sys.executable,
         "DEVSCHED_GPU_CHECK_TOOLS": "hash_text,scan_archive", "DEVSCHED_GPU_CHECK_REPEATS": "1",
+        "DEVSCHED_GPU_CHECK_THREADS": "1",
     }
     res = subprocess.run(
         ["bash", str(REPO / "scripts" / "gpu_check.sh"), str(tmp_path / "out")],
@@ -270,4 +271,5 @@ def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
     p = Profile.load(tmp_path / "out" / "profile_small.json")
     assert [t.tool for t in p.tools] == ["hash_text", "scan_archive"]
     assert all(t.runs["cpu"].latency.runs == 1 for t in p.tools)
+    assert p.cpu_threads == 1
     assert (tmp_path / "out" / "profile_scatter.png").exists()
