@@ -214,3 +214,38 @@ def test_the_agentic_schedulers_sub_agent_is_a_child_run_of_the_step(mode: str) 
     ends = {u["name"]: u for u in client.updated if u.get("run_type") == "tool"}
     assert ends["asr"]["extra"]["metadata"]["devsched.scheduler"] == "agentic"
     assert ends["ocr"]["extra"]["metadata"]["devsched.option"] == "cpu"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_tracing_enabled_by_context_gets_observed_ms_without_app_code(mode: str) -> None:
+    from langchain_core.tracers.context import tracing_v2_enabled
+
+    client = FakeLangSmith()
+    node = DeviceToolNode(TOOLS, hints=HINTS, scheduler=Fixed(), backend=LocalBackend(gpu=False))
+    with tracing_v2_enabled(project_name="devsched-test", client=client):  # type: ignore[arg-type]
+        run(tools_graph(node), mode)
+    ends = {u["name"]: u for u in client.updated if u.get("run_type") == "tool"}
+    assert sorted(ends) == ["asr", "embed", "ocr"]
+    for end in ends.values():
+        assert isinstance(end["extra"]["metadata"]["devsched.observed_ms"], float)
+
+
+def test_langsmith_env_setup_gets_every_key_without_app_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import langchain_core.tracers.langchain as lc_tracer
+
+    client = FakeLangSmith()
+    monkeypatch.setattr(lc_tracer, "get_client", lambda: client)  # no network
+    monkeypatch.setenv("LANGSMITH_TRACING", "true")
+    monkeypatch.setenv("LANGSMITH_API_KEY", "not-used")
+    node = DeviceToolNode(TOOLS, hints=HINTS, scheduler=Fixed(), backend=LocalBackend(gpu=False))
+    run(tools_graph(node), "sync")
+    lc_tracer.wait_for_all_tracers()
+    ends = {u["name"]: u for u in client.updated if u.get("run_type") == "tool"}
+    assert sorted(ends) == ["asr", "embed", "ocr"]
+    for name, end in ends.items():
+        meta = end["extra"]["metadata"]
+        assert set(METADATA_KEYS) <= set(meta)
+        assert meta["devsched.option"] == MAPPING[name]
+        assert isinstance(meta["devsched.observed_ms"], float)
