@@ -186,3 +186,41 @@ def test_tools_without_hints_run_as_they_are() -> None:
     result = invoke(agent(mw, [AIMessage("", tool_calls=calls("asr")), AIMessage("x")]), "sync")
     assert answers(result) == [("c1", "asr:input 1")]
     assert dict(mw.history[0].decision.mapping) == {"c1": "cpu"}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_scheduler_runs_nest_under_the_agents_tools_step(mode: str) -> None:
+    from langchain_core.runnables import RunnableConfig, RunnableLambda
+    from langchain_core.tracers.langchain import LangChainTracer
+
+    from tests.test_tracing import FakeLangSmith, parent_chain
+
+    class Consulting(SchedulerBase):
+        name = "consulting"
+
+        def decide(
+            self, batch: Batch, view: SchedulerView, *, config: RunnableConfig | None = None
+        ) -> Decision:
+            RunnableLambda(lambda x: x, name="scheduler_subagent").invoke(batch.call_ids, config)
+            return self._decision({c.call_id: "cpu" for c in batch.calls}, "asked")
+
+    client = FakeLangSmith()
+    tracer = LangChainTracer(client=client, project_name="devsched-test")  # type: ignore[arg-type]
+    mw = DeviceSchedulingMiddleware(scheduler=Consulting(), hints=HINTS, testbed=bed())
+    graph = agent(mw, [AIMessage("", tool_calls=calls("asr", "ocr")), AIMessage("done")])
+    inputs = {"messages": [HumanMessage("go")]}
+    config: RunnableConfig = {"callbacks": [tracer]}
+    if mode == "sync":
+        graph.invoke(inputs, config)
+    else:
+        asyncio.run(graph.ainvoke(inputs, config))
+    tracer.wait_for_futures()
+    runs = {c["id"]: c for c in client.created}
+    (sub,) = [c for c in client.created if c["name"] == "scheduler_subagent"]
+    chain = parent_chain(runs, sub["id"])
+    wrap = "DeviceSchedulingMiddleware." + (
+        "wrap_tool_call" if mode == "sync" else "awrap_tool_call"
+    )
+    assert chain[:3] == ["scheduler_subagent", wrap, "tools"], chain
+    ends = {u["name"]: u for u in client.updated if u.get("run_type") == "tool"}
+    assert ends["asr"]["extra"]["metadata"]["devsched.scheduler"] == "consulting"

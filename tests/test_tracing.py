@@ -43,6 +43,8 @@ class Fixed(SchedulerBase):
 class FakeLangSmith:
     """Records what `LangChainTracer` would send to LangSmith: run creations and patches."""
 
+    otel_exporter = None  # read by langsmith's @traceable spans (create_agent's middleware hooks)
+
     def __init__(self) -> None:
         self.created: list[dict[str, Any]] = []
         self.updated: list[dict[str, Any]] = []
