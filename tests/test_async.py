@@ -185,3 +185,17 @@ async def test_middleware_sync_tools_overlap_under_ainvoke() -> None:
     g = agent(sync_tools(barrier, asyncio.get_running_loop()))
     result = await g.ainvoke({"messages": [("user", "go")]})
     assert answers(result) == EXPECTED
+
+
+async def test_two_slow_sync_tools_overlap_under_astream() -> None:
+    barrier = threading.Barrier(2, timeout=TIMEOUT_S)
+    node = DeviceToolNode(
+        sync_tools(barrier, asyncio.get_running_loop()), hints=HINTS, testbed=make_bed()
+    )
+    chunks = [
+        chunk
+        async for chunk in graph(node).astream(
+            {"messages": [HumanMessage("go"), STEP]}, stream_mode="values"
+        )
+    ]
+    assert answers(chunks[-1]) == EXPECTED
