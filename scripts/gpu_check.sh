@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-command device check. On a CUDA machine: run the GPU-marked tests, profile the full
 # tool suite on cuda and cpu, build bench scenarios from that profile and run the simulated
-# bench on them (and the real contention bench once `devsched bench --real` exists).
+# bench on them, then one real contention scenario (`devsched bench --real`).
 # Without CUDA: profile the small suite on the CPU and say so.
 #
 #   scripts/gpu_check.sh [OUT_DIR]        (default out/gpu_check)
@@ -82,8 +82,8 @@ if [[ "$CUDA" == "1" ]]; then
     say "GPU tests skipped: pytest is not installed"
   fi
   say "profiling the $SIZE suite on cuda and cpu ($REPEATS repeats)"
-  timeout 280 "${CLI[@]}" profile --suite builtin --size "$SIZE" --devices cuda,cpu \
-    --repeats "$REPEATS" --warmup 1 --budget-s 210 "${TOOLS_ARG[@]}" --json "$OUT/profile_$SIZE.json" \
+  timeout 240 "${CLI[@]}" profile --suite builtin --size "$SIZE" --devices cuda,cpu \
+    --repeats "$REPEATS" --warmup 1 --budget-s 170 "${TOOLS_ARG[@]}" --json "$OUT/profile_$SIZE.json" \
     --plots "$OUT" --scenario-out "$OUT/scenarios" 2>&1 | tee "$OUT/profile.log"
   rc=${PIPESTATUS[0]}
   say "profile exit code $rc"
@@ -93,13 +93,12 @@ if [[ "$CUDA" == "1" ]]; then
     timeout 30 "${CLI[@]}" bench --scenarios "$OUT/scenarios" --rounds 10 \
       --json "$OUT/bench_profiled.json" 2>&1 | tail -40 | tee "$OUT/bench.log"
   fi
-  if "${CLI[@]}" bench --help 2>/dev/null | grep -q -- "--real"; then
-    say "real contention scenario"
-    timeout 40 "${CLI[@]}" bench --real --rounds 3 --json "$OUT/bench_real.json" 2>&1 \
-      | tail -40 | tee "$OUT/bench_real.log"
-  else
-    say "real contention bench skipped: 'devsched bench --real' is not available yet"
-  fi
+  say "real contention scenario (all_gpu vs monitor vs oracle, every mapping executed)"
+  timeout 90 "${CLI[@]}" bench --real --schedulers all_gpu,monitor,oracle --rounds 4 \
+    --json "$OUT/bench_real.json" --plots "$OUT/real_plots" 2>&1 | tail -40 | tee "$OUT/bench_real.log"
+  rc=${PIPESTATUS[0]}
+  say "real bench exit code $rc"
+  [[ $rc -ne 0 ]] && status=1
 else
   SIZE="${DEVSCHED_GPU_CHECK_SIZE:-small}"
   REPEATS="${DEVSCHED_GPU_CHECK_REPEATS:-3}"

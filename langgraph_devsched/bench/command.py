@@ -51,7 +51,8 @@ def run_bench_command(
 
     if real:
         return run_real_bench_command(
-            scenarios=scenarios, schedulers=schedulers, json_path=json_path, plots=plots
+            scenarios=scenarios, schedulers=schedulers, rounds=rounds, json_path=json_path,
+            plots=plots,
         )
     runner = step_runner_for(backend)
     loaded = load_scenarios(scenarios)
@@ -98,6 +99,7 @@ def run_real_bench_command(
     *,
     scenarios: Path | None = None,
     schedulers: Sequence[str] | None = None,
+    rounds: int | None = None,
     json_path: Path | None = None,
     plots: Path | None = None,
 ) -> BenchResult:
@@ -108,6 +110,8 @@ def run_real_bench_command(
 
     console = Console()
     loaded = load_real_scenarios(scenarios)
+    if rounds is not None:
+        loaded = [s.model_copy(update={"rounds": rounds}) for s in loaded]
     names = validate_scheduler_names(schedulers or ["all_gpu", "static", "monitor", "oracle"])
     result = run_real_benchmark(
         loaded,
