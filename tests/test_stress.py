@@ -33,6 +33,7 @@ def test_stress_cli_300_calls_loses_nothing_and_injects_every_fault(tmp_path: Pa
     assert result.exit_code == 0, result.output
     assert "OK" in result.output
     report = json.loads(out.read_text())
+    assert report["ok"] is True
     assert report["calls"] == 300 == report["answered"]
     assert report["lost"] == report["duplicated"] == report["stray"] == 0
     assert report["violations"] == 0, report["violation_examples"]
@@ -42,6 +43,7 @@ def test_stress_cli_300_calls_loses_nothing_and_injects_every_fault(tmp_path: Pa
         assert ledger["end_mb"] == 0 and ledger["end_active"] == ledger["end_queued"] == 0
     faults = {f["kind"]: f for f in report["faults"]}
     assert set(faults) == set(FAULT_KINDS)
+    assert report["faults_injected"] == {k: f["injected"] for k, f in faults.items()}
     for kind, f in faults.items():
         assert f["injected"] >= 1, kind
         assert f["handled"] == f["injected"], kind

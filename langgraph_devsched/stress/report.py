@@ -6,7 +6,7 @@ every ledger stayed within its budget and ended at zero, and no invariant was vi
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 
 class LedgerFigures(BaseModel):
@@ -77,12 +77,16 @@ class StressReport(BaseModel):
         default=False, description="hangs were released by the node itself (False: by the harness)"
     )
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def faults_injected(self) -> dict[str, int]:
+        """Injections that fired, by fault kind."""
         return {f.kind: f.injected for f in self.faults}
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def ok(self) -> bool:
+        """Nothing lost, duplicated or stray; ledgers within budget and at 0; no violation."""
         return (
             self.lost == 0
             and self.duplicated == 0
