@@ -428,7 +428,10 @@ class DeviceToolNode(ToolNode):
                 return
             step.finished = True
         with self._steps_lock:
-            self._steps.pop(step.report.batch.call_ids, None)
+            key = step.report.batch.call_ids
+            self._steps.pop(key, None)
+            self._plan_locks.pop(key, None)
+            self._aplan_locks.pop(key, None)  # an asyncio.Lock may be bound to this loop only
         record = step.execution.record()
         step.report.record = record
         self.history.append(step.report)
