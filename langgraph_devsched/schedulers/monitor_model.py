@@ -45,19 +45,22 @@ _MIN_MS = 1e-3
 
 
 PRIOR_WEIGHT = 3.0
-"""A declared solo time counts as this many samples while the measurements agree with it."""
+"""A declared solo time (a profiler's median over repeated runs) counts as this many samples
+while the measurements agree with it."""
+AGREE_WITHIN = 0.10
+"""A measured mean within this fraction of the declared time (or 3 standard errors) agrees."""
 
 
 def _blend(declared: float | None, measured: tuple[float, int] | None, cv: float) -> float | None:
     """The declared solo time and the measured mean, weighted like samples, while the two
-    agree within the noise (3 standard errors, at least 5 %); else the measurement alone (the
+    agree (within `AGREE_WITHIN` or 3 standard errors); else the measurement alone (the
     declaration was wrong)."""
     if measured is None:
         return declared
     mean, count = measured
     if declared is None or declared <= 0:
         return mean
-    if abs(mean - declared) > max(0.05, 3.0 * cv / count**0.5) * declared:
+    if abs(mean - declared) > max(AGREE_WITHIN, 3.0 * cv / count**0.5) * declared:
         return mean
     return (PRIOR_WEIGHT * declared + count * mean) / (PRIOR_WEIGHT + count)
 

@@ -69,8 +69,8 @@ class MonitorPolicy(SchedulerBase):
     def __init__(
         self,
         *,
-        probe_horizon: float = 2.0,
-        max_probe_cost: float = 0.25,
+        probe_horizon: float = 4.0,
+        max_probe_cost: float = 0.5,
         override_floor: float = 0.03,
         tie_tolerance: float = 0.005,
         max_calls: int = 8,
@@ -258,9 +258,9 @@ class MonitorPolicy(SchedulerBase):
         hint: ExplorationHint, best: Mapping_, tools: list[str],
         choices: list[tuple[DeviceOption, ...]], scores: dict[Mapping_, float],
     ) -> list[Mapping_]:
-        """The mappings closest to ``best`` that measure what ``hint`` says is unknown: the
-        hint's change alone, then with one other call's option changed (to make room), each
-        group best predicted first."""
+        """Mappings that measure what ``hint`` says is unknown: the best predicted ones
+        anywhere, then the hint's change to ``best`` alone, then with one other call's option
+        changed (to make room), each group best predicted first."""
 
         def moved(m: list[DeviceOption], i: int, device: str) -> list[list[DeviceOption]]:
             if device == "cpu":
@@ -303,7 +303,29 @@ class MonitorPolicy(SchedulerBase):
                         tuple([*m[:j], o, *m[j + 1:]]) for o in options if o != m[j]
                     )
         room = sorted((m for m in variants if m in scores), key=lambda m: (scores[m], m))
-        return plain + room
+        anywhere = [m for m in sorted(scores, key=lambda m: (scores[m], m))[:_SCAN]
+                    if _measures(hint, m, tools)][:3]
+        return anywhere + plain + room
+
+
+_SCAN = 2000
+"""How many of the best-scored mappings are scanned for one that measures a hint."""
+
+
+def _measures(hint: ExplorationHint, m: Mapping_, tools: list[str]) -> bool:
+    """Whether executing ``m`` measures what ``hint`` says is unknown."""
+    if hint.kind == "swap":
+        a, b = hint.tools
+        return any(t == a and o == "cpu" for t, o in zip(tools, m, strict=True)) and any(
+            t == b and o == hint.option for t, o in zip(tools, m, strict=True))
+    (tool,) = hint.tools[:1]
+    if hint.kind == "shared":
+        return any(t == tool and o == "gpu_now" for t, o in zip(tools, m, strict=True)) and (
+            sum(1 for o in m if is_gpu(o)) > 1)
+    if hint.kind == "queued":
+        return any(t == tool and o == "gpu_queued" for t, o in zip(tools, m, strict=True))
+    on_gpu = hint.devices[:1] == ("gpu",)
+    return any(t == tool and is_gpu(o) == on_gpu for t, o in zip(tools, m, strict=True))
 
 
 def _declared(batch: Batch, hint: ExplorationHint) -> bool:
