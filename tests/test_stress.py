@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from langgraph_devsched.cli import app
 from langgraph_devsched.stress import FAULT_KINDS, StressConfig, parse_fault_rates, run_stress
-from langgraph_devsched.stress.driver import _Run
+from langgraph_devsched.stress.checks import Checker
 
 runner = CliRunner()
 
@@ -93,9 +93,9 @@ def _answer(cid: str, text: str = "x") -> ToolMessage:
     return ToolMessage(text, tool_call_id=cid)
 
 
-def test_the_checker_counts_lost_duplicated_and_stray_answers(tmp_path: Path) -> None:
+def test_the_checker_counts_lost_duplicated_and_stray_answers() -> None:
     """The harness's own checks must be able to fail: feed them broken answers."""
-    run = _Run(StressConfig(calls=1, backend="simulated"), tmp_path)
+    run = Checker(fired={})
     calls: list[dict[str, Any]] = [
         {"name": "asr", "args": {"payload": c, "fault": "none"}, "id": c}
         for c in ("a", "b", "c")
@@ -103,7 +103,7 @@ def test_the_checker_counts_lost_duplicated_and_stray_answers(tmp_path: Path) ->
     planned = dict.fromkeys(["a", "b", "c"], "none")
     messages = [_answer("a", "asr:a@cpu"), _answer("a", "asr:a@cpu"), _answer("zz"),
                 _answer("c", "ocr:c@cpu")]
-    run._check_answers(calls, planned, messages)
+    run.check_answers(calls, planned, messages)
     assert (run.lost, run.duplicated, run.stray) == (1, 1, 1)
     assert run.violations == 4  # a duplicated, zz stray, b lost, c answered by another tool
     assert any("got no answer" in v for v in run.violation_examples)

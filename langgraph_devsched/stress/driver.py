@@ -15,14 +15,9 @@ each injected fault ended the way it should (see `EXPECTED`).
 from __future__ import annotations
 
 import asyncio
-import json
-import pickle
 import random
 import tempfile
 import time
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -33,19 +28,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from langgraph_devsched.executors.local import GpuConfig, LocalBackend
 from langgraph_devsched.ledger import VramLedger
 from langgraph_devsched.monitor import RuntimeMonitor
-from langgraph_devsched.monitor.persist import MonitorStatsWarning
-from langgraph_devsched.monitor.state import FORMAT_NAME, FORMAT_VERSION
 from langgraph_devsched.node import DeviceToolNode, StepReport
+from langgraph_devsched.stress.checks import Checker, Lane
 from langgraph_devsched.stress.faults import (
     CALL_FAULTS,
     DEFAULT_RATES,
     FAULT_KINDS,
     STEP_FAULTS,
     StepFault,
-    Tally,
 )
 from langgraph_devsched.stress.report import FaultFigures, LedgerFigures, StressReport
-from langgraph_devsched.stress.schedulers import LLM_FAULTS, FaultyScheduler, invalid_applied
+from langgraph_devsched.stress.schedulers import FaultyScheduler
+from langgraph_devsched.stress.stats import corrupt_and_reload, garbage_files
 from langgraph_devsched.stress.tools import (
     TOOL_HINTS,
     TOOL_NAMES,
@@ -110,53 +104,22 @@ class StressConfig(BaseModel):
         return self
 
 
-def _garbage_files() -> list[bytes]:
-    good = {"format": FORMAT_NAME, "version": FORMAT_VERSION}
-    return [
-        b"\xff\xfe\x00\x81 not text",
-        b'{"format": "' + FORMAT_NAME.encode() + b'", "version": ',
-        b"[1, 2, 3]",
-        b"",
-        json.dumps({**good, "format": "something-else"}).encode(),
-        json.dumps({**good, "version": 999}).encode(),
-        json.dumps({**good, "step": "many", "stats": [1]}).encode(),
-        pickle.dumps({"step": 5, "stats": {}}),
-    ]
-
-
-@dataclass
-class _Lane:
-    """One node and what the harness watches on it."""
-
-    name: str
-    node: DeviceToolNode
-    graph: Any
-    scheduler: FaultyScheduler
-    ledger: VramLedger | None
-    figures: LedgerFigures
-    reports: list[StepReport] = field(default_factory=list)
-
-
 class _Run:
     def __init__(self, config: StressConfig, stats_dir: Path) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
-        self.faults = Tally()
-        self.counts = Tally()
-        self.violation_examples: list[str] = []
-        self.violations = 0
         self.stats_path = stats_dir / "monitor_stats.json"
         self.toolbox = Toolbox(call_timeout_s=config.call_timeout_s)
+        self.checker = Checker(self.toolbox.fired)
         names = ("simulated", "local") if config.backend == "both" else (config.backend,)
         self.lanes = [self._lane(name, i) for i, name in enumerate(names)]
-        self.calls = self.answered = self.lost = self.duplicated = self.stray = 0
-        self.error_answers = self.steps = 0
+        self.steps = 0
 
     # -- set-up --------------------------------------------------------------------------------
-    def _lane(self, name: str, index: int) -> _Lane:
+    def _lane(self, name: str, index: int) -> Lane:
         seed = self.config.seed * 10 + index
         scheduler = FaultyScheduler(
-            seed=seed, tally=self.faults, llm_timeout_s=self.config.llm_timeout_s
+            seed=seed, tally=self.checker.faults, llm_timeout_s=self.config.llm_timeout_s
         )
         reports: list[StepReport] = []
         ledger: VramLedger | None = None
@@ -182,12 +145,7 @@ class _Run:
             node = DeviceToolNode(self.toolbox.tools(), backend=backend, **common)
         graph = StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
         figures = LedgerFigures(backend=name, budget_mb=VRAM_BUDGET_MB)
-        return _Lane(name, node, graph, scheduler, ledger, figures, reports)
-
-    def violation(self, text: str) -> None:
-        self.violations += 1
-        if len(self.violation_examples) < 20:
-            self.violation_examples.append(text)
+        return Lane(name, node, graph, scheduler, ledger, figures, reports)
 
     def _draw(self, kinds: tuple[str, ...]) -> str | None:
         u, acc = self.rng.random(), 0.0
@@ -199,7 +157,7 @@ class _Run:
 
     # -- one step ------------------------------------------------------------------------------
     def _calls(
-        self, index: int, n: int, lane: _Lane
+        self, index: int, n: int, lane: Lane
     ) -> tuple[list[dict[str, Any]], dict[str, str]]:
         calls: list[dict[str, Any]] = []
         planned: dict[str, str] = {}
@@ -232,7 +190,7 @@ class _Run:
         calls, planned = self._calls(index, n, lane)
         target = self._block_target(calls, planned) if fault == "cancel" else None
         lane.scheduler.arm(None if fault == "cancel" else fault)
-        self.counts.add("async_steps" if is_async else "sync_steps")
+        self.checker.counts.add("async_steps" if is_async else "sync_steps")
         before = len(lane.reports)
         inputs = {"messages": [AIMessage("", tool_calls=calls)]}
         try:
@@ -250,10 +208,12 @@ class _Run:
             planned[target] = "none"  # the retry ran it normally
         self.steps += 1
         lane.figures.steps += 1
-        self._check_answers(calls, planned, out["messages"][1:], lane=lane.name)
+        self.checker.check_answers(calls, planned, out["messages"][1:], lane=lane.name)
         batch = any(c["name"] in TOOL_NAMES for c in calls)
-        self._check_reports(lane, lane.reports[before:], batch=batch, cancelled=target is not None)
-        self._check_ledger_at_rest(lane, f"after step {index}")
+        self.checker.check_reports(
+            lane, lane.reports[before:], batch=batch, cancelled=target is not None
+        )
+        self.checker.check_ledger_at_rest(lane, f"after step {index}")
 
     def _block_target(self, calls: list[dict[str, Any]], planned: dict[str, str]) -> str | None:
         """Pick a well-formed call of a tool that can always run, to block until cancelled."""
@@ -263,7 +223,7 @@ class _Run:
             and TOOL_HINTS[c["name"]].get("cpu_allowed", True)
         ]
         if not targets:
-            self.counts.add("cancel_without_target")
+            self.checker.counts.add("cancel_without_target")
             return None
         target = self.rng.choice(targets)
         target["args"]["fault"] = "block"
@@ -271,7 +231,7 @@ class _Run:
         return str(target["id"])
 
     async def _cancelled_then_retried(
-        self, lane: _Lane, inputs: dict[str, Any], calls: list[dict[str, Any]], target: str
+        self, lane: Lane, inputs: dict[str, Any], calls: list[dict[str, Any]], target: str
     ) -> dict[str, Any]:
         started = asyncio.Event()
         self.toolbox.block_started = started
@@ -285,199 +245,37 @@ class _Run:
             self.toolbox.released.add(target)
         if waiter not in done:
             waiter.cancel()
-            self.violation(f"blocked call {target} never started")
+            self.checker.violation(f"blocked call {target} never started")
             return await asyncio.wait_for(task, STEP_LIMIT_S)
         task.cancel()
         try:
             await task
-            self.violation("a cancelled graph run returned instead of raising CancelledError")
+            self.checker.violation("a cancelled graph run returned, not raising CancelledError")
         except asyncio.CancelledError:
             pass
-        self.faults.add("cancel")
-        if not self._ledger_zero(lane):
-            self.counts.add("ledger_busy_right_after_cancel")
+        self.checker.faults.add("cancel")
+        if not self.checker.ledger_zero(lane):
+            self.checker.counts.add("ledger_busy_right_after_cancel")
             for _ in range(100):  # let cancelled children finish their cleanup (bounded)
                 await asyncio.sleep(0.001)
-                if self._ledger_zero(lane):
+                if self.checker.ledger_zero(lane):
                     break
-        at_rest = self._check_ledger_at_rest(lane, "after a cancellation")
+        at_rest = self.checker.check_ledger_at_rest(lane, "after a cancellation")
         out: dict[str, Any] = await asyncio.wait_for(lane.graph.ainvoke(inputs), STEP_LIMIT_S)
         answers = [m for m in out["messages"][1:] if isinstance(m, ToolMessage)]
         if at_rest and sorted(m.tool_call_id for m in answers) == sorted(c["id"] for c in calls):
-            self.counts.add("handled:cancel")
+            self.checker.counts.add("handled:cancel")
         return out
 
-    # -- checks --------------------------------------------------------------------------------
-    def _check_answers(
-        self, calls: list[dict[str, Any]], planned: dict[str, str], messages: list[Any],
-        *, lane: str = "",
-    ) -> None:
-        self.calls += len(calls)
-        by_id: dict[str, list[ToolMessage]] = {}
-        for m in messages:
-            if not isinstance(m, ToolMessage):
-                self.violation(f"unexpected output message {type(m).__name__}")
-                continue
-            if m.tool_call_id not in planned:
-                self.stray += 1
-                self.violation(f"answer for unknown id {m.tool_call_id!r}")
-                continue
-            by_id.setdefault(m.tool_call_id, []).append(m)
-        for call in calls:
-            cid = call["id"]
-            got = by_id.get(cid, [])
-            if not got:
-                self.lost += 1
-                self.violation(f"call {cid} ({call['name']}, {planned[cid]}) got no answer")
-                continue
-            self.answered += 1
-            self.duplicated += len(got) - 1
-            if len(got) > 1:
-                self.violation(f"call {cid} got {len(got)} answers")
-            self._check_content(call, planned[cid], got[0], lane)
-
-    def _check_content(
-        self, call: dict[str, Any], fault: str, m: ToolMessage, lane: str = ""
-    ) -> None:
-        text = str(m.content)
-        error = m.status == "error"
-        self.error_answers += error
-        cid, tool = call["id"], call["name"]
-        fired = "bad_call" if fault == "bad_call" else self.toolbox.fired.get(cid)
-        gpu_only = not TOOL_HINTS.get(tool, {}).get("cpu_allowed", True)
-        ok: bool
-        if fired == "bad_call":
-            ok = error
-        elif fired == "tool_error":
-            ok = error and "injected tool error" in text
-        elif fired == "hang":
-            ok = error and "did not answer within" in text
-        elif fired == "gpu_oom":
-            if gpu_only:
-                ok = error and "out of gpu memory" in text.lower()
-            else:
-                ok = not error and text == f"{tool}:{cid}@cpu"
-        elif error:
-            # only a GPU-only tool may fail to be placed (its VRAM does not fit, no CPU)
-            ok = gpu_only and "cannot run" in text
-            self.counts.add("placement_errors")
-        else:
-            ok = text.startswith(f"{tool}:{cid}@")
-            if gpu_only and text.endswith("@cpu"):
-                # the simulated testbed reruns an OOM on the CPU whatever the hints say
-                self.counts.add(f"cpu_forbidden_ran_on_cpu:{lane}")
-        if fired is not None and fired == fault:
-            self.faults.add(fault)
-            if ok:
-                self.counts.add(f"handled:{fault}")
-        if not ok:
-            self.violation(f"call {cid} ({tool}, fault {fault}): unexpected answer {text[:160]!r}")
-
-    def _check_reports(
-        self, lane: _Lane, reports: list[StepReport], *, batch: bool, cancelled: bool
-    ) -> None:
-        """The step's report(s): a cancelled step whose calls had all started is closed
-        (and reported) by the cancellation; its retry is planned and reported afresh."""
-        if len(reports) > (2 if cancelled else 1):
-            self.violation(f"{len(reports)} step reports for one step")
-        if not reports:
-            if batch:
-                self.violation(
-                    f"{lane.name} step never closed (no StepReport); fault {lane.scheduler.fired}"
-                )
-            return
-        if cancelled and len(reports) == 2:
-            self.counts.add("cancelled_steps_reported")
-        for report in reports:
-            self._check_report(lane, report)
-        self._check_step_fault(lane, reports[-1])
-
-    def _check_report(self, lane: _Lane, report: StepReport) -> None:
-        bad = invalid_applied(report.batch, report.decision)
-        if bad:
-            self.violation(f"applied options outside the hints: {bad}")
-        for cause in report.fallbacks.values():
-            self.counts.add(f"fallback:{cause}")
-        record = report.record
-        if record is not None:
-            for rec in record.calls:
-                if rec.fallback is not None:
-                    self.counts.add(f"fallback:{rec.fallback}")
-            if lane.ledger is None:
-                lane.figures.peak_mb = max(lane.figures.peak_mb, record.vram_peak_mb)
-                end = float(record.extra.get("vram_end_mb", 0.0))  # type: ignore[arg-type]
-                lane.figures.end_mb = end
-                if record.vram_peak_mb > VRAM_BUDGET_MB + 1e-6 or abs(end) > 1e-6:
-                    self.violation(f"simulated ledger: peak {record.vram_peak_mb}, end {end}")
-
-    def _check_step_fault(self, lane: _Lane, report: StepReport) -> None:
-        fired = lane.scheduler.fired
-        if fired is None:
-            return
-        decision, causes = report.decision, set(report.fallbacks.values())
-        agentic = lane.scheduler.agentic
-        if fired in LLM_FAULTS:
-            for cause in agentic.last_fallbacks.values():
-                self.counts.add(f"agentic:{cause}")
-        checks: dict[str, Callable[[], bool]] = {
-            "scheduler_error": lambda: causes == {"scheduler_error"}
-            and len(report.fallbacks) == len(report.batch),
-            "invalid_decision": lambda: "invalid_decision" in causes,
-            "llm_error": lambda: decision.fallback == "scheduler_error"
-            and set(agentic.last_fallbacks.values()) == {"llm_error"},
-            "llm_hang": lambda: decision.fallback == "scheduler_error"
-            and set(agentic.last_fallbacks.values()) == {"timeout"},
-            "llm_garbage": lambda: decision.fallback is not None,
-        }
-        check = checks.get(fired)
-        if check is None:
-            return
-        if check():
-            self.counts.add(f"handled:{fired}")
-        else:
-            self.violation(
-                f"{fired}: unexpected decision fallback={decision.fallback} causes={causes} "
-                f"agentic={agentic.last_fallbacks}"
-            )
-
-    def _ledger_zero(self, lane: _Lane) -> bool:
-        ledger = lane.ledger
-        return ledger is None or (
-            abs(ledger.in_use_mb) <= 1e-6 and ledger.active == 0 and ledger.queued == 0
+    def _corrupt_stats(self, lane: Lane) -> None:
+        self.checker.faults.add("corrupt_stats")
+        cold, problem = corrupt_and_reload(
+            lane.node.monitor, self.stats_path, self.rng.choice(garbage_files())
         )
-
-    def _check_ledger_at_rest(self, lane: _Lane, when: str) -> bool:
-        ledger = lane.ledger
-        if ledger is None:
-            return True
-        f = lane.figures
-        f.peak_mb, f.end_mb = ledger.peak_mb, ledger.in_use_mb
-        f.end_active, f.end_queued = ledger.active, ledger.queued
-        if not self._ledger_zero(lane):
-            self.violation(
-                f"local ledger not at rest {when}: {ledger.in_use_mb} MB, "
-                f"{ledger.active} active, {ledger.queued} queued"
-            )
-            return False
-        return True
-
-    # -- persisted stats -----------------------------------------------------------------------
-    def _corrupt_stats(self, lane: _Lane) -> None:
-        monitor: RuntimeMonitor = lane.node.monitor
-        monitor.save(self.stats_path)
-        if RuntimeMonitor.load(self.stats_path).state != monitor.state:
-            self.violation("monitor stats did not survive a save/load round trip")
-        garbage = self.rng.choice(_garbage_files())
-        self.stats_path.write_bytes(garbage)
-        self.faults.add("corrupt_stats")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            cold = RuntimeMonitor.load(self.stats_path)
-        warned = any(issubclass(w.category, MonitorStatsWarning) for w in caught)
-        if cold.state.step == 0 and not cold.state.stats and warned:
-            self.counts.add("handled:corrupt_stats")
+        if problem is None:
+            self.checker.counts.add("handled:corrupt_stats")
         else:
-            self.violation(f"corrupt stats {garbage[:40]!r} loaded as step {cold.state.step}")
+            self.checker.violation(problem)
         lane.node.monitor = cold
 
     # -- the run -------------------------------------------------------------------------------
@@ -493,12 +291,13 @@ class _Run:
             left -= n
             index += 1
         for lane in self.lanes:
-            self._check_ledger_at_rest(lane, "at the end")
+            self.checker.check_ledger_at_rest(lane, "at the end")
         return self._report(time.perf_counter() - t0, stopped)
 
     def _report(self, wall_s: float, stopped: bool) -> StressReport:
-        counts = self.counts.as_dict()
-        faults = self.faults.as_dict()
+        c = self.checker
+        counts = c.counts.as_dict()
+        faults = c.faults.as_dict()
         figures = [
             FaultFigures(
                 kind=kind,
@@ -515,20 +314,20 @@ class _Run:
         return StressReport(
             seed=self.config.seed,
             backend=self.config.backend,
-            calls=self.calls,
+            calls=c.calls,
             steps=self.steps,
-            answered=self.answered,
-            lost=self.lost,
-            duplicated=self.duplicated,
-            stray=self.stray,
-            error_answers=self.error_answers,
+            answered=c.answered,
+            lost=c.lost,
+            duplicated=c.duplicated,
+            stray=c.stray,
+            error_answers=c.error_answers,
             fallbacks={k[9:]: v for k, v in counts.items() if k.startswith("fallback:")},
             agentic_causes={k[8:]: v for k, v in counts.items() if k.startswith("agentic:")},
             faults=figures,
             ledgers=[lane.figures for lane in self.lanes],
             counters=other,
-            violations=self.violations,
-            violation_examples=self.violation_examples,
+            violations=c.violations,
+            violation_examples=c.violation_examples,
             wall_s=round(wall_s, 3),
             stopped_early=stopped,
         )

@@ -1,0 +1,211 @@
+"""What the stress harness checks after every step, and the counts it keeps.
+
+`Checker.check_answers`: one answer per call, carrying its id and its own output (or the
+error its fault calls for); `check_reports`: one `StepReport` per step (two for a cancelled
+step that was closed by the cancellation, then retried), applied options within the hints,
+the simulated ledger within budget and at zero, the step fault's expected fallback;
+`check_ledger_at_rest`: the local `VramLedger` back at zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+
+from langgraph_devsched.ledger import VramLedger
+from langgraph_devsched.node import DeviceToolNode, StepReport
+from langgraph_devsched.stress.faults import Tally
+from langgraph_devsched.stress.report import LedgerFigures
+from langgraph_devsched.stress.schedulers import LLM_FAULTS, FaultyScheduler, invalid_applied
+from langgraph_devsched.stress.tools import TOOL_HINTS, VRAM_BUDGET_MB
+
+
+@dataclass
+class Lane:
+    """One node and what the harness watches on it."""
+
+    name: str
+    node: DeviceToolNode
+    graph: Any
+    scheduler: FaultyScheduler
+    ledger: VramLedger | None
+    figures: LedgerFigures
+    reports: list[StepReport] = field(default_factory=list)
+
+
+class Checker:
+    """Checks steps and counts: faults injected, outcomes, violations (with examples).
+
+    ``fired`` maps a call's payload (its id) to the fault that actually fired in it.
+    """
+
+    def __init__(self, fired: Mapping[str, str]) -> None:
+        self.fired = fired
+        self.faults = Tally()
+        self.counts = Tally()
+        self.violations = 0
+        self.violation_examples: list[str] = []
+        self.calls = self.answered = self.lost = self.duplicated = self.stray = 0
+        self.error_answers = 0
+
+    def violation(self, text: str) -> None:
+        self.violations += 1
+        if len(self.violation_examples) < 20:
+            self.violation_examples.append(text)
+
+    def check_answers(
+        self, calls: list[dict[str, Any]], planned: dict[str, str], messages: list[Any],
+        *, lane: str = "",
+    ) -> None:
+        self.calls += len(calls)
+        by_id: dict[str, list[ToolMessage]] = {}
+        for m in messages:
+            if not isinstance(m, ToolMessage):
+                self.violation(f"unexpected output message {type(m).__name__}")
+                continue
+            if m.tool_call_id not in planned:
+                self.stray += 1
+                self.violation(f"answer for unknown id {m.tool_call_id!r}")
+                continue
+            by_id.setdefault(m.tool_call_id, []).append(m)
+        for call in calls:
+            cid = call["id"]
+            got = by_id.get(cid, [])
+            if not got:
+                self.lost += 1
+                self.violation(f"call {cid} ({call['name']}, {planned[cid]}) got no answer")
+                continue
+            self.answered += 1
+            self.duplicated += len(got) - 1
+            if len(got) > 1:
+                self.violation(f"call {cid} got {len(got)} answers")
+            self.check_content(call, planned[cid], got[0], lane)
+
+    def check_content(
+        self, call: dict[str, Any], fault: str, m: ToolMessage, lane: str = ""
+    ) -> None:
+        text = str(m.content)
+        error = m.status == "error"
+        self.error_answers += error
+        cid, tool = call["id"], call["name"]
+        fired = "bad_call" if fault == "bad_call" else self.fired.get(cid)
+        gpu_only = not TOOL_HINTS.get(tool, {}).get("cpu_allowed", True)
+        ok: bool
+        if fired == "bad_call":
+            ok = error
+        elif fired == "tool_error":
+            ok = error and "injected tool error" in text
+        elif fired == "hang":
+            ok = error and "did not answer within" in text
+        elif fired == "gpu_oom":
+            if gpu_only:
+                ok = error and "out of gpu memory" in text.lower()
+            else:
+                ok = not error and text == f"{tool}:{cid}@cpu"
+        elif error:
+            # only a GPU-only tool may fail to be placed (its VRAM does not fit, no CPU)
+            ok = gpu_only and "cannot run" in text
+            self.counts.add("placement_errors")
+        else:
+            ok = text.startswith(f"{tool}:{cid}@")
+            if gpu_only and text.endswith("@cpu"):
+                # the simulated testbed reruns an OOM on the CPU whatever the hints say
+                self.counts.add(f"cpu_forbidden_ran_on_cpu:{lane}")
+        if fired is not None and fired == fault:
+            self.faults.add(fault)
+            if ok:
+                self.counts.add(f"handled:{fault}")
+        if not ok:
+            self.violation(f"call {cid} ({tool}, fault {fault}): unexpected answer {text[:160]!r}")
+
+    def check_reports(
+        self, lane: Lane, reports: list[StepReport], *, batch: bool, cancelled: bool
+    ) -> None:
+        """The step's report(s): a cancelled step whose calls had all started is closed
+        (and reported) by the cancellation; its retry is planned and reported afresh."""
+        if len(reports) > (2 if cancelled else 1):
+            self.violation(f"{len(reports)} step reports for one step")
+        if not reports:
+            if batch:
+                self.violation(
+                    f"{lane.name} step never closed (no StepReport); fault {lane.scheduler.fired}"
+                )
+            return
+        if cancelled and len(reports) == 2:
+            self.counts.add("cancelled_steps_reported")
+        for report in reports:
+            self.check_report(lane, report)
+        self.check_step_fault(lane, reports[-1])
+
+    def check_report(self, lane: Lane, report: StepReport) -> None:
+        bad = invalid_applied(report.batch, report.decision)
+        if bad:
+            self.violation(f"applied options outside the hints: {bad}")
+        for cause in report.fallbacks.values():
+            self.counts.add(f"fallback:{cause}")
+        record = report.record
+        if record is not None:
+            for rec in record.calls:
+                if rec.fallback is not None:
+                    self.counts.add(f"fallback:{rec.fallback}")
+            if lane.ledger is None:
+                lane.figures.peak_mb = max(lane.figures.peak_mb, record.vram_peak_mb)
+                end = float(record.extra.get("vram_end_mb", 0.0))  # type: ignore[arg-type]
+                lane.figures.end_mb = end
+                if record.vram_peak_mb > VRAM_BUDGET_MB + 1e-6 or abs(end) > 1e-6:
+                    self.violation(f"simulated ledger: peak {record.vram_peak_mb}, end {end}")
+
+    def check_step_fault(self, lane: Lane, report: StepReport) -> None:
+        fired = lane.scheduler.fired
+        if fired is None:
+            return
+        decision, causes = report.decision, set(report.fallbacks.values())
+        agentic = lane.scheduler.agentic
+        if fired in LLM_FAULTS:
+            for cause in agentic.last_fallbacks.values():
+                self.counts.add(f"agentic:{cause}")
+        checks: dict[str, Callable[[], bool]] = {
+            "scheduler_error": lambda: causes == {"scheduler_error"}
+            and len(report.fallbacks) == len(report.batch),
+            "invalid_decision": lambda: "invalid_decision" in causes,
+            "llm_error": lambda: decision.fallback == "scheduler_error"
+            and set(agentic.last_fallbacks.values()) == {"llm_error"},
+            "llm_hang": lambda: decision.fallback == "scheduler_error"
+            and set(agentic.last_fallbacks.values()) == {"timeout"},
+            "llm_garbage": lambda: decision.fallback is not None,
+        }
+        check = checks.get(fired)
+        if check is None:
+            return
+        if check():
+            self.counts.add(f"handled:{fired}")
+        else:
+            self.violation(
+                f"{fired}: unexpected decision fallback={decision.fallback} causes={causes} "
+                f"agentic={agentic.last_fallbacks}"
+            )
+
+    def ledger_zero(self, lane: Lane) -> bool:
+        ledger = lane.ledger
+        return ledger is None or (
+            abs(ledger.in_use_mb) <= 1e-6 and ledger.active == 0 and ledger.queued == 0
+        )
+
+    def check_ledger_at_rest(self, lane: Lane, when: str) -> bool:
+        ledger = lane.ledger
+        if ledger is None:
+            return True
+        f = lane.figures
+        f.peak_mb, f.end_mb = ledger.peak_mb, ledger.in_use_mb
+        f.end_active, f.end_queued = ledger.active, ledger.queued
+        if not self.ledger_zero(lane):
+            self.violation(
+                f"local ledger not at rest {when}: {ledger.in_use_mb} MB, "
+                f"{ledger.active} active, {ledger.queued} queued"
+            )
+            return False
+        return True
+
