@@ -65,17 +65,27 @@ def _blend(declared: float | None, measured: tuple[float, int] | None, cv: float
     return (PRIOR_WEIGHT * declared + count * mean) / (PRIOR_WEIGHT + count)
 
 
-def _solo(estimates: Sequence[OptionEstimate], device: str) -> tuple[float, int] | None:
-    """Mean run time and count over the samples that ran with nothing else on their device."""
-    total = count = 0.0
+def _solo(
+    estimates: Sequence[OptionEstimate], device: str, *, strict: bool = True
+) -> tuple[float, int] | None:
+    """Mean run time and count over the samples that ran with nothing else on their device.
+
+    Not ``strict``, the least crowded context stands in when no call ran there alone (an
+    upper bound, better than a guess when nothing is declared).
+    """
+    by_peers: dict[int, tuple[float, float]] = {}
     for e in estimates:
         if e.device != device or e.fallbacks:
             continue
         ctx = LoadContext.parse(e.context)
-        if (ctx.gpu if device == "gpu" else ctx.cpu) != 0:
+        peers = ctx.gpu if device == "gpu" else ctx.cpu
+        if strict and peers:
             continue
-        total += e.run_ms * e.count
-        count += e.count
+        total, count = by_peers.get(peers, (0.0, 0.0))
+        by_peers[peers] = (total + e.run_ms * e.count, count + e.count)
+    if not by_peers:
+        return None
+    total, count = by_peers[min(by_peers)]
     return (total / count, int(count)) if count else None
 
 
@@ -93,13 +103,14 @@ def estimate_params(
     profile = spec.profile
     transfer = profile.transfer_ms if profile else 0.0
     cv = _noise(obs)
-    gpu_seen = _solo(own, "gpu")
+    gpu_seen = _solo(own, "gpu", strict=bool(profile and profile.gpu_ms is not None))
     if gpu_seen is not None:  # undo the background's slowdown of the compute phase
         slowdown = max(1.0, bg_share + share)
         gpu_seen = (max(0.0, gpu_seen[0] - transfer) / slowdown + transfer, gpu_seen[1])
     gpu_total = _blend(profile.gpu_ms if profile else None, gpu_seen, cv)
     gpu_compute = None if gpu_total is None else max(0.0, gpu_total - transfer)
-    cpu = _blend(profile.cpu_ms if profile else None, _solo(own, "cpu"), cv)
+    cpu_declared = profile.cpu_ms if profile else None
+    cpu = _blend(cpu_declared, _solo(own, "cpu", strict=cpu_declared is not None), cv)
     if gpu_compute is None and cpu is None:
         gpu_compute, cpu = DEFAULT_MS, DEFAULT_MS * UNKNOWN_FACTOR
     elif gpu_compute is None:
