@@ -232,8 +232,20 @@ def test_tracing_enabled_by_context_gets_observed_ms_without_app_code(mode: str)
         assert isinstance(end["extra"]["metadata"]["devsched.observed_ms"], float)
 
 
+@pytest.fixture
+def fresh_langsmith_env():  # type: ignore[no-untyped-def]
+    """langsmith caches environment reads: clear them around a test that sets them."""
+    from langsmith import utils
+
+    utils.get_env_var.cache_clear()
+    utils.get_tracer_project.cache_clear()
+    yield
+    utils.get_env_var.cache_clear()
+    utils.get_tracer_project.cache_clear()
+
+
 def test_langsmith_env_setup_gets_every_key_without_app_code(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, fresh_langsmith_env: None
 ) -> None:
     import langchain_core.tracers.langchain as lc_tracer
 
