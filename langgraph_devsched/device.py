@@ -46,7 +46,8 @@ class Placement:
 
     @property
     def on_gpu(self) -> bool:
-        return self.device != "cpu"
+        """True when it ran on a GPU (``none``: it could run nowhere)."""
+        return self.device not in ("cpu", "none")
 
 
 _CURRENT: contextvars.ContextVar[Placement | None] = contextvars.ContextVar(

@@ -44,7 +44,8 @@ class CallRecord:
 
     @property
     def on_gpu(self) -> bool:
-        return self.device != "cpu"
+        """True when it ran on a GPU (``none``: it could run nowhere)."""
+        return self.device not in ("cpu", "none")
 
     @property
     def fell_back(self) -> bool:

@@ -23,7 +23,7 @@ simulation on a virtual clock:
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,8 @@ class _Task:
     ready_at: float = 0.0
     reservation: Reservation | None = None
     peers: int = 0
+    cpu_forbidden: bool = False
+    error: str | None = None
 
 
 class SimulatedTestbed:
@@ -139,9 +141,18 @@ class SimulatedTestbed:
                 f"the testbed has no parameters for tool {tool!r}; known: {known}"
             ) from None
 
-    def run_step(self, calls: Sequence[tuple[str, str, DeviceOption]]) -> StepRecord:
-        """Run one step (noise applied, clock advanced) and return what happened."""
-        outcome = self.simulate(calls, noisy=True)
+    def run_step(
+        self,
+        calls: Sequence[tuple[str, str, DeviceOption]],
+        *,
+        cpu_forbidden: Collection[str] = (),
+    ) -> StepRecord:
+        """Run one step (noise applied, clock advanced) and return what happened.
+
+        Calls in ``cpu_forbidden`` (ids) never fall back to the CPU: when their GPU option
+        cannot be served they end with an ``error`` in their record instead.
+        """
+        outcome = self.simulate(calls, noisy=True, cpu_forbidden=cpu_forbidden)
         self.now_ms += outcome.makespan_ms
         self.vram_peak_mb = max(self.vram_peak_mb, outcome.vram_peak_mb)
         return outcome
@@ -176,7 +187,11 @@ class SimulatedTestbed:
         )
 
     def simulate(
-        self, calls: Sequence[tuple[str, str, DeviceOption]], *, noisy: bool = False
+        self,
+        calls: Sequence[tuple[str, str, DeviceOption]],
+        *,
+        noisy: bool = False,
+        cpu_forbidden: Collection[str] = (),
     ) -> StepRecord:
         """Discrete-event simulation of one step; pure except for the noise generator."""
         tasks = []
@@ -185,7 +200,9 @@ class SimulatedTestbed:
             scale = 1.0
             if noisy and self._noise > 0:
                 scale = max(0.05, self._rng.gauss(1.0, self._noise))
-            tasks.append(_Task(i, call_id, tool, option, params, scale))
+            task = _Task(i, call_id, tool, option, params, scale)
+            task.cpu_forbidden = call_id in cpu_forbidden
+            tasks.append(task)
         return _Simulation(self, tasks).run()
 
 
@@ -219,6 +236,10 @@ class _Simulation:
         t.device, t.phase, t.remaining = "cpu", "cpu", t.p.cpu_ms * t.scale
         t.start = t.start if t.fallback == "oom" else self.now
 
+    def _fail(self, t: _Task, why: str) -> None:
+        t.phase, t.device, t.end = "done", "none", self.now
+        t.error = f"tool {t.tool!r} cannot run: {why}, and its hints forbid the CPU"
+
     def _admit_queue(self) -> None:
         while self.queue:
             head = self.queue[0]
@@ -247,7 +268,10 @@ class _Simulation:
             if t.option == "gpu_queued":
                 if t.p.vram_mb > self.ledger.capacity_mb:
                     t.fallback = "vram_over_budget"
-                    self._start_cpu(t)
+                    if t.cpu_forbidden:
+                        self._fail(t, f"needs {t.p.vram_mb:.0f} MB of VRAM, over the budget")
+                    else:
+                        self._start_cpu(t)
                 else:
                     self.queue.append(t)
         self._admit_queue()
@@ -285,7 +309,10 @@ class _Simulation:
                 t.remaining -= r * dt
             for t in waiting:
                 if t.ready_at <= self.now + _EPS:
-                    self._start_cpu(t)
+                    if t.cpu_forbidden:
+                        self._fail(t, f"{t.p.vram_mb:.0f} MB of VRAM did not fit (GPU OOM)")
+                    else:
+                        self._start_cpu(t)
             released = False
             for t in active:
                 if t.remaining > _EPS * max(1.0, self.now):
@@ -312,6 +339,7 @@ class _Simulation:
                 end_ms=t.end,
                 vram_reserved_mb=t.reservation.mb if t.reservation else 0.0,
                 gpu_peers=t.peers,
+                error=t.error,
             )
             for t in self.tasks
         )

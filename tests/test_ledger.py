@@ -70,11 +70,16 @@ def test_fifo_admission_head_blocks_smaller_followers():
     first = ledger.try_reserve(800)
     assert first is not None
     order: list[str] = []
-    big = threading.Thread(target=lambda: (ledger.release(ledger.reserve(600)), order.append("big")))
+    def take(mb: float, name: str) -> None:
+        res = ledger.reserve(mb)
+        order.append(name)  # before releasing: the release admits the next waiter
+        ledger.release(res)
+
+    big = threading.Thread(target=take, args=(600, "big"))
     big.start()
     while ledger.queued < 1:
         pass
-    small = threading.Thread(target=lambda: (ledger.release(ledger.reserve(100)), order.append("small")))
+    small = threading.Thread(target=take, args=(100, "small"))
     small.start()
     while ledger.queued < 2:
         pass
@@ -82,7 +87,7 @@ def test_fifo_admission_head_blocks_smaller_followers():
     ledger.release(first)
     big.join(5)
     small.join(5)
-    assert order[0] == "big" and sorted(order) == ["big", "small"]
+    assert order == ["big", "small"]
     assert ledger.in_use_mb == 0
 
 

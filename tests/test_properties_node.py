@@ -282,9 +282,8 @@ async def test_queue_timeout_on_a_gpu_only_tool_still_closes_the_step() -> None:
     assert len(reports) == 1 and not node._steps
 
 
-# -- known gaps found by the stress harness (strict xfail: they flip when fixed) ----------------
+# -- gaps the stress harness found, fixed -----------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="a cancelled call is recorded like a finished one")
 async def test_cancelled_calls_are_recorded_as_cancelled() -> None:
     started = asyncio.Event()
 
@@ -309,10 +308,9 @@ async def test_cancelled_calls_are_recorded_as_cancelled() -> None:
     assert len(reports) == 1  # the cancellation closed the step
     record = reports[0].record
     assert record is not None
-    assert record.calls[0].error is not None  # today: None, with the truncated latency
+    assert record.calls[0].error == "cancelled"
 
 
-@pytest.mark.xfail(strict=True, reason="the simulated backend ignores cpu_allowed=False")
 def test_simulated_backend_never_runs_a_cpu_forbidden_tool_on_the_cpu() -> None:
     class Now(ChaosScheduler):
         def decide(self, batch: Batch, view: SchedulerView) -> Decision:
@@ -330,4 +328,5 @@ def test_simulated_backend_never_runs_a_cpu_forbidden_tool_on_the_cpu() -> None:
     out = graph.invoke({"messages": [AIMessage("", tool_calls=calls)]})
     answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     # 6000 + 2000 MB fill the budget: the second rerank's gpu_now does not fit
-    assert not str(answers[2].content).endswith("@cpu")  # today: 'rerank:s0c2@cpu'
+    assert not str(answers[2].content).endswith("@cpu")
+    assert answers[2].status == "error" and "forbid the CPU" in str(answers[2].content)

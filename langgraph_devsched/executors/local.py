@@ -11,6 +11,7 @@ forbid the CPU gets a `PlacementError` instead of a CPU fallback.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,12 @@ def _empty_cuda_cache() -> None:
         torch.cuda.empty_cache()
     except Exception:
         pass
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass(frozen=True)
@@ -203,7 +210,14 @@ class _LocalStep:
             )
         return Placement(call.option, "cpu", "oom")
 
-    def _record(self, call: PlannedCall, placement: Placement, start: float, peers: int) -> None:
+    def _record(
+        self,
+        call: PlannedCall,
+        placement: Placement,
+        start: float,
+        peers: int,
+        error: str | None = None,
+    ) -> None:
         now = self._b._clock()
         self._book.add(
             CallRecord(
@@ -216,6 +230,7 @@ class _LocalStep:
                 end_ms=(now - self._t0) * 1000.0,
                 vram_reserved_mb=placement.vram_reserved_mb,
                 gpu_peers=peers,
+                error=error,
             )
         )
 
@@ -243,6 +258,7 @@ class _LocalStep:
         cpu_slot = None
         start = self._b._clock()
         peers = self._peers(placement)
+        error: str | None = None
         try:
             if not placement.on_gpu and self._b.cpu_slots is not None:
                 cpu_slot = self._b.cpu_slots.reserve(1)
@@ -260,12 +276,15 @@ class _LocalStep:
             placement = self._oom_fallback(call, exc)
             result, _ = run(placement)
             return result
+        except BaseException as failed:
+            error = _describe(failed)
+            raise
         finally:
             if res is not None:
                 self._b.ledger.release(res)  # type: ignore[union-attr]
             if cpu_slot is not None:
                 self._b.cpu_slots.release(cpu_slot)  # type: ignore[union-attr]
-            self._record(call, placement, start, peers)
+            self._record(call, placement, start, peers, error)
 
     async def run_async(self, call_id: str, run: ARunOnce[T]) -> T:
         call = self._calls[call_id]
@@ -277,6 +296,7 @@ class _LocalStep:
         cpu_slot = None
         start = self._b._clock()
         peers = self._peers(placement)
+        error: str | None = None
         try:
             if not placement.on_gpu and self._b.cpu_slots is not None:
                 cpu_slot = await self._b.cpu_slots.areserve(1)
@@ -294,12 +314,15 @@ class _LocalStep:
             placement = self._oom_fallback(call, exc)
             result, _ = await run(placement)
             return result
+        except BaseException as failed:
+            error = _describe(failed)
+            raise
         finally:
             if res is not None:
                 self._b.ledger.release(res)  # type: ignore[union-attr]
             if cpu_slot is not None:
                 self._b.cpu_slots.release(cpu_slot)  # type: ignore[union-attr]
-            self._record(call, placement, start, peers)
+            self._record(call, placement, start, peers, error)
 
     def observed_ms(self, call_id: str) -> float | None:
         return None  # measured when the call ends; see CallRecord

@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from langgraph_devsched.device import Placement
-from langgraph_devsched.executors.base import ARunOnce, PlannedCall, RecordBook, RunOnce
+from langgraph_devsched.executors.base import (
+    ARunOnce,
+    PlacementError,
+    PlannedCall,
+    RecordBook,
+    RunOnce,
+)
+from langgraph_devsched.executors.local import is_gpu_oom
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import SimulatedTestbed
@@ -31,13 +38,18 @@ class SimulatedBackend:
         return self.testbed.device_state()
 
     def start_step(self, calls: Sequence[PlannedCall]) -> _SimulatedStep:
-        outcome = self.testbed.run_step([(c.call_id, c.tool, c.option) for c in calls])
-        return _SimulatedStep(outcome)
+        outcome = self.testbed.run_step(
+            [(c.call_id, c.tool, c.option) for c in calls],
+            cpu_forbidden={c.call_id for c in calls if not c.spec.cpu_allowed},
+        )
+        return _SimulatedStep(outcome, {c.call_id: c.spec.cpu_allowed for c in calls})
 
 
 class _SimulatedStep:
-    def __init__(self, outcome: StepRecord) -> None:
+    def __init__(self, outcome: StepRecord, cpu_allowed: dict[str, bool] | None = None) -> None:
         self._outcome = outcome
+        self._cpu_allowed = cpu_allowed or {}
+        self._oom_reruns: set[str] = set()
         self._by_id = outcome.by_id()
         self._book = RecordBook(list(self._by_id))
 
@@ -45,16 +57,50 @@ class _SimulatedStep:
         rec = self._by_id[call_id]
         return Placement(rec.option, rec.device, rec.fallback, rec.vram_reserved_mb)
 
+    def _refused(self, call_id: str) -> None:
+        """A call the simulation could place nowhere: recorded, answered with an error."""
+        rec = self._by_id[call_id]
+        if rec.error is not None:
+            self._book.add(rec)
+            raise PlacementError(rec.error)
+
+    def _cpu_rerun(self, call_id: str, placement: Placement) -> Placement:
+        """A tool that hit a real CUDA OOM on a simulated GPU reruns on the CPU, as locally."""
+        if not self._cpu_allowed.get(call_id, True):
+            raise PlacementError(
+                f"call {call_id} ran out of GPU memory and its hints forbid the CPU"
+            )
+        self._oom_reruns.add(call_id)
+        return Placement(placement.option, "cpu", "oom")
+
     def run_sync(self, call_id: str, run: RunOnce[T]) -> T:
+        self._refused(call_id)
+        placement = self._placement(call_id)
         try:
-            result, _ = run(self._placement(call_id))
+            try:
+                result, oom = run(placement)
+            except Exception as exc:
+                if not (placement.on_gpu and is_gpu_oom(exc)):
+                    raise
+                oom = True
+            if oom and placement.on_gpu:
+                result, _ = run(self._cpu_rerun(call_id, placement))
             return result
         finally:
             self._book.add(self._by_id[call_id])
 
     async def run_async(self, call_id: str, run: ARunOnce[T]) -> T:
+        self._refused(call_id)
+        placement = self._placement(call_id)
         try:
-            result, _ = await run(self._placement(call_id))
+            try:
+                result, oom = await run(placement)
+            except Exception as exc:
+                if not (placement.on_gpu and is_gpu_oom(exc)):
+                    raise
+                oom = True
+            if oom and placement.on_gpu:
+                result, _ = await run(self._cpu_rerun(call_id, placement))
             return result
         finally:
             self._book.add(self._by_id[call_id])
