@@ -44,7 +44,7 @@ DEFAULT_OOM_MS = 20.0
 _MIN_MS = 1e-3
 
 
-PRIOR_WEIGHT = 3.0
+PRIOR_WEIGHT = 10.0
 """A declared solo time (a profiler's median over repeated runs) counts as this many samples
 while the measurements agree with it."""
 AGREE_WITHIN = 0.10
