@@ -131,15 +131,15 @@ def _noise(obs: Observations) -> float:
 
 
 def oom_detect_ms(obs: Observations, params: Mapping[str, ToolParams]) -> float:
-    """The OOM detection delay seen in fallbacks (latency minus CPU time), else the default."""
-    seen = [
-        e.latency_ms - params[e.tool].cpu_ms
-        for e in obs.estimates
-        if e.fallbacks and e.option == "gpu_now" and e.tool in params
-        and LoadContext.parse(e.context).cpu == 0
-    ]
-    seen = [s for s in seen if s >= 0]
-    return min(seen) if seen else DEFAULT_OOM_MS
+    """The OOM detection delay seen in fallbacks (latency minus CPU time, count-weighted),
+    shrunk towards the default (weighing as 5 samples): one noisy CPU time says little."""
+    total, count = DEFAULT_OOM_MS * 5.0, 5.0
+    for e in obs.estimates:
+        if e.fallbacks and e.option == "gpu_now" and e.tool in params and (
+                LoadContext.parse(e.context).cpu == 0):
+            total += (e.latency_ms - params[e.tool].cpu_ms) * e.count
+            count += e.count
+    return max(0.0, total / count)
 
 
 def twin(

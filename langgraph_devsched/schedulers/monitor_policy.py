@@ -56,6 +56,7 @@ from langgraph_devsched.schedulers.monitor_model import (
 from langgraph_devsched.telemetry import DeviceState
 
 Mapping_ = tuple[DeviceOption, ...]
+_DEMAND = {"cpu": 0, "gpu_queued": 1, "gpu_now": 2}
 PROBE_KINDS = ("unknown", "symmetric", "sparse", "swap", "shared", "queued")
 RESAMPLE_BELOW = 3
 """A ``sparse`` hint may re-run an executed placement until it has this many samples."""
@@ -167,7 +168,8 @@ class MonitorPolicy(SchedulerBase):
 
     @staticmethod
     def _order(m: Mapping_, choices: Sequence[Sequence[DeviceOption]]) -> tuple[int, ...]:
-        return tuple(list(c).index(o) for o, c in zip(m, choices, strict=True))
+        """Ties go to the least demanding options (cpu, then gpu_queued, then gpu_now)."""
+        return tuple(_DEMAND[o] for o in m)
 
     def _scores(
         self, batch: Batch, obs: Observations, bed: object, tools: list[str],
