@@ -52,6 +52,7 @@ from langgraph_devsched.schedulers.static import StaticHintScheduler, constraine
 from langgraph_devsched.testbed import SimulatedTestbed
 from langgraph_devsched.tracing import (
     decision_metadata,
+    has_observers,
     takes_config,
     with_decision,
     with_observed_latency,
@@ -510,6 +511,8 @@ class DeviceToolNode(ToolNode):
         ``devsched.observed_ms`` is exact up front on the simulated testbed; elsewhere a
         callback measures the tool run and writes it onto the traced run as it ends.
         """
+        if not has_observers(config):  # nobody would see the metadata: keep the hot path lean
+            return _with_handler(config, watcher) if watcher is not None else config
         decision = step.report.decision
         observed = step.execution.observed_ms(call_id)
         meta, tags = decision_metadata(
@@ -606,10 +609,17 @@ class DeviceToolNode(ToolNode):
         )
 
     def device_args(self, tool_name: str, tool: BaseTool | None = None) -> tuple[str, ...]:
-        """Names of the tool's `InjectedDevice` arguments (its CPU/GPU variants included)."""
-        return self._device_args.get(tool_name) or (
-            injected_device_args(tool) if tool is not None else ()
-        )
+        """Names of the tool's `InjectedDevice` arguments (its CPU/GPU variants included).
+
+        Known tools answer from the table built at construction; a tool swapped in at run
+        time (by a wrapper or middleware) is inspected.
+        """
+        known = self._device_args.get(tool_name, ())
+        if tool is None or tool is self.tools_by_name.get(tool_name):
+            return known
+        if any(tool is self._impls.get((tool_name, side)) for side in ("cpu", "gpu")):
+            return known
+        return injected_device_args(tool)
 
     def _inject_tool_args(
         self, tool_call: ToolCall, tool_runtime: ToolRuntime, tool: BaseTool | None = None

@@ -130,6 +130,32 @@ def _tracers_of(callbacks: Any) -> list[Any]:
     return [t for t in found if t is not None]
 
 
+def has_observers(config: RunnableConfig) -> bool:
+    """True when a run started with ``config`` would be seen by any callback or tracer.
+
+    Without one (no handlers, no `collect_runs`, no LangSmith tracing) the node skips the
+    decision metadata, which would cost every tool run for nobody.
+    """
+    callbacks = config.get("callbacks")
+    if isinstance(callbacks, list):
+        if callbacks:
+            return True
+    elif callbacks is not None and (callbacks.handlers or callbacks.inheritable_handlers):
+        return True
+    from langchain_core.tracers import context
+
+    hooks = getattr(context, "_configure_hooks", [])
+    if any(hook[0].get() is not None for hook in hooks):
+        return True
+    if context.run_collector_var.get() is not None:
+        return True
+    if context.tracing_v2_callback_var.get() is not None:
+        return True
+    from langsmith import utils as ls_utils
+
+    return bool(ls_utils.tracing_is_enabled())
+
+
 def with_observed_latency(config: RunnableConfig) -> RunnableConfig:
     """A copy of ``config`` whose next tool run gets ``devsched.observed_ms`` when it ends.
 
