@@ -47,6 +47,9 @@ def test_store_round_trip(tmp_path: Path) -> None:
     save_store(mon.state, store)
     assert load_store(store) == mon.state
     assert load_store(store, namespace=("other",)) == MonitorState()  # absent: cold, no warning
+    mon.save_to_store(store)
+    again = RuntimeMonitor.load_from_store(store)
+    assert again.snapshot().estimates == mon.snapshot().estimates
 
 
 def test_missing_file_starts_cold_quietly(tmp_path: Path, recwarn: pytest.WarningsRecorder) -> None:

@@ -234,3 +234,16 @@ class RuntimeMonitor:
         from langgraph_devsched.monitor.persist import load_file
 
         return cls(state=load_file(path), **kwargs)
+
+    def save_to_store(self, store: Any) -> None:
+        """Put the stats into a LangGraph `BaseStore` (one JSON item)."""
+        from langgraph_devsched.monitor.persist import save_store
+
+        save_store(self.state, store)
+
+    @classmethod
+    def load_from_store(cls, store: Any, **kwargs: Any) -> RuntimeMonitor:
+        """A monitor with the stats kept in ``store``; cold (with a warning) if unusable."""
+        from langgraph_devsched.monitor.persist import load_store
+
+        return cls(state=load_store(store), **kwargs)
