@@ -137,3 +137,20 @@ def test_snapshot_is_json_serialisable() -> None:
     assert data["estimates"][0]["run_ms"] == 30.0
     assert data["device"]["vram_budget_mb"] == 8000.0
     assert data["outcomes"][0]["placement"] == [["ocr", "gpu_now"]]
+
+
+def test_a_regime_change_bumps_the_epoch_and_flags_drift() -> None:
+    mon = RuntimeMonitor()
+    batch = Batch.of([("c1", "ocr", ToolDeviceSpec())])
+    for run in (30.0, 30.0, 30.0, 90.0):
+        rec = CallRecord("c1", "ocr", "gpu_now", "cuda:0", None, 0.0, run, 500.0, 0)
+        mon.record_step(batch, Decision({"c1": "gpu_now"}), step_of(rec), GPU)
+    obs = mon.snapshot()
+    assert (obs.epoch, obs.drift) == (0, False)  # one slow run: set aside
+    rec = CallRecord("c1", "ocr", "gpu_now", "cuda:0", None, 0.0, 92.0, 500.0, 0)
+    mon.record_step(batch, Decision({"c1": "gpu_now"}), step_of(rec), GPU)
+    obs = mon.snapshot()
+    assert (obs.epoch, obs.drift) == (1, True)
+    assert obs.estimate("ocr", "gpu_now").run_ms == 91.0  # type: ignore[union-attr]
+    mon.record_step(batch, Decision({"c1": "gpu_now"}), step_of(rec), GPU)
+    assert (mon.snapshot().epoch, mon.snapshot().drift) == (1, False)

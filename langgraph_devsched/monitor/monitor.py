@@ -112,8 +112,12 @@ class RuntimeMonitor:
             device: Literal["gpu", "cpu"] = "gpu" if rec.on_gpu else "cpu"
             key = stats_key(rec.tool, rec.option, ctx)
             ks = st.stats.get(key) or KeyStats()
+            run = ks.run.add(rec.run_ms, step=st.step, time=now)
+            if run.count < ks.run.count:  # the outlier rule restarted it: the regime changed
+                st.resets += 1
+                st.last_reset_step = st.step
             st.stats[key] = KeyStats(
-                run=ks.run.add(rec.run_ms, step=st.step, time=now),
+                run=run,
                 latency=ks.latency.add(rec.latency_ms, step=st.step, time=now),
                 device=device,
                 fallbacks=ks.fallbacks + (1 if rec.fell_back else 0),
@@ -214,7 +218,8 @@ class RuntimeMonitor:
                 gpu_utilization=d.gpu_utilization, cpu_cores=d.cpu_cores, reason=d.reason,
             )
         obs = Observations(
-            step=st.step, device=device, estimates=tuple(estimates),
+            step=st.step, epoch=st.resets, drift=st.last_reset_step == st.step,
+            device=device, estimates=tuple(estimates),
             vram_seen_mb=dict(st.vram_seen_mb), outcomes=tuple(outcomes),
         )
         hints = propose_hints(self, obs, batch)

@@ -84,6 +84,8 @@ class Observations(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     step: int = Field(description="steps recorded so far")
+    epoch: int = Field(default=0, description="estimates restarted so far (regime changes)")
+    drift: bool = Field(default=False, description="an estimate restarted at the last step")
     device: DeviceSnapshot | None = None
     estimates: tuple[OptionEstimate, ...] = ()
     vram_seen_mb: dict[str, float] = Field(

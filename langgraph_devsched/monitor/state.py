@@ -119,3 +119,5 @@ class MonitorState(BaseModel):
     tools: dict[str, ToolFacts] = Field(default_factory=dict)
     last: dict[str, LastStep] = Field(default_factory=dict, description="latest step per shape")
     last_shape: str | None = None
+    resets: int = Field(default=0, description="estimates restarted by the outlier rule (drift)")
+    last_reset_step: int = -1
