@@ -58,7 +58,8 @@ TESTBED = SimulatedTestbed(
 
 
 def main() -> None:
-    node = DeviceToolNode(TOOLS, hints=HINTS_FILE, testbed=TESTBED)
+    # "static" follows the declared hints (pinned > preferred > solo profile)
+    node = DeviceToolNode(TOOLS, hints=HINTS_FILE, testbed=TESTBED, scheduler="static")
     for name, spec in node.device_specs.items():
         print(f"{name}: allowed {', '.join(spec.allowed_options())}")
 

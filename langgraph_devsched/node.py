@@ -61,7 +61,7 @@ from langgraph_devsched.tracing import (
 logger = logging.getLogger(__name__)
 
 InputType = Literal["list", "dict", "tool_calls"]
-DEFAULT_SCHEDULER = "static"
+DEFAULT_SCHEDULER = "monitor"
 
 
 @dataclass
@@ -362,10 +362,12 @@ class DeviceToolNode(ToolNode):
             if (step := self._cached(key)) is not None:
                 return step
             view = self._view()
-            try:
-                decision = self._decide(batch, view, config)
-            except Exception as exc:
-                decision = self._fallback_decision(batch, view, exc)
+            decision = self._forced(batch, view)
+            if decision is None:
+                try:
+                    decision = self._decide(batch, view, config)
+                except Exception as exc:
+                    decision = self._fallback_decision(batch, view, exc)
             return self._remember(key, self._begin(batch, view, decision))
 
     async def aplan_calls(
@@ -382,6 +384,9 @@ class DeviceToolNode(ToolNode):
             if (step := self._cached(key)) is not None:
                 return step
             view = self._view()
+            forced = self._forced(batch, view)
+            if forced is not None:
+                return self._remember(key, self._begin(batch, view, forced))
             try:
                 adecide = getattr(self.scheduler, "adecide", None)
                 if adecide is not None:
@@ -400,6 +405,22 @@ class DeviceToolNode(ToolNode):
             except Exception as exc:
                 decision = self._fallback_decision(batch, view, exc)
             return self._remember(key, self._begin(batch, view, decision))
+
+    def _forced(self, batch: Batch, view: SchedulerView) -> Decision | None:
+        """The decision when there is none to make: one allowed option per call (hints, or
+        no GPU and the CPU allowed). The scheduler is not consulted; it still observes."""
+        gpu = view.device.gpu_available
+        mapping: dict[str, DeviceOption] = {}
+        for call in batch.calls:
+            allowed = call.spec.allowed_options()
+            if len(allowed) == 1:
+                mapping[call.call_id] = allowed[0]
+            elif not gpu and "cpu" in allowed:
+                mapping[call.call_id] = "cpu"
+            else:
+                return None
+        reason = "forced: one allowed option per call" + ("" if gpu else " (no GPU)")
+        return Decision(mapping=mapping, reason=reason, scheduler=self.scheduler.name)
 
     def _plan_lock(self, key: tuple[str, ...]) -> threading.Lock:
         with self._steps_lock:

@@ -234,3 +234,21 @@ def test_separate_cpu_and_gpu_implementations():
     )
     msgs = tool_messages(react_graph(node, SCRIPT).invoke({"messages": [HumanMessage("go")]}))
     assert [m.content for m in msgs] == ["gpu-impl", "cpu-impl", "embed:input 3"]
+
+
+def test_the_scheduler_is_not_asked_when_there_is_nothing_to_decide():
+    scheduler = Recording({"asr": "gpu_now", "ocr": "gpu_now", "embed": "gpu_now"})
+    reports: list[StepReport] = []
+    pinned = {"asr": {"pinned": "gpu_queued"}, "ocr": {"pinned": "cpu"}, "embed": {"pinned": "cpu"}}
+    node = DeviceToolNode(
+        TOOLS, hints=pinned, scheduler=scheduler, testbed=bed(), on_step=reports.append
+    )
+    react_graph(node, SCRIPT).invoke({"messages": [HumanMessage("go")]})
+    assert scheduler.batches == []  # one allowed option per call: the node decides alone
+    assert dict(reports[0].decision.mapping) == {"c1": "gpu_queued", "c2": "cpu", "c3": "cpu"}
+    assert reports[0].decision.reason == "forced: one allowed option per call"
+    assert len(scheduler.observed) == 1  # it still learns from what ran
+
+
+def test_default_scheduler_is_the_monitor_policy():
+    assert DeviceToolNode(TOOLS).scheduler.name == "monitor"

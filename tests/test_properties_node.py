@@ -115,7 +115,10 @@ def check_report(report: StepReport, scheduler: ChaosScheduler) -> None:
         applied = report.decision.mapping[call.call_id]
         assert applied in call.spec.allowed_options(), (call.tool, applied, call.spec)
         cause = report.fallbacks.get(call.call_id)
-        if report.decision.reason.startswith("scheduler error"):
+        if report.decision.reason.startswith("forced"):
+            # one allowed option per call: the node decided alone, the scheduler was not asked
+            assert call.call_id not in scheduler.given and cause is None
+        elif report.decision.reason.startswith("scheduler error"):
             assert cause == "scheduler_error"
         elif scheduler.given.get(call.call_id) not in call.spec.allowed_options():
             assert cause == "invalid_decision"

@@ -17,6 +17,7 @@ from langgraph_devsched import (
     Batch,
     Decision,
     DeviceToolNode,
+    GpuConfig,
     LocalBackend,
     SchedulerView,
     SimulatedTestbed,
@@ -27,6 +28,9 @@ from tests.fakes import HINTS, PARAMS, TOOLS, calls
 
 STEP = AIMessage("", tool_calls=calls("asr", "ocr", "embed"))
 MAPPING = {"asr": "gpu_now", "ocr": "cpu", "embed": "gpu_queued"}
+DECLARED_GPU = GpuConfig(vram_budget_mb=16000)
+"""A GPU declared to the local backend (no CUDA needed): real threads and ledger, so the
+scheduler has a choice to make (without a GPU the node decides alone: everything on the CPU)."""
 
 
 class Fixed(SchedulerBase):
@@ -105,7 +109,9 @@ def test_every_tool_run_carries_every_decision_key_on_the_testbed(mode: str) -> 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_observed_ms_is_measured_on_real_runs(mode: str) -> None:
-    node = DeviceToolNode(TOOLS, hints=HINTS, scheduler=Fixed(), backend=LocalBackend(gpu=False))
+    node = DeviceToolNode(
+        TOOLS, hints=HINTS, scheduler=Fixed(), backend=LocalBackend(gpu=DECLARED_GPU)
+    )
     with collect_runs() as cb:
         run(tools_graph(node), mode)
     runs = decision_runs(cb.traced_runs)
@@ -113,9 +119,10 @@ def test_observed_ms_is_measured_on_real_runs(mode: str) -> None:
     for r in runs:
         meta = devsched_meta(r)
         assert set(METADATA_KEYS) <= set(meta)
-        assert meta["devsched.device"] == "cpu"
-        # no GPU here: the GPU options fall back, and the trace says why
-        assert meta["devsched.fallback"] == (None if meta["devsched.option"] == "cpu" else "no_gpu")
+        option = meta["devsched.option"]
+        assert option == MAPPING[r.name]
+        assert meta["devsched.device"] == ("cpu" if option == "cpu" else "cuda:0")
+        assert meta["devsched.fallback"] is None
         observed = meta["devsched.observed_ms"]
         assert isinstance(observed, float) and observed >= 0.0
 
@@ -124,7 +131,9 @@ def test_observed_ms_is_measured_on_real_runs(mode: str) -> None:
 def test_langsmith_receives_observed_ms_in_the_runs_end(mode: str) -> None:
     client = FakeLangSmith()
     tracer = LangChainTracer(client=client, project_name="devsched-test")  # type: ignore[arg-type]
-    node = DeviceToolNode(TOOLS, hints=HINTS, scheduler=Fixed(), backend=LocalBackend(gpu=False))
+    node = DeviceToolNode(
+        TOOLS, hints=HINTS, scheduler=Fixed(), backend=LocalBackend(gpu=DECLARED_GPU)
+    )
     run(tools_graph(node), mode, {"callbacks": [tracer]})
     tracer.wait_for_futures()
     created = {c["name"]: c for c in client.created}
@@ -223,7 +232,9 @@ def test_tracing_enabled_by_context_gets_observed_ms_without_app_code(mode: str)
     from langchain_core.tracers.context import tracing_v2_enabled
 
     client = FakeLangSmith()
-    node = DeviceToolNode(TOOLS, hints=HINTS, scheduler=Fixed(), backend=LocalBackend(gpu=False))
+    node = DeviceToolNode(
+        TOOLS, hints=HINTS, scheduler=Fixed(), backend=LocalBackend(gpu=DECLARED_GPU)
+    )
     with tracing_v2_enabled(project_name="devsched-test", client=client):  # type: ignore[arg-type]
         run(tools_graph(node), mode)
     ends = {u["name"]: u for u in client.updated if u.get("run_type") == "tool"}
@@ -253,7 +264,9 @@ def test_langsmith_env_setup_gets_every_key_without_app_code(
     monkeypatch.setattr(lc_tracer, "get_client", lambda: client)  # no network
     monkeypatch.setenv("LANGSMITH_TRACING", "true")
     monkeypatch.setenv("LANGSMITH_API_KEY", "not-used")
-    node = DeviceToolNode(TOOLS, hints=HINTS, scheduler=Fixed(), backend=LocalBackend(gpu=False))
+    node = DeviceToolNode(
+        TOOLS, hints=HINTS, scheduler=Fixed(), backend=LocalBackend(gpu=DECLARED_GPU)
+    )
     run(tools_graph(node), "sync")
     lc_tracer.wait_for_all_tracers()
     ends = {u["name"]: u for u in client.updated if u.get("run_type") == "tool"}
