@@ -110,7 +110,8 @@ def print_step(report: StepReport, budget_mb: float) -> None:
     record = report.record
     assert record is not None
     print(f"\nstep: scheduler={report.scheduler} reason={report.decision.reason!r}")
-    print(f"  {'call':<8} {'tool':<11} {'option':<11} {'device':<7} {'start':>8} {'end':>8}  vram  note")
+    header = f"{'call':<8} {'tool':<11} {'option':<11} {'device':<7} {'start':>8} {'end':>8}"
+    print(f"  {header}  vram  note")
     for c in record.calls:
         note = f"fallback: {c.fallback}" if c.fallback else ""
         print(

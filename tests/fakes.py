@@ -9,6 +9,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
+from pydantic import Field
 
 from langgraph_devsched import ToolParams
 
@@ -17,10 +18,7 @@ class ScriptedChatModel(BaseChatModel):
     """Answers with the scripted messages in order; records every prompt it received."""
 
     script: list[AIMessage]
-    received: list[list[BaseMessage]] = []
-
-    def model_post_init(self, context: Any) -> None:
-        self.received = []
+    received: list[list[BaseMessage]] = Field(default_factory=list)
 
     @property
     def _llm_type(self) -> str:

@@ -19,8 +19,16 @@ def test_cli_real_bench_on_the_cpu_says_so_and_keeps_the_contract(tmp_path: Path
     out = tmp_path / "real.json"
     result = CliRunner().invoke(
         app,
-        ["bench", "--real", "--scenarios", str(scenario), "--schedulers", "all_gpu,static",
-         "--json", str(out)],
+        [
+            "bench",
+            "--real",
+            "--scenarios",
+            str(scenario),
+            "--schedulers",
+            "all_gpu,static",
+            "--json",
+            str(out),
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "running with the CPU alone" in result.output
@@ -36,7 +44,7 @@ def test_cli_real_bench_on_the_cpu_says_so_and_keeps_the_contract(tmp_path: Path
 def test_real_scenarios_are_validated_with_the_file_and_field() -> None:
     (builtin,) = load_real_scenarios()
     assert len(builtin.tools) <= 4
-    with pytest.raises(ValueError, match="too_many.yaml: tools: List should have at most 4"):
+    with pytest.raises(ValueError, match=r"too_many\.yaml: tools: List should have at most 4"):
         bad = Path(__file__).parent / "too_many.yaml"
         try:
             bad.write_text("name: x\ntools: [a, b, c, d, e]\n")
@@ -46,5 +54,7 @@ def test_real_scenarios_are_validated_with_the_file_and_field() -> None:
 
 
 def test_unknown_tool_in_a_real_scenario_lists_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="unknown tool\\(s\\) nope; known tools: transcribe_speech"):
+    with pytest.raises(
+        ValueError, match=r"unknown tool\(s\) nope; known tools: transcribe_speech"
+    ):
         run_real_scenario(RealScenario(name="x", tools=["nope"]), ["static"], say=lambda _: None)

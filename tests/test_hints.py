@@ -14,9 +14,15 @@ from tests.fakes import TOOLS, embed
 @pytest.mark.parametrize(
     ("hints", "message"),
     [
-        ({"asr": {"vram_mb": -5}}, r"tool 'asr':\n  vram_mb: Input should be greater than or equal to 0"),
+        (
+            {"asr": {"vram_mb": -5}},
+            r"tool 'asr':\n  vram_mb: Input should be greater than or equal to 0",
+        ),
         ({"tts": {"vram_mb": 5}}, r"unknown tool\(s\) 'tts'; known tools: asr, embed, ocr"),
-        ({"asr": {"pinned": "gpu_later"}}, r"tool 'asr':\n  pinned: .*valid options: gpu_now, gpu_queued, cpu"),
+        (
+            {"asr": {"pinned": "gpu_later"}},
+            r"tool 'asr':\n  pinned: .*valid options: gpu_now, gpu_queued, cpu",
+        ),
         ({"asr": {"preferred": "tpu"}}, r"preferred: .*valid options: gpu_now, gpu_queued, cpu"),
         (
             {"asr": {"gpu_capable": False, "pinned": "gpu_now"}},
@@ -27,7 +33,10 @@ from tests.fakes import TOOLS, embed
             r"pinned='cpu' contradicts cpu_allowed=False; valid: 'gpu_now', 'gpu_queued'",
         ),
         ({"asr": {"gpu_capable": False, "cpu_allowed": False}}, r"leave no device"),
-        ({"asr": {"vram": 5}}, r"vram: unknown field; valid fields: gpu_capable, cpu_allowed, vram_mb"),
+        (
+            {"asr": {"vram": 5}},
+            r"vram: unknown field; valid fields: gpu_capable, cpu_allowed, vram_mb",
+        ),
         ({"asr": {"gpu_share": 1.5}}, r"gpu_share: Input should be less than or equal to 1"),
         ({"asr": "lots"}, r"hints for tool 'asr' must be a mapping"),
     ],

@@ -70,6 +70,7 @@ def test_fifo_admission_head_blocks_smaller_followers():
     first = ledger.try_reserve(800)
     assert first is not None
     order: list[str] = []
+
     def take(mb: float, name: str) -> None:
         res = ledger.reserve(mb)
         order.append(name)  # before releasing: the release admits the next waiter

@@ -82,7 +82,9 @@ def test_queued_calls_wait_for_vram_while_gpu_now_falls_back():
     result: dict[str, Any] = {}
     worker = threading.Thread(
         target=lambda: result.update(
-            tools_graph(node).invoke(step(("big", "q1"), ("big", "q2"), ("big", "now"), ("big", "cpu")))
+            tools_graph(node).invoke(
+                step(("big", "q1"), ("big", "q2"), ("big", "now"), ("big", "cpu"))
+            )
         )
     )
     worker.start()
