@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from langgraph_devsched.bench.report import tables, write_json
 from langgraph_devsched.bench.runner import (
@@ -83,16 +84,7 @@ def run_bench_command(
             step_runner=runner,
         )
     result.skipped.update(skipped)
-    for table in tables(result):
-        console.print(table)
-    if json_path is not None:
-        console.print(f"JSON: {write_json(result, json_path)}")
-    if plots is not None:
-        from langgraph_devsched.bench.plots import write_plots
-
-        for path in write_plots(result, plots):
-            console.print(f"plot: {path}")
-    return result
+    return report(result, console, json_path=json_path, plots=plots)
 
 
 def run_real_bench_command(
@@ -119,6 +111,13 @@ def run_real_bench_command(
         on_round=lambda s, n, r: console.print(f"[dim]{s.name} · {n} · {r}[/]"),
         say=lambda text: console.print(f"[yellow]{text}[/]"),
     )
+    return report(result, console, json_path=json_path, plots=plots)
+
+
+def report(
+    result: BenchResult, console: Any, *, json_path: Path | None, plots: Path | None
+) -> BenchResult:
+    """Print the tables, then write the JSON and the plots where asked."""
     for table in tables(result):
         console.print(table)
     if json_path is not None:

@@ -103,3 +103,23 @@ class RecordBook:
             makespan_ms if makespan_ms is not None else max((c.end_ms for c in calls), default=0.0)
         )
         return StepRecord(calls=calls, makespan_ms=makespan, vram_peak_mb=vram_peak_mb)
+
+
+class BookedStep:
+    """The common tail of a real step execution: one record per call, done, the step record.
+
+    Subclasses fill ``_book`` (a `RecordBook`) and keep ``_peak`` (VRAM held at most).
+    """
+
+    _book: RecordBook
+    _peak: float = 0.0
+
+    def observed_ms(self, call_id: str) -> float | None:
+        return None  # measured when the call ends; see CallRecord
+
+    @property
+    def done(self) -> bool:
+        return self._book.done
+
+    def record(self) -> StepRecord:
+        return self._book.step_record(vram_peak_mb=self._peak)

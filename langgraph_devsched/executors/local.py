@@ -20,6 +20,7 @@ from typing import TypeVar
 from langgraph_devsched.device import Placement
 from langgraph_devsched.executors.base import (
     ARunOnce,
+    BookedStep,
     PlacementError,
     PlannedCall,
     RecordBook,
@@ -27,7 +28,7 @@ from langgraph_devsched.executors.base import (
 )
 from langgraph_devsched.ledger import QueueTimeoutError, Reservation, VramLedger
 from langgraph_devsched.options import FallbackCause
-from langgraph_devsched.records import CallRecord, StepRecord
+from langgraph_devsched.records import CallRecord
 from langgraph_devsched.telemetry import DeviceState, cuda_status, local_device_state
 
 T = TypeVar("T")
@@ -133,7 +134,7 @@ class LocalBackend:
         return _LocalStep(self, calls)
 
 
-class _LocalStep:
+class _LocalStep(BookedStep):
     def __init__(self, backend: LocalBackend, calls: Sequence[PlannedCall]) -> None:
         self._b = backend
         self._calls = {c.call_id: c for c in calls}
@@ -323,13 +324,3 @@ class _LocalStep:
             if cpu_slot is not None:
                 self._b.cpu_slots.release(cpu_slot)  # type: ignore[union-attr]
             self._record(call, placement, start, peers, error)
-
-    def observed_ms(self, call_id: str) -> float | None:
-        return None  # measured when the call ends; see CallRecord
-
-    @property
-    def done(self) -> bool:
-        return self._book.done
-
-    def record(self) -> StepRecord:
-        return self._book.step_record(vram_peak_mb=self._peak)

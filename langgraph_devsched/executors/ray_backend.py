@@ -34,6 +34,7 @@ from langchain_core.tools import BaseTool
 from langgraph_devsched.device import Placement
 from langgraph_devsched.executors.base import (
     ARunOnce,
+    BookedStep,
     PlacementError,
     PlannedCall,
     RecordBook,
@@ -50,7 +51,7 @@ from langgraph_devsched.executors.ray_task import Where, portable_config, remote
 from langgraph_devsched.executors.ray_tool import RemoteTool
 from langgraph_devsched.ledger import QueueTimeoutError, Reservation, VramLedger
 from langgraph_devsched.options import FallbackCause
-from langgraph_devsched.records import CallRecord, StepRecord
+from langgraph_devsched.records import CallRecord
 from langgraph_devsched.telemetry import DeviceState
 
 T = TypeVar("T")
@@ -236,7 +237,7 @@ class _Dispatch:
         return self._answer(answer)
 
 
-class _RayStep:
+class _RayStep(BookedStep):
     def __init__(self, backend: RayBackend, calls: Sequence[PlannedCall]) -> None:
         self.backend = backend
         self._calls = {c.call_id: c for c in calls}
@@ -494,13 +495,3 @@ class _RayStep:
         finally:
             self._release(held)
             self._record(call, placement, start, peers)
-
-    def observed_ms(self, call_id: str) -> float | None:
-        return None  # measured when the call ends; see CallRecord
-
-    @property
-    def done(self) -> bool:
-        return self._book.done
-
-    def record(self) -> StepRecord:
-        return self._book.step_record(vram_peak_mb=self._peak)
