@@ -51,6 +51,7 @@ from langgraph_devsched.schedulers.registry import make_scheduler
 from langgraph_devsched.schedulers.static import StaticHintScheduler, constrained
 from langgraph_devsched.testbed import SimulatedTestbed
 from langgraph_devsched.tracing import (
+    ambient_tracing,
     decision_metadata,
     has_observers,
     takes_config,
@@ -83,6 +84,7 @@ class _Step:
     planned: dict[str, PlannedCall]
     finished: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    ambient_tracing: bool | None = None
 
 
 _STEP: contextvars.ContextVar[_Step | None] = contextvars.ContextVar("devsched_step", default=None)
@@ -532,7 +534,9 @@ class DeviceToolNode(ToolNode):
         ``devsched.observed_ms`` is exact up front on the simulated testbed; elsewhere a
         callback measures the tool run and writes it onto the traced run as it ends.
         """
-        if not has_observers(config):  # nobody would see the metadata: keep the hot path lean
+        if step.ambient_tracing is None:  # env and context do not change within a step
+            step.ambient_tracing = ambient_tracing()
+        if not has_observers(config, ambient=step.ambient_tracing):  # nobody would see it
             return _with_handler(config, watcher) if watcher is not None else config
         decision = step.report.decision
         observed = step.execution.observed_ms(call_id)

@@ -130,11 +130,12 @@ def _tracers_of(callbacks: Any) -> list[Any]:
     return [t for t in found if t is not None]
 
 
-def has_observers(config: RunnableConfig) -> bool:
+def has_observers(config: RunnableConfig, *, ambient: bool | None = None) -> bool:
     """True when a run started with ``config`` would be seen by any callback or tracer.
 
     Without one (no handlers, no `collect_runs`, no LangSmith tracing) the node skips the
-    decision metadata, which would cost every tool run for nobody.
+    decision metadata, which would cost every tool run for nobody. ``ambient`` is a
+    precomputed `ambient_tracing()` (the node computes it once per step).
     """
     callbacks = config.get("callbacks")
     if isinstance(callbacks, list):
@@ -142,6 +143,12 @@ def has_observers(config: RunnableConfig) -> bool:
             return True
     elif callbacks is not None and (callbacks.handlers or callbacks.inheritable_handlers):
         return True
+    return ambient_tracing() if ambient is None else ambient
+
+
+def ambient_tracing() -> bool:
+    """True when tracing is on for this context: `collect_runs`, `tracing_v2_enabled`, a
+    configure hook, or LangSmith's environment (``LANGSMITH_TRACING``)."""
     from langchain_core.tracers import context
 
     hooks = getattr(context, "_configure_hooks", [])
