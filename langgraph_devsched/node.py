@@ -306,8 +306,9 @@ class DeviceToolNode(ToolNode):
             scheduler=self.scheduler.name,
         )
 
-    def _begin(self, batch: Batch, view: SchedulerView, decision: Decision) -> _Step:
-        decision, fallbacks = self._validated(batch, decision, view.device.gpu_available)
+    def _begin(self, batch: Batch, view: SchedulerView | None, decision: Decision) -> _Step:
+        gpu = view.device.gpu_available if view is not None else True
+        decision, fallbacks = self._validated(batch, decision, gpu)
         if decision.fallback == "scheduler_error":
             fallbacks = dict.fromkeys(batch.call_ids, "scheduler_error")
         planned = {
@@ -363,6 +364,9 @@ class DeviceToolNode(ToolNode):
         with self._plan_lock(key):
             if (step := self._cached(key)) is not None:
                 return step
+            decision = self._forced(batch, None)  # hints alone may leave no choice
+            if decision is not None:  # then no telemetry either (no torch import)
+                return self._remember(key, self._begin(batch, None, decision))
             view = self._view()
             decision = self._forced(batch, view)
             if decision is None:
@@ -385,6 +389,9 @@ class DeviceToolNode(ToolNode):
         async with self._aplan_lock(key):
             if (step := self._cached(key)) is not None:
                 return step
+            forced = self._forced(batch, None)
+            if forced is not None:
+                return self._remember(key, self._begin(batch, None, forced))
             view = self._view()
             forced = self._forced(batch, view)
             if forced is not None:
@@ -408,10 +415,11 @@ class DeviceToolNode(ToolNode):
                 decision = self._fallback_decision(batch, view, exc)
             return self._remember(key, self._begin(batch, view, decision))
 
-    def _forced(self, batch: Batch, view: SchedulerView) -> Decision | None:
-        """The decision when there is none to make: one allowed option per call (hints, or
-        no GPU and the CPU allowed). The scheduler is not consulted; it still observes."""
-        gpu = view.device.gpu_available
+    def _forced(self, batch: Batch, view: SchedulerView | None) -> Decision | None:
+        """The decision when there is none to make: one allowed option per call (hints, or,
+        given a ``view``, no GPU and the CPU allowed). The scheduler is not consulted; it
+        still observes."""
+        gpu = True if view is None else view.device.gpu_available
         mapping: dict[str, DeviceOption] = {}
         for call in batch.calls:
             allowed = call.spec.allowed_options()

@@ -12,6 +12,7 @@ forbid the CPU gets a `PlacementError` instead of a CPU fallback.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -87,24 +88,52 @@ class LocalBackend:
         self.telemetry_ttl_s = telemetry_ttl_s
         self._state_cache: tuple[float, DeviceState] | None = None
         self._no_gpu_reason: str | None = None
-        self.gpu: GpuConfig | None
-        if isinstance(gpu, GpuConfig):
-            self.gpu = gpu
-        elif gpu is False:
-            self.gpu, self._no_gpu_reason = None, "GPU disabled (gpu=False)"
-        else:
-            ok, reason = cuda_status(0)
-            if ok:
-                state = local_device_state(0, vram_budget_mb)
-                self.gpu = GpuConfig(vram_budget_mb=state.vram_budget_mb)
-            else:
-                self.gpu, self._no_gpu_reason = None, reason
-        self.ledger = (
-            VramLedger(self.gpu.vram_budget_mb, reserved_mb=self.gpu.background_mb)
-            if self.gpu
-            else None
-        )
+        self._gpu_arg = gpu
+        self._vram_budget_arg = vram_budget_mb
+        self._gpu: GpuConfig | None = None
+        self._ledger: VramLedger | None = None
+        self._detected = False
+        self._detect_lock = threading.Lock()
+        if gpu is not None:  # declared or disabled: nothing to probe
+            self._detect()
         self.cpu_slots = VramLedger(cpu_workers) if cpu_workers else None
+
+    def _detect(self) -> None:
+        """Find the GPU once, on first need: ``gpu=None`` imports torch only then."""
+        with self._detect_lock:
+            if self._detected:
+                return
+            gpu = self._gpu_arg
+            if isinstance(gpu, GpuConfig):
+                self._gpu = gpu
+            elif gpu is False:
+                self._no_gpu_reason = "GPU disabled (gpu=False)"
+            else:
+                ok, reason = cuda_status(0)
+                if ok:
+                    state = local_device_state(0, self._vram_budget_arg)
+                    self._gpu = GpuConfig(vram_budget_mb=state.vram_budget_mb)
+                else:
+                    self._no_gpu_reason = reason
+            if self._gpu is not None:
+                self._ledger = VramLedger(
+                    self._gpu.vram_budget_mb, reserved_mb=self._gpu.background_mb
+                )
+            self._detected = True
+
+    @property
+    def gpu(self) -> GpuConfig | None:
+        """The GPU this backend drives, or None (detected on first use)."""
+        if not self._detected:
+            self._detect()
+        return self._gpu
+
+    @property
+    def ledger(self) -> VramLedger | None:
+        """The GPU's VRAM ledger, or None without a GPU."""
+        if not self._detected:
+            self._detect()
+        return self._ledger
 
     def device_state(self) -> DeviceState:
         """Telemetry, read at most every ``telemetry_ttl_s`` (NVML calls cost per step)."""
@@ -245,8 +274,10 @@ class _LocalStep(BookedStep):
         )
 
     def _peers(self, placement: Placement) -> int:
+        if not placement.on_gpu:
+            return 0
         ledger = self._b.ledger
-        return max(0, ledger.active - 1) if ledger is not None and placement.on_gpu else 0
+        return max(0, ledger.active - 1) if ledger is not None else 0
 
     # -- running ---------------------------------------------------------------------------
     def run_sync(self, call_id: str, run: RunOnce[T]) -> T:
