@@ -85,6 +85,7 @@ class _Step:
     finished: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     ambient_tracing: bool | None = None
+    key: tuple[str, ...] = ()
 
 
 _STEP: contextvars.ContextVar[_Step | None] = contextvars.ContextVar("devsched_step", default=None)
@@ -323,11 +324,19 @@ class DeviceToolNode(ToolNode):
         with self._steps_lock:
             return self._steps.get(key)
 
+    @staticmethod
+    def _step_key(batch: Batch, config: RunnableConfig | None) -> tuple[str, ...]:
+        """A step is its calls within one conversation: two threads reusing call ids (a
+        scripted model, say) at the same time never share a plan."""
+        thread = ((config or {}).get("configurable") or {}).get("thread_id")
+        return ("" if thread is None else str(thread), *batch.call_ids)
+
     def _remember(self, key: tuple[str, ...], step: _Step) -> _Step:
         with self._steps_lock:
             existing = self._steps.get(key)
             if existing is not None:
                 return existing
+            step.key = key
             self._steps[key] = step
             while len(self._steps) > 64:
                 self._steps.popitem(last=False)
@@ -358,7 +367,7 @@ class DeviceToolNode(ToolNode):
         batch = self._batch(calls)
         if not batch.calls:
             return None
-        key = batch.call_ids
+        key = self._step_key(batch, config)
         if (step := self._cached(key)) is not None:
             return step
         with self._plan_lock(key):
@@ -383,7 +392,7 @@ class DeviceToolNode(ToolNode):
         batch = self._batch(calls)
         if not batch.calls:
             return None
-        key = batch.call_ids
+        key = self._step_key(batch, config)
         if (step := self._cached(key)) is not None:
             return step
         async with self._aplan_lock(key):
@@ -460,7 +469,7 @@ class DeviceToolNode(ToolNode):
                 return
             step.finished = True
         with self._steps_lock:
-            key = step.report.batch.call_ids
+            key = step.key
             self._steps.pop(key, None)
             self._plan_locks.pop(key, None)
             self._aplan_locks.pop(key, None)  # an asyncio.Lock may be bound to this loop only

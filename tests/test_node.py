@@ -252,3 +252,45 @@ def test_the_scheduler_is_not_asked_when_there_is_nothing_to_decide():
 
 def test_default_scheduler_is_the_monitor_policy():
     assert DeviceToolNode(TOOLS).scheduler.name == "monitor"
+
+
+def test_two_conversations_reusing_call_ids_at_once_get_their_own_steps():
+    import threading
+
+    started = threading.Barrier(2, timeout=10)
+
+    @device_hints(vram_mb=100)
+    @tool
+    def wait_for_peer(text: str) -> str:
+        """Returns once the other conversation's call is running too."""
+        started.wait()
+        return text
+
+    reports: list[StepReport] = []
+    params = {"wait_for_peer": PARAMS["embed"]}
+    node = DeviceToolNode(
+        [wait_for_peer],
+        testbed=SimulatedTestbed(params, vram_budget_mb=4000),
+        scheduler=Recording({"wait_for_peer": "cpu"}),
+        on_step=reports.append,
+    )
+    graph = StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
+    results: dict[str, Any] = {}
+
+    def converse(thread: str) -> None:
+        call = {"name": "wait_for_peer", "args": {"text": thread}, "id": "call-1"}
+        cfg = {"configurable": {"thread_id": thread}}
+        results[thread] = graph.invoke({"messages": [AIMessage("", tool_calls=[call])]}, cfg)
+
+    workers = [threading.Thread(target=converse, args=(t,)) for t in ("alice", "bob")]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(20)
+    assert {t: r["messages"][-1].content for t, r in results.items()} == {
+        "alice": "alice",
+        "bob": "bob",
+    }
+    assert len(reports) == 2  # one step per conversation, each closed with its own record
+    assert all(r.record is not None and len(r.record.calls) == 1 for r in reports)
+    assert not node._steps
