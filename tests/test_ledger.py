@@ -69,11 +69,11 @@ def test_fifo_admission_head_blocks_smaller_followers():
     ledger = VramLedger(BUDGET)
     first = ledger.try_reserve(800)
     assert first is not None
-    order: list[str] = []
+    granted: list[tuple[int, str]] = []  # (grant ticket, name): tickets count grants in order
 
     def take(mb: float, name: str) -> None:
         res = ledger.reserve(mb)
-        order.append(name)  # before releasing: the release admits the next waiter
+        granted.append((res.ticket, name))
         ledger.release(res)
 
     big = threading.Thread(target=take, args=(600, "big"))
@@ -84,11 +84,11 @@ def test_fifo_admission_head_blocks_smaller_followers():
     small.start()
     while ledger.queued < 2:
         pass
-    assert order == []  # 100 MB would fit, but it waits behind the 600 MB head
+    assert granted == [] and ledger.fits(100)  # 100 MB would fit, but waits behind the head
     ledger.release(first)
     big.join(5)
     small.join(5)
-    assert order == ["big", "small"]
+    assert [name for _, name in sorted(granted)] == ["big", "small"]  # admitted in FIFO order
     assert ledger.in_use_mb == 0
 
 
