@@ -77,21 +77,28 @@ def test_queued_calls_wait_for_vram_while_gpu_now_falls_back():
             return self._decision({c: options[c] for c in batch.call_ids}, "plan")
 
     backend = LocalBackend(gpu=GpuConfig(vram_budget_mb=1000))
+    ledger = backend.ledger
+    assert ledger is not None
+    other_user = ledger.try_reserve(700)  # someone else holds 700 MB when the step starts
+    assert other_user is not None
     reports: list[StepReport] = []
     node = DeviceToolNode([big], scheduler=Plan(), backend=backend, on_step=reports.append)
     result: dict[str, Any] = {}
-    worker = threading.Thread(
-        target=lambda: result.update(
-            tools_graph(node).invoke(
-                step(("big", "q1"), ("big", "q2"), ("big", "now"), ("big", "cpu"))
-            )
-        )
-    )
+    calls = step(("big", "q1"), ("big", "q2"), ("big", "now"), ("big", "cpu"))
+    worker = threading.Thread(target=lambda: result.update(tools_graph(node).invoke(calls)))
     worker.start()
-    while len(running) < 3 and worker.is_alive():  # q1 on the GPU, now+cpu on the CPU
-        gate.wait(0.01)
-    assert backend.ledger is not None
-    assert backend.ledger.in_use_mb == 700 and backend.ledger.queued == 1
+
+    def until(condition: Any) -> None:  # bounded wait for the threads to get there
+        for _ in range(1000):
+            if condition():
+                return
+            gate.wait(0.01)
+        raise AssertionError("the step did not get there")
+
+    until(lambda: sorted(running) == ["cpu", "now"] and ledger.queued == 2)
+    ledger.release(other_user)  # the queue head is admitted; the other stays queued
+    until(lambda: len(running) == 3)
+    assert ledger.in_use_mb == 700 and ledger.queued == 1
     gate.set()
     worker.join(10)
     out = answers(result)
@@ -103,8 +110,11 @@ def test_queued_calls_wait_for_vram_while_gpu_now_falls_back():
     }
     record = reports[0].record
     assert record is not None
-    assert record.by_id()["now"].fallback in ("oom", None)  # oom unless q1 had already finished
-    assert backend.ledger.in_use_mb == 0 and backend.ledger.active == 0
+    by_id = record.by_id()
+    assert by_id["now"].fallback == "oom" and by_id["cpu"].fallback is None
+    first, second = sorted((by_id["q1"], by_id["q2"]), key=lambda c: c.start_ms)
+    assert second.start_ms >= first.end_ms  # the queued calls never shared the GPU
+    assert ledger.in_use_mb == 0 and ledger.active == 0
 
 
 @pytest.mark.parametrize("handle_tool_errors", [True, False])

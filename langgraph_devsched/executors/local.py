@@ -247,8 +247,9 @@ class _LocalStep(BookedStep):
         start: float,
         peers: int,
         error: str | None = None,
+        end: float | None = None,
     ) -> None:
-        now = self._b._clock()
+        now = self._b._clock() if end is None else end
         self._book.add(
             CallRecord(
                 call_id=call.call_id,
@@ -312,11 +313,12 @@ class _LocalStep(BookedStep):
             error = _describe(failed)
             raise
         finally:
+            end = self._b._clock()  # the call ended before its VRAM went back
             if res is not None:
                 self._b.ledger.release(res)  # type: ignore[union-attr]
             if cpu_slot is not None:
                 self._b.cpu_slots.release(cpu_slot)  # type: ignore[union-attr]
-            self._record(call, placement, start, peers, error)
+            self._record(call, placement, start, peers, error, end)
 
     async def run_async(self, call_id: str, run: ARunOnce[T]) -> T:
         call = self._calls[call_id]
@@ -350,8 +352,9 @@ class _LocalStep(BookedStep):
             error = _describe(failed)
             raise
         finally:
+            end = self._b._clock()  # the call ended before its VRAM went back
             if res is not None:
                 self._b.ledger.release(res)  # type: ignore[union-attr]
             if cpu_slot is not None:
                 self._b.cpu_slots.release(cpu_slot)  # type: ignore[union-attr]
-            self._record(call, placement, start, peers, error)
+            self._record(call, placement, start, peers, error, end)

@@ -256,8 +256,10 @@ class _Run:
         self.checker.faults.add("cancel")
         if not self.checker.ledger_zero(lane):
             self.checker.counts.add("ledger_busy_right_after_cancel")
-            for _ in range(100):  # let cancelled children finish their cleanup (bounded)
-                await asyncio.sleep(0.001)
+            # let cancelled children finish their cleanup: a sync tool's thread cannot be
+            # stopped and holds its reservation until it returns (bounded, 5 s at most)
+            for _ in range(1000):
+                await asyncio.sleep(0.005)
                 if self.checker.ledger_zero(lane):
                     break
         at_rest = self.checker.check_ledger_at_rest(lane, "after a cancellation")
