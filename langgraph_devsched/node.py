@@ -24,7 +24,7 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
@@ -62,6 +62,7 @@ from langgraph_devsched.tracing import (
 logger = logging.getLogger(__name__)
 
 InputType = Literal["list", "dict", "tool_calls"]
+L = TypeVar("L", threading.Lock, asyncio.Lock)
 DEFAULT_SCHEDULER = "monitor"
 
 
@@ -442,19 +443,20 @@ class DeviceToolNode(ToolNode):
         return Decision(mapping=mapping, reason=reason, scheduler=self.scheduler.name)
 
     def _plan_lock(self, key: tuple[str, ...]) -> threading.Lock:
-        with self._steps_lock:
-            lock = self._plan_locks.pop(key, None) or threading.Lock()
-            self._plan_locks[key] = lock
-            while len(self._plan_locks) > 256:
-                self._plan_locks.popitem(last=False)
-            return lock
+        return self._lock_for(self._plan_locks, key, threading.Lock)
 
     def _aplan_lock(self, key: tuple[str, ...]) -> asyncio.Lock:
+        return self._lock_for(self._aplan_locks, key, asyncio.Lock)
+
+    def _lock_for(
+        self, table: OrderedDict[tuple[str, ...], L], key: tuple[str, ...], new: Callable[[], L]
+    ) -> L:
+        """The planning lock of one step (most recent 256 kept), so it is decided once."""
         with self._steps_lock:
-            lock = self._aplan_locks.pop(key, None) or asyncio.Lock()
-            self._aplan_locks[key] = lock
-            while len(self._aplan_locks) > 256:
-                self._aplan_locks.popitem(last=False)
+            lock = table.pop(key, None) or new()
+            table[key] = lock
+            while len(table) > 256:
+                table.popitem(last=False)
             return lock
 
     def finish_step(self, step: _Step | None) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from langgraph_devsched.device import Placement
 from langgraph_devsched.hints import ToolDeviceSpec
-from langgraph_devsched.options import DeviceOption
+from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import CallRecord, StepRecord
 from langgraph_devsched.telemetry import DeviceState
 
@@ -106,13 +106,30 @@ class RecordBook:
 
 
 class BookedStep:
-    """The common tail of a real step execution: one record per call, done, the step record.
+    """The common part of a real step execution: the planned calls, one record per call,
+    the step's clock, and the answers for calls that cannot run anywhere allowed."""
 
-    Subclasses fill ``_book`` (a `RecordBook`) and keep ``_peak`` (VRAM held at most).
-    """
+    def __init__(self, calls: Sequence[PlannedCall], clock: Callable[[], float]) -> None:
+        self._calls = {c.call_id: c for c in calls}
+        self._book = RecordBook([c.call_id for c in calls])
+        self._clock = clock
+        self._t0 = clock()
+        self._peak = 0.0
 
-    _book: RecordBook
-    _peak: float = 0.0
+    def _cpu_or_fail(self, call: PlannedCall, cause: FallbackCause, why: str) -> Placement:
+        """The CPU instead of the GPU (recorded as ``cause``), unless the hints forbid it."""
+        if call.option == "cpu" or call.spec.cpu_allowed:
+            return Placement(call.option, "cpu", None if call.option == "cpu" else cause)
+        raise PlacementError(f"tool {call.tool!r} cannot run: {why}, and its hints forbid the CPU")
+
+    def _unplaced(self, call: PlannedCall, exc: PlacementError) -> None:
+        """Record a call that could run nowhere (its answer is an error message)."""
+        now = (self._clock() - self._t0) * 1000.0
+        self._book.add(
+            CallRecord(
+                call.call_id, call.tool, call.option, "cpu", None, now, now, 0.0, 0, error=str(exc)
+            )
+        )
 
     def observed_ms(self, call_id: str) -> float | None:
         return None  # measured when the call ends; see CallRecord

@@ -24,11 +24,9 @@ from langgraph_devsched.executors.base import (
     BookedStep,
     PlacementError,
     PlannedCall,
-    RecordBook,
     RunOnce,
 )
 from langgraph_devsched.ledger import QueueTimeoutError, Reservation, VramLedger
-from langgraph_devsched.options import FallbackCause
 from langgraph_devsched.records import CallRecord
 from langgraph_devsched.telemetry import DeviceState, cuda_status, local_device_state
 
@@ -165,18 +163,10 @@ class LocalBackend:
 
 class _LocalStep(BookedStep):
     def __init__(self, backend: LocalBackend, calls: Sequence[PlannedCall]) -> None:
+        super().__init__(calls, backend._clock)
         self._b = backend
-        self._calls = {c.call_id: c for c in calls}
-        self._book = RecordBook([c.call_id for c in calls])
-        self._t0 = backend._clock()
-        self._peak = 0.0
 
     # -- placement -------------------------------------------------------------------------
-    def _cpu_or_fail(self, call: PlannedCall, cause: FallbackCause, why: str) -> Placement:
-        if call.option == "cpu" or call.spec.cpu_allowed:
-            return Placement(call.option, "cpu", None if call.option == "cpu" else cause)
-        raise PlacementError(f"tool {call.tool!r} cannot run: {why}, and its hints forbid the CPU")
-
     def _gpu_plan(self, call: PlannedCall) -> Placement | None:
         """A CPU placement when the GPU is out of the question, else None (try the GPU)."""
         if call.option == "cpu":
@@ -249,7 +239,7 @@ class _LocalStep(BookedStep):
         error: str | None = None,
         end: float | None = None,
     ) -> None:
-        now = self._b._clock() if end is None else end
+        now = self._clock() if end is None else end
         self._book.add(
             CallRecord(
                 call_id=call.call_id,
@@ -262,15 +252,6 @@ class _LocalStep(BookedStep):
                 vram_reserved_mb=placement.vram_reserved_mb,
                 gpu_peers=peers,
                 error=error,
-            )
-        )
-
-    def _unplaced(self, call: PlannedCall, exc: PlacementError) -> None:
-        """Record a call that could run nowhere (its answer is an error message)."""
-        now = (self._b._clock() - self._t0) * 1000.0
-        self._book.add(
-            CallRecord(
-                call.call_id, call.tool, call.option, "cpu", None, now, now, 0.0, 0, error=str(exc)
             )
         )
 
@@ -289,7 +270,7 @@ class _LocalStep(BookedStep):
             self._unplaced(call, err)
             raise
         cpu_slot = None
-        start = self._b._clock()
+        start = self._clock()
         peers = self._peers(placement)
         error: str | None = None
         try:
@@ -313,7 +294,7 @@ class _LocalStep(BookedStep):
             error = _describe(failed)
             raise
         finally:
-            end = self._b._clock()  # the call ended before its VRAM went back
+            end = self._clock()  # the call ended before its VRAM went back
             if res is not None:
                 self._b.ledger.release(res)  # type: ignore[union-attr]
             if cpu_slot is not None:
@@ -328,7 +309,7 @@ class _LocalStep(BookedStep):
             self._unplaced(call, err)
             raise
         cpu_slot = None
-        start = self._b._clock()
+        start = self._clock()
         peers = self._peers(placement)
         error: str | None = None
         try:
@@ -352,7 +333,7 @@ class _LocalStep(BookedStep):
             error = _describe(failed)
             raise
         finally:
-            end = self._b._clock()  # the call ended before its VRAM went back
+            end = self._clock()  # the call ended before its VRAM went back
             if res is not None:
                 self._b.ledger.release(res)  # type: ignore[union-attr]
             if cpu_slot is not None:

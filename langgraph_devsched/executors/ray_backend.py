@@ -37,7 +37,6 @@ from langgraph_devsched.executors.base import (
     BookedStep,
     PlacementError,
     PlannedCall,
-    RecordBook,
     RunOnce,
 )
 from langgraph_devsched.executors.local import is_gpu_oom
@@ -50,7 +49,6 @@ from langgraph_devsched.executors.ray_cluster import (
 from langgraph_devsched.executors.ray_task import Where, portable_config, remote_invoke
 from langgraph_devsched.executors.ray_tool import RemoteTool
 from langgraph_devsched.ledger import QueueTimeoutError, Reservation, VramLedger
-from langgraph_devsched.options import FallbackCause
 from langgraph_devsched.records import CallRecord
 from langgraph_devsched.telemetry import DeviceState
 
@@ -239,11 +237,8 @@ class _Dispatch:
 
 class _RayStep(BookedStep):
     def __init__(self, backend: RayBackend, calls: Sequence[PlannedCall]) -> None:
+        super().__init__(calls, backend._clock)
         self.backend = backend
-        self._calls = {c.call_id: c for c in calls}
-        self._book = RecordBook([c.call_id for c in calls])
-        self._t0 = backend._clock()
-        self._peak = 0.0
         self._slot_of: dict[str, GpuSlot] = {}
         self.where: dict[str, Where] = {}
         self.oom: set[str] = set()
@@ -272,11 +267,6 @@ class _RayStep(BookedStep):
         return options
 
     # -- placement (the local backend's rules over per-GPU ledgers) ---------------------------
-    def _cpu_or_fail(self, call: PlannedCall, cause: FallbackCause, why: str) -> Placement:
-        if call.option == "cpu" or call.spec.cpu_allowed:
-            return Placement(call.option, "cpu", None if call.option == "cpu" else cause)
-        raise PlacementError(f"tool {call.tool!r} cannot run: {why}, and its hints forbid the CPU")
-
     def _candidates(self, call: PlannedCall) -> list[GpuSlot] | Placement:
         if call.option == "cpu":
             return Placement("cpu", "cpu")
@@ -408,21 +398,12 @@ class _RayStep(BookedStep):
                 device=where.device(placement.on_gpu) if where is not None else placement.device,
                 fallback=placement.fallback,
                 start_ms=(start - self._t0) * 1000.0,
-                end_ms=(self.backend._clock() - self._t0) * 1000.0,
+                end_ms=(self._clock() - self._t0) * 1000.0,
                 vram_reserved_mb=placement.vram_reserved_mb,
                 gpu_peers=peers,
                 error=f"lost: {lost}" if lost else None,
                 node=node or (slot.ip if slot is not None else None),
                 gpu_type=slot.gpu_type if slot is not None else None,
-            )
-        )
-
-    def _unplaced(self, call: PlannedCall, exc: PlacementError) -> None:
-        """Record a call that could run nowhere (its answer is an error message)."""
-        now = (self.backend._clock() - self._t0) * 1000.0
-        self._book.add(
-            CallRecord(
-                call.call_id, call.tool, call.option, "cpu", None, now, now, 0.0, 0, error=str(exc)
             )
         )
 
@@ -437,7 +418,7 @@ class _RayStep(BookedStep):
         except PlacementError as err:
             self._unplaced(call, err)
             raise
-        start, peers = self.backend._clock(), self._peers(held)
+        start, peers = self._clock(), self._peers(held)
         try:
             for attempt in itertools.count():
                 exc: BaseException | None = None
@@ -470,7 +451,7 @@ class _RayStep(BookedStep):
         except PlacementError as err:
             self._unplaced(call, err)
             raise
-        start, peers = self.backend._clock(), self._peers(held)
+        start, peers = self._clock(), self._peers(held)
         try:
             for attempt in itertools.count():
                 exc: BaseException | None = None
