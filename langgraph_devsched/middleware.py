@@ -40,7 +40,12 @@ from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.executors.local import LocalBackend
 from langgraph_devsched.executors.simulated import SimulatedBackend
 from langgraph_devsched.hints import ToolDeviceSpec, load_hints_file, validate_spec
-from langgraph_devsched.node import DeviceToolNode, StepReport, pending_step_calls
+from langgraph_devsched.node import (
+    DEFAULT_SCHEDULER,
+    DeviceToolNode,
+    StepReport,
+    pending_step_calls,
+)
 from langgraph_devsched.schedulers.base import Scheduler
 from langgraph_devsched.schedulers.registry import make_scheduler
 from langgraph_devsched.testbed import SimulatedTestbed
@@ -53,8 +58,9 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
     ``cpu``, one joint decision per model step.
 
     Keyword-only options, as for `DeviceToolNode`: ``scheduler`` (a `Scheduler` or a
-    registered name, default ``"static"``), ``hints`` (a mapping or a YAML/JSON file; tools
-    may also carry `device_hints`), ``backend`` or ``testbed``, ``monitor``, ``on_step``.
+    registered name, default ``"monitor"`` as for the node), ``hints`` (a mapping or a
+    YAML/JSON file; tools may also carry `device_hints`), ``backend`` or ``testbed``,
+    ``monitor``, ``on_step``.
     Hints are checked against the agent's tools when its first tool call runs.
     """
 
@@ -73,7 +79,7 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         if backend is not None and testbed is not None:
             raise ValueError("give either backend= or testbed=, not both")
         self.scheduler: Scheduler = (
-            make_scheduler(scheduler or "static")
+            make_scheduler(scheduler or DEFAULT_SCHEDULER)
             if scheduler is None or isinstance(scheduler, str)
             else scheduler
         )
