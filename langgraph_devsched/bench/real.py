@@ -34,6 +34,7 @@ from langgraph_devsched.bench.runner import (
     validate_scheduler_names,
 )
 from langgraph_devsched.executors.base import Backend
+from langgraph_devsched.hints import resolve_specs
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 
@@ -151,8 +152,9 @@ def run_real_scenario(
     if not gpu:
         reason = backend.device_state().reason
         say(f"{scenario.name}: no CUDA ({reason}); running with the CPU alone")
-    allowed = {
-        t.name: (("cpu",) if not gpu else _spec_options(harness, t.name)) for t in tools
+    specs = resolve_specs({t.name: t for t in tools})
+    allowed: dict[str, tuple[DeviceOption, ...]] = {
+        t.name: specs[t.name].allowed_options() if gpu else ("cpu",) for t in tools
     }
     harness.run(FixedMapping(dict.fromkeys(allowed, "cpu")))  # warm-up: build the models
     if gpu:
@@ -213,13 +215,6 @@ def run_real_scenario(
             probes=probes,
         )
     return result
-
-
-def _spec_options(harness: _Harness, tool: str) -> tuple[DeviceOption, ...]:
-    from langgraph_devsched.hints import resolve_specs
-
-    specs = resolve_specs({t.name: t for t in harness.tools})
-    return specs[tool].allowed_options()
 
 
 def run_real_benchmark(
