@@ -4,7 +4,8 @@
 error its fault calls for); `check_reports`: one `StepReport` per step (two for a cancelled
 step that was closed by the cancellation, then retried), applied options within the hints,
 the simulated ledger within budget and at zero, the step fault's expected fallback;
-`check_ledger_at_rest`: the local `VramLedger` back at zero.
+`check_ledger_at_rest`: the local `VramLedger` back at zero; `step_failed`: a step whose
+graph run raised or overran its time limit (its calls count as lost).
 """
 
 from __future__ import annotations
@@ -42,18 +43,24 @@ class Checker:
     ``fired`` maps a call's payload (its id) to the fault that actually fired in it.
     """
 
-    def __init__(self, fired: Mapping[str, str]) -> None:
+    def __init__(self, fired: Mapping[str, str], *, node_timeout: bool = False) -> None:
         self.fired = fired
+        self.node_timeout = node_timeout
+        """True when the node's own ``call_timeout_s`` answers hanging calls."""
         self.faults = Tally()
         self.counts = Tally()
         self.violations = 0
         self.violation_examples: list[str] = []
+        self.violations_by_kind = Tally()
         self.calls = self.answered = self.lost = self.duplicated = self.stray = 0
         self.error_answers = 0
 
-    def violation(self, text: str) -> None:
+    def violation(self, text: str, kind: str = "invariant") -> None:
+        """Count one violation under ``kind`` (a fault kind, or "invariant"); the first
+        examples of each kind are kept (3 per kind, 60 in all)."""
         self.violations += 1
-        if len(self.violation_examples) < 20:
+        self.violations_by_kind.add(kind)
+        if self.violations_by_kind.get(kind) <= 3 and len(self.violation_examples) < 60:
             self.violation_examples.append(text)
 
     def check_answers(
@@ -84,6 +91,15 @@ class Checker:
                 self.violation(f"call {cid} got {len(got)} answers")
             self.check_content(call, planned[cid], got[0], lane)
 
+    def step_failed(
+        self, calls: list[dict[str, Any]], what: str, *, lane: str = "", kind: str = "invariant"
+    ) -> None:
+        """A step's run raised (or timed out): a violation, and its calls are lost."""
+        self.calls += len(calls)
+        self.lost += len(calls)
+        self.counts.add(f"steps_failed:{lane}")
+        self.violation(what, kind)
+
     def check_content(
         self, call: dict[str, Any], fault: str, m: ToolMessage, lane: str = ""
     ) -> None:
@@ -99,7 +115,7 @@ class Checker:
         elif fired == "tool_error":
             ok = error and "injected tool error" in text
         elif fired == "hang":
-            ok = error and "did not answer within" in text
+            ok = error and ("timed out" if self.node_timeout else "did not answer within") in text
         elif fired == "gpu_oom":
             if gpu_only:
                 ok = error and "out of gpu memory" in text.lower()
@@ -119,7 +135,10 @@ class Checker:
             if ok:
                 self.counts.add(f"handled:{fault}")
         if not ok:
-            self.violation(f"call {cid} ({tool}, fault {fault}): unexpected answer {text[:160]!r}")
+            self.violation(
+                f"call {cid} ({tool}, fault {fault}): unexpected answer {text[:160]!r}",
+                fault if fault in self.fired.values() or fault == "bad_call" else "invariant",
+            )
 
     def check_reports(
         self, lane: Lane, reports: list[StepReport], *, batch: bool, cancelled: bool
@@ -151,6 +170,11 @@ class Checker:
             for rec in record.calls:
                 if rec.fallback is not None:
                     self.counts.add(f"fallback:{rec.fallback}")
+                timed_out = (rec.error or "").startswith("timeout")
+                if self.node_timeout and self.fired.get(rec.call_id) == "hang" and not timed_out:
+                    self.violation(
+                        f"hang {rec.call_id}: its CallRecord error is {rec.error!r}", "hang"
+                    )
             if lane.ledger is None:
                 lane.figures.peak_mb = max(lane.figures.peak_mb, record.vram_peak_mb)
                 end = float(record.extra.get("vram_end_mb", 0.0))  # type: ignore[arg-type]
@@ -176,6 +200,7 @@ class Checker:
             "llm_hang": lambda: decision.fallback == "scheduler_error"
             and set(agentic.last_fallbacks.values()) == {"timeout"},
             "llm_garbage": lambda: decision.fallback is not None,
+            "scheduler_returns": lambda: self._fell_back_whole(lane, report),
         }
         check = checks.get(fired)
         if check is None:
@@ -185,8 +210,20 @@ class Checker:
         else:
             self.violation(
                 f"{fired}: unexpected decision fallback={decision.fallback} causes={causes} "
-                f"agentic={agentic.last_fallbacks}"
+                f"agentic={agentic.last_fallbacks}",
+                fired,
             )
+
+    @staticmethod
+    def _fell_back_whole(lane: Lane, report: StepReport) -> bool:
+        """A malformed scheduler answer: every call falls back (``scheduler_error`` or
+        ``invalid_decision``); ``predicted_ms=None`` beside a valid mapping may also pass."""
+        causes = set(report.fallbacks.values())
+        if not causes <= {"scheduler_error", "invalid_decision"}:
+            return False
+        if lane.scheduler.returned == "predicted_none":
+            return True
+        return len(report.fallbacks) == len(report.batch)
 
     def ledger_zero(self, lane: Lane) -> bool:
         ledger = lane.ledger

@@ -59,10 +59,17 @@ def print_report(report: StressReport) -> None:
 
     console = Console()
     table = Table(title=f"devsched stress: {report.calls} calls, {report.steps} steps")
-    for col in ("fault", "rate", "injected", "handled", "expected outcome"):
-        table.add_column(col, justify="right" if col in ("rate", "injected", "handled") else "left")
+    numeric = ("rate", "injected", "handled", "violations")
+    for col in ("fault", "rate", "injected", "handled", "violations", "where", "expected outcome"):
+        table.add_column(col, justify="right" if col in numeric else "left")
+    failing = set(report.failing_kinds)
     for f in report.faults:
-        table.add_row(f.kind, f"{f.rate:g}", str(f.injected), str(f.handled), f.expected)
+        kind = f"[red]{f.kind}[/]" if f.kind in failing else f.kind
+        table.add_row(
+            kind, f"{f.rate:g}", str(f.injected), str(f.handled),
+            str(report.violations_by_kind.get(f.kind, 0)), ",".join(f.backends) or "-",
+            f.expected,
+        )
     console.print(table)
     for ledger in report.ledgers:
         console.print(
@@ -78,8 +85,10 @@ def print_report(report: StressReport) -> None:
     console.print(
         "[green]OK[/]" if report.ok else f"[red]FAILED[/]: {report.violations} violation(s)"
     )
+    if failing:
+        console.print(f"failing kinds: {', '.join(report.failing_kinds)}", markup=False)
     for example in report.violation_examples:
-        console.print(f"  {example}")
+        console.print(f"  {example}", markup=False, highlight=False)
 
 
 def run_stress_command(

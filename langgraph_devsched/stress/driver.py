@@ -15,12 +15,14 @@ each injected fault ended the way it should (see `EXPECTED`).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import random
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -34,9 +36,11 @@ from langgraph_devsched.stress.faults import (
     CALL_FAULTS,
     DEFAULT_RATES,
     FAULT_KINDS,
+    PROBE_FAULTS,
     STEP_FAULTS,
     StepFault,
 )
+from langgraph_devsched.stress.probes import PROBE_BACKENDS, PROBE_EXPECTED, ProbeContext, run_probe
 from langgraph_devsched.stress.report import FaultFigures, LedgerFigures, StressReport
 from langgraph_devsched.stress.schedulers import FaultyScheduler
 from langgraph_devsched.stress.stats import corrupt_and_reload, garbage_files
@@ -67,7 +71,25 @@ EXPECTED: dict[str, str] = {
     "llm_error": "agentic falls back (llm_error, step fallback scheduler_error)",
     "llm_hang": "agentic times out (timeout, step fallback scheduler_error)",
     "corrupt_stats": "monitor loads cold with a MonitorStatsWarning; round trip exact",
+    "scheduler_returns": "every call answered; the node falls back (scheduler_error or "
+    "invalid_decision) for every call (predicted_ms=None: any fallback is one of those)",
+    **PROBE_EXPECTED,
 }
+
+
+def node_accepts(option: str) -> bool:
+    """Whether `DeviceToolNode` takes the keyword ``option`` (features land over time)."""
+    return option in inspect.signature(DeviceToolNode.__init__).parameters
+
+
+class _Observer(BaseCallbackHandler):
+    """A callback handler on the run: the node then builds decision metadata per tool run."""
+
+    def __init__(self) -> None:
+        self.tool_runs = 0
+
+    def on_tool_start(self, serialized: Any, input_str: str, **kwargs: Any) -> None:
+        self.tool_runs += 1
 
 
 class StressConfig(BaseModel):
@@ -86,6 +108,12 @@ class StressConfig(BaseModel):
     )
     llm_timeout_s: float = Field(default=0.1, gt=0, description="agentic scheduler timeout")
     queue_timeout_s: float = Field(default=0.05, gt=0, description="local GPU queue timeout")
+    node_call_timeout_s: float = Field(
+        default=0.1, gt=0, description="the node's call_timeout_s, where the node has one"
+    )
+    probe_limit_s: float = Field(
+        default=20.0, gt=0, description="a scenario probe that runs longer counts as hung"
+    )
 
     @model_validator(mode="after")
     def _rates_valid(self) -> StressConfig:
@@ -94,7 +122,7 @@ class StressConfig(BaseModel):
             raise ValueError(
                 f"unknown fault kind(s) {', '.join(unknown)}; valid kinds: {', '.join(FAULT_KINDS)}"
             )
-        for group, kinds in (("call", CALL_FAULTS), ("step", STEP_FAULTS)):
+        for group, kinds in (("call", CALL_FAULTS), ("step", STEP_FAULTS)):  # probes: each alone
             total = sum(self.rates.get(k, 0.0) for k in kinds)
             if total > 1.0 + 1e-9:
                 raise ValueError(
@@ -109,8 +137,10 @@ class _Run:
         self.config = config
         self.rng = random.Random(config.seed)
         self.stats_path = stats_dir / "monitor_stats.json"
-        self.toolbox = Toolbox(call_timeout_s=config.call_timeout_s)
-        self.checker = Checker(self.toolbox.fired)
+        self.node_timeout = node_accepts("call_timeout_s")
+        self.toolbox = Toolbox(call_timeout_s=config.call_timeout_s, node_timeout=self.node_timeout)
+        self.checker = Checker(self.toolbox.fired, node_timeout=self.node_timeout)
+        self.probe_dir = stats_dir / "probes"
         names = ("simulated", "local") if config.backend == "both" else (config.backend,)
         self.lanes = [self._lane(name, i) for i, name in enumerate(names)]
         self.steps = 0
@@ -130,6 +160,8 @@ class _Run:
             "on_step": reports.append,
             "handle_tool_errors": True,
         }
+        if self.node_timeout:
+            common["call_timeout_s"] = self.config.node_call_timeout_s
         if name == "simulated":
             bed = SimulatedTestbed(
                 TOOL_PARAMS, vram_budget_mb=VRAM_BUDGET_MB, cpu_cores=8, seed=seed
@@ -193,27 +225,90 @@ class _Run:
         self.checker.counts.add("async_steps" if is_async else "sync_steps")
         before = len(lane.reports)
         inputs = {"messages": [AIMessage("", tool_calls=calls)]}
+        # a handler on the run makes the node build decision metadata (predicted_ms et al.)
+        config: dict[str, Any] = (
+            {"callbacks": [_Observer()]} if fault == "scheduler_returns" else {}
+        )
+        out: dict[str, Any] | None = None
         try:
             if target is not None:
                 out = await self._cancelled_then_retried(lane, inputs, calls, target)
             elif is_async:
-                out = await asyncio.wait_for(lane.graph.ainvoke(inputs), STEP_LIMIT_S)
+                out = await asyncio.wait_for(lane.graph.ainvoke(inputs, config), STEP_LIMIT_S)
             else:
                 out = await asyncio.wait_for(
-                    asyncio.to_thread(lane.graph.invoke, inputs), STEP_LIMIT_S
+                    asyncio.to_thread(lane.graph.invoke, inputs, config), STEP_LIMIT_S
                 )
+        except asyncio.TimeoutError:
+            self.checker.step_failed(
+                calls, f"{lane.name} step {index} (fault {fault}) took over {STEP_LIMIT_S:g} s",
+                lane=lane.name, kind=fault or "invariant",
+            )
+        except Exception as exc:  # the node raised out of the graph run: a failure, not ours
+            detail = f"{type(exc).__name__}: {exc}"[:200]
+            returned = f" ({lane.scheduler.returned})" if lane.scheduler.returned else ""
+            self.checker.step_failed(
+                calls,
+                f"{lane.name} {'async' if is_async else 'sync'} step {index} "
+                f"(fault {fault}{returned}) raised {detail}",
+                lane=lane.name, kind=fault or "invariant",
+            )
         finally:
             lane.scheduler.release()
+            self.toolbox.release_hangs()
         if target is not None:
             planned[target] = "none"  # the retry ran it normally
         self.steps += 1
         lane.figures.steps += 1
-        self.checker.check_answers(calls, planned, out["messages"][1:], lane=lane.name)
-        batch = any(c["name"] in TOOL_NAMES for c in calls)
-        self.checker.check_reports(
-            lane, lane.reports[before:], batch=batch, cancelled=target is not None
-        )
+        if out is not None:
+            self.checker.check_answers(calls, planned, out["messages"][1:], lane=lane.name)
+            batch = any(c["name"] in TOOL_NAMES for c in calls)
+            self.checker.check_reports(
+                lane, lane.reports[before:], batch=batch, cancelled=target is not None
+            )
+        if self.node_timeout and any(f == "hang" for f in planned.values()):
+            await self._settle(lane, "ledger_busy_after_timeout")
         self.checker.check_ledger_at_rest(lane, f"after step {index}")
+        self._probes(index)
+
+    async def _settle(self, lane: Lane, counter: str) -> None:
+        """Wait (5 s at most) for threads that outlived their answer to give their VRAM back."""
+        if self.checker.ledger_zero(lane):
+            return
+        self.checker.counts.add(counter)
+        for _ in range(1000):
+            await asyncio.sleep(0.005)
+            if self.checker.ledger_zero(lane):
+                return
+
+    # -- scenario probes -----------------------------------------------------------------------
+    def _probes(self, index: int) -> None:
+        """Draw each scenario fault on its own and run the drawn ones (bounded, isolated)."""
+        lanes = [lane.name for lane in self.lanes]
+        for kind in PROBE_FAULTS:
+            if self.rng.random() >= self.config.rates.get(kind, 0.0):
+                continue
+            where = [b for b in PROBE_BACKENDS[kind] if b in lanes or b == "none"]
+            if not where:
+                continue  # e.g. a local-only probe under --backend simulated
+            backend = self.rng.choice(where)
+            ctx = ProbeContext(
+                kind=kind,
+                index=index,
+                backend=backend,
+                seed=self.config.seed * 1_000_003 + index * 31 + PROBE_FAULTS.index(kind),
+                tmp=self.probe_dir,
+                node_timeout=self.node_timeout,
+            )
+            result = run_probe(ctx, self.config.probe_limit_s)
+            c = self.checker
+            c.faults.add(kind, result.injected)
+            c.counts.add(f"handled:{kind}", result.handled)
+            c.counts.add(f"probes:{kind}:{backend}")
+            for name, n in result.counts.items():
+                c.counts.add(f"{kind}:{name}", n)
+            for problem in result.problems:
+                c.violation(f"{kind} ({backend}): {problem}", kind)
 
     def _block_target(self, calls: list[dict[str, Any]], planned: dict[str, str]) -> str | None:
         """Pick a well-formed call of a tool that can always run, to block until cancelled."""
@@ -296,6 +391,15 @@ class _Run:
             self.checker.check_ledger_at_rest(lane, "at the end")
         return self._report(time.perf_counter() - t0, stopped)
 
+    def _where(self, kind: str) -> tuple[str, ...]:
+        """The backends a kind runs on in this run."""
+        lanes = tuple(lane.name for lane in self.lanes)
+        if kind in PROBE_FAULTS:
+            return tuple(b for b in PROBE_BACKENDS[kind] if b in lanes or b == "none")
+        if kind == "gpu_oom":
+            return tuple(b for b in lanes if b == "local")  # the simulation has its own OOMs
+        return lanes
+
     def _report(self, wall_s: float, stopped: bool) -> StressReport:
         c = self.checker
         counts = c.counts.as_dict()
@@ -307,6 +411,7 @@ class _Run:
                 injected=faults.get(kind, 0),
                 handled=counts.get(f"handled:{kind}", 0),
                 expected=EXPECTED[kind],
+                backends=list(self._where(kind)),
             )
             for kind in FAULT_KINDS
         ]
@@ -329,9 +434,11 @@ class _Run:
             ledgers=[lane.figures for lane in self.lanes],
             counters=other,
             violations=c.violations,
+            violations_by_kind=c.violations_by_kind.as_dict(),
             violation_examples=c.violation_examples,
             wall_s=round(wall_s, 3),
             stopped_early=stopped,
+            node_call_timeout=self.node_timeout,
         )
 
 

@@ -31,18 +31,39 @@ StepFault = Literal[
     "llm_error",
     "llm_hang",
     "corrupt_stats",
+    "scheduler_returns",
 ]
 """``cancel``: the async graph run is cancelled mid-step, then the step is retried;
 ``scheduler_error``: the scheduler raises; ``invalid_decision``: it answers options the hints
 forbid or no option at all; ``llm_*``: the agentic scheduler's chat model answers garbage,
 raises, or hangs past its timeout; ``corrupt_stats``: garbage is written to the monitor's stats
-file and loaded (it must start cold)."""
+file and loaded (it must start cold); ``scheduler_returns``: a custom scheduler returns
+malformed output (``None``, a dict, ``mapping=None``, a list as mapping, ``predicted_ms=None``)
+while a callback handler is attached to the run, so decision metadata is built."""
 
-FaultKind = Literal[CallFault, StepFault]
+ProbeFault = Literal[
+    "bad_stats",
+    "separator_names",
+    "cross_loop",
+    "reused_ids",
+    "cancel_gpu_sync",
+    "oom_cpu_slots",
+    "llm_hang_flood",
+    "llm_garbage_flood",
+    "stats_writers",
+    "timeout",
+    "max_concurrency",
+]
+"""Scenario faults (`langgraph_devsched.stress.probes`): each runs its own small node after a
+step, in its own thread and event loop, bounded in time. They are drawn independently of each
+other and of the step's own faults (several may run after one step)."""
+
+FaultKind = Literal[CallFault, StepFault, ProbeFault]
 
 CALL_FAULTS: tuple[CallFault, ...] = get_args(CallFault)
 STEP_FAULTS: tuple[StepFault, ...] = get_args(StepFault)
-FAULT_KINDS: tuple[str, ...] = (*CALL_FAULTS, *STEP_FAULTS)
+PROBE_FAULTS: tuple[ProbeFault, ...] = get_args(ProbeFault)
+FAULT_KINDS: tuple[str, ...] = (*CALL_FAULTS, *STEP_FAULTS, *PROBE_FAULTS)
 
 DEFAULT_RATES: dict[str, float] = {
     "tool_error": 0.03,
@@ -57,8 +78,23 @@ DEFAULT_RATES: dict[str, float] = {
     "llm_error": 0.12,
     "llm_hang": 0.12,
     "corrupt_stats": 0.12,
+    "scheduler_returns": 0.12,
+    # scenario faults, per step, each drawn on its own
+    "bad_stats": 0.12,
+    "separator_names": 0.12,
+    "cross_loop": 0.04,  # each probe: 3 loops running the same step, one injection each
+    "reused_ids": 0.12,
+    "cancel_gpu_sync": 0.12,  # local backend only: 2 cancellations each
+    "oom_cpu_slots": 0.12,  # local backend only
+    "llm_hang_flood": 0.015,  # each flood: more hanging consultations than executor threads
+    "llm_garbage_flood": 0.03,  # each flood: 4 garbage answers of 300,000 characters
+    "stats_writers": 0.12,
+    "timeout": 0.12,
+    "max_concurrency": 0.12,
 }
-"""Rates that inject every kind well over 100 times in a 10,000-call run (about 1,200 steps)."""
+"""Rates that inject every kind well over 100 times in a 10,000-call run (about 1,200 steps;
+a flood counts each of its hanging or garbage consultations, a cancel_gpu_sync probe its two
+cancellations)."""
 
 
 def parse_fault_rates(

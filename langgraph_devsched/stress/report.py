@@ -42,6 +42,9 @@ class FaultFigures(BaseModel):
     injected: int
     handled: int
     expected: str
+    backends: list[str] = Field(
+        default_factory=list, description="where it ran: simulated, local, none (no node)"
+    )
 
 
 class StressReport(BaseModel):
@@ -70,7 +73,12 @@ class StressReport(BaseModel):
     ledgers: list[LedgerFigures] = Field(default_factory=list)
     counters: dict[str, int] = Field(default_factory=dict, description="other harness counts")
     violations: int = 0
-    violation_examples: list[str] = Field(default_factory=list)
+    violations_by_kind: dict[str, int] = Field(
+        default_factory=dict, description="violations by fault kind ('invariant': no fault)"
+    )
+    violation_examples: list[str] = Field(
+        default_factory=list, description="the first 3 violations of each kind (60 at most)"
+    )
     wall_s: float = 0.0
     stopped_early: bool = Field(default=False, description="--max-seconds ended the run first")
     node_call_timeout: bool = Field(
@@ -82,6 +90,15 @@ class StressReport(BaseModel):
     def faults_injected(self) -> dict[str, int]:
         """Injections that fired, by fault kind."""
         return {f.kind: f.injected for f in self.faults}
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def failing_kinds(self) -> list[str]:
+        """Fault kinds with an injection not handled as expected, or a violation of their own."""
+        return [
+            f.kind for f in self.faults
+            if f.handled < f.injected or self.violations_by_kind.get(f.kind, 0) > 0
+        ]
 
     @computed_field  # type: ignore[prop-decorator]
     @property

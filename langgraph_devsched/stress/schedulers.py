@@ -1,8 +1,10 @@
 """Schedulers for the stress harness: random valid mappings, and a wrapper that injects faults.
 
 `FaultyScheduler` answers with `RandomScheduler` unless a step fault is armed: it then raises
-(``scheduler_error``), answers options the hints forbid (``invalid_decision``), or consults an
-`AgenticScheduler` whose chat model (`StressChatModel`) answers garbage, raises or hangs.
+(``scheduler_error``), answers options the hints forbid (``invalid_decision``), returns
+something that is not a valid `Decision` at all (``scheduler_returns``, see
+`malformed_returns`), or consults an `AgenticScheduler` whose chat model (`StressChatModel`)
+answers garbage, raises or hangs.
 """
 
 from __future__ import annotations
@@ -25,8 +27,37 @@ from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, S
 from langgraph_devsched.stress.faults import StepFault, Tally
 
 LLM_FAULTS: tuple[StepFault, ...] = ("llm_garbage", "llm_error", "llm_hang")
+MALFORMED_RETURNS: tuple[str, ...] = ("none", "dict", "mapping_none", "mapping_list", "predicted_none")
+"""What a ``scheduler_returns`` fault answers (see `malformed_returns`)."""
 HANG_LIMIT_S = 5.0
 """A hanging chat model gives up after this long if the harness never releases it."""
+
+
+def malformed_returns(batch: Batch, variant: str) -> Any:
+    """What a buggy custom scheduler may return instead of a `Decision`.
+
+    ``Decision`` is a frozen dataclass: nothing stops ``mapping=None`` or a list there, so
+    the node must check what it gets. ``predicted_ms=None`` carries a valid mapping; it only
+    matters where decision metadata is built (a callback handler on the run).
+
+    >>> from langgraph_devsched.hints import ToolDeviceSpec
+    >>> b = Batch.of([("c1", "ocr", ToolDeviceSpec())])
+    >>> malformed_returns(b, "dict"), malformed_returns(b, "mapping_none").mapping
+    ({'c1': 'cpu'}, None)
+    """
+    ids = batch.call_ids
+    if variant == "none":
+        return None
+    if variant == "dict":
+        return dict.fromkeys(ids, "cpu")  # the mapping itself, not a Decision
+    if variant == "mapping_none":
+        return Decision(mapping=None, reason="mapping=None")  # type: ignore[arg-type]
+    if variant == "mapping_list":
+        return Decision(mapping=[(i, "cpu") for i in ids], reason="a list")  # type: ignore[arg-type]
+    if variant == "predicted_none":
+        mapping = {c.call_id: c.spec.allowed_options()[0] for c in batch.calls}
+        return Decision(mapping=mapping, reason="predicted_ms=None", predicted_ms=None)  # type: ignore[arg-type]
+    raise ValueError(f"unknown variant {variant!r}; valid: {', '.join(MALFORMED_RETURNS)}")
 
 
 class RandomScheduler(SchedulerBase):
@@ -141,9 +172,11 @@ class FaultyScheduler(SchedulerBase):
         self.armed: StepFault | None = None
         self.fired: StepFault | None = None
         """The fault that fired in the last decision (None: the scheduler was not asked)."""
+        self.returned: str | None = None
+        """The `MALFORMED_RETURNS` variant the last ``scheduler_returns`` fault answered."""
 
     def arm(self, fault: StepFault | None) -> None:
-        self.armed, self.fired = fault, None
+        self.armed, self.fired, self.returned = fault, None, None
         if self.model.mode == "hang":
             self.model.release.set()  # let a sync hang's worker thread end
         self.model.mode, self.model.release = "ok", threading.Event()
@@ -154,8 +187,14 @@ class FaultyScheduler(SchedulerBase):
 
     # -- deciding ------------------------------------------------------------------------------
     def _plain(self, batch: Batch, view: SchedulerView) -> Decision | None:
+        """The answer without the agentic scheduler (None: consult it). A
+        ``scheduler_returns`` fault answers whatever `malformed_returns` gives."""
         fault = self.armed
         self.fired = fault
+        if fault == "scheduler_returns":
+            self.tally.add("scheduler_returns")
+            self.returned = self._rng.choice(MALFORMED_RETURNS)
+            return malformed_returns(batch, self.returned)  # type: ignore[no-any-return]
         if fault == "scheduler_error":
             self.tally.add("scheduler_error")
             raise RuntimeError("injected scheduler error (devsched stress)")
@@ -204,14 +243,16 @@ class FaultyScheduler(SchedulerBase):
         self, batch: Batch, view: SchedulerView, *, config: RunnableConfig | None = None
     ) -> Decision:
         plain = self._plain(batch, view)
-        return plain if plain is not None else self.agentic.decide(batch, view, config=config)
+        if plain is not None or self.returned is not None:
+            return plain  # type: ignore[return-value]  # a malformed return is the point
+        return self.agentic.decide(batch, view, config=config)
 
     async def adecide(
         self, batch: Batch, view: SchedulerView, *, config: RunnableConfig | None = None
     ) -> Decision:
         plain = self._plain(batch, view)
-        if plain is not None:
-            return plain
+        if plain is not None or self.returned is not None:
+            return plain  # type: ignore[return-value]
         return await self.agentic.adecide(batch, view, config=config)
 
     def observe(self, batch: Batch, decision: Decision, record: Any) -> None:

@@ -54,6 +54,10 @@ BLOCK_LIMIT_S = 5.0
 """A blocked call (cancellation step) gives up after this long if nobody cancels it."""
 
 
+HANG_LIMIT_S = 5.0
+"""A hanging call under the node's own call timeout gives up after this long at most."""
+
+
 class HarnessTimeoutError(TimeoutError):
     """A hanging tool released by the harness's call timeout (the node has none of its own)."""
 
@@ -76,10 +80,17 @@ def _slow_s(payload: str) -> float:
 class Toolbox:
     """Builds the harness's tools and counts the faults they inject."""
 
-    def __init__(self, *, call_timeout_s: float = 0.02, tally: Tally | None = None) -> None:
+    def __init__(
+        self, *, call_timeout_s: float = 0.02, tally: Tally | None = None,
+        node_timeout: bool = False,
+    ) -> None:
         if call_timeout_s <= 0:
             raise ValueError(f"call_timeout_s must be > 0, got {call_timeout_s}")
         self.call_timeout_s = call_timeout_s
+        self.node_timeout = node_timeout
+        """True: hanging calls wait for `release_hangs` (the node's call timeout answers
+        them); False: the tool gives up by itself after ``call_timeout_s``."""
+        self.hang_release = threading.Event()
         self.tally = tally or Tally()
         self.released: set[str] = set()
         """Payloads whose blocked call was already cancelled once: a retry runs normally."""
@@ -114,6 +125,12 @@ class Toolbox:
             "(released by the stress harness's call timeout)"
         )
 
+    def release_hangs(self) -> None:
+        """Let the threads of hanging calls end (after their step was answered)."""
+        with self.lock:
+            self.hang_release.set()
+            self.hang_release = threading.Event()
+
     def _blocked(self, payload: str) -> bool:
         with self.lock:
             return payload not in self.released
@@ -126,6 +143,9 @@ class Toolbox:
                 time.sleep(_slow_s(payload))
             elif fault == "hang":
                 self._fire(payload, "hang")
+                if self.node_timeout:
+                    self.hang_release.wait(HANG_LIMIT_S)  # the node answers at its deadline
+                    return f"{name}:{payload}@{device} (hang ended)"
                 threading.Event().wait(self.call_timeout_s)
                 raise self._hang_error(name)
             elif fault == "block" and self._blocked(payload):
@@ -137,6 +157,14 @@ class Toolbox:
             if fault == "slow":
                 self._fire(payload, "slow")
                 await asyncio.sleep(_slow_s(payload))
+            elif fault == "hang" and self.node_timeout:
+                self._fire(payload, "hang")
+                release = self.hang_release
+                for _ in range(int(HANG_LIMIT_S / 0.005)):  # until cancelled by the node
+                    if release.is_set():
+                        break
+                    await asyncio.sleep(0.005)
+                return f"{name}:{payload}@{device} (hang ended)"
             elif fault == "hang":
                 self._fire(payload, "hang")
                 try:

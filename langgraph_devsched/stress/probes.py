@@ -1,0 +1,127 @@
+"""Scenario faults: what each probe does, where it applies, and a bounded way to run one.
+
+A probe builds its own small `DeviceToolNode`, drives it through the failure class it is
+named after and returns a `ProbeResult`. `run_probe` runs it in a daemon thread of its own
+(its event loops are its own, so a starved or blocked loop cannot stall the harness) and
+waits ``limit_s`` at most: a hung probe, or one that raised, is a violation, never a crash
+or a hang of the harness.
+
+>>> import pathlib, tempfile
+>>> ctx = ProbeContext("stats_writers", 0, "none", 1, pathlib.Path(tempfile.mkdtemp()))
+>>> r = run_probe(ctx, 10.0)
+>>> r.injected
+1
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+
+from langgraph_devsched.stress.kit import ProbeContext, ProbeResult
+from langgraph_devsched.stress.probe_gpu import cancel_gpu_sync, oom_cpu_slots
+from langgraph_devsched.stress.probe_llm import llm_garbage_flood, llm_hang_flood
+from langgraph_devsched.stress.probe_monitor import bad_stats, separator_names, stats_writers
+from langgraph_devsched.stress.probe_steps import cross_loop, max_concurrency, reused_ids, timeout
+
+__all__ = ["PROBES", "PROBE_BACKENDS", "PROBE_EXPECTED", "ProbeContext", "ProbeResult", "run_probe"]
+
+Probe = Callable[[ProbeContext], ProbeResult]
+
+BOTH = ("simulated", "local")
+PROBES: dict[str, tuple[Probe, tuple[str, ...], str]] = {
+    "bad_stats": (
+        bad_stats, BOTH,
+        "malformed keys (bogus, unknown option, outcome without placement) from a file or a "
+        "store, JSON nested 10^5 deep, a 5,000-digit int: load does not raise and keeps none "
+        "of it (cold start); a sync and an async step answered",
+    ),
+    "separator_names": (
+        separator_names, BOTH,
+        "tools named with | , = through the monitor: 4 steps answered, estimates and shapes "
+        "keep the names whole, save/load round trip exact",
+    ),
+    "cross_loop": (
+        cross_loop, BOTH,
+        "the same step (thread_id, call ids) from 3 threads, each asyncio.run(ainvoke) (one "
+        "injection per loop): each invocation answers every call once within 1 s",
+    ),
+    "reused_ids": (
+        reused_ids, BOTH,
+        "3 concurrent steps reusing 2 call ids for a CPU-forbidden pinned GPU tool, a CPU-only "
+        "tool and a gpu_queued-pinned tool: each call runs where its own hints allow (device "
+        "seen by the tool, CallRecord option), 3 reports",
+    ),
+    "cancel_gpu_sync": (
+        cancel_gpu_sync, ("local",),
+        "ainvoke cancelled while a sync tool runs on the GPU: the ledger keeps its VRAM until "
+        "the thread returns, true VRAM <= budget; cancelled in the GPU queue: step reported, "
+        "monitor recorded, queue empty",
+    ),
+    "oom_cpu_slots": (
+        oom_cpu_slots, ("local",),
+        "cpu_workers=1 and GPU OOM reruns on the CPU: at most 1 CPU run at once (counted by "
+        "the tools); every call answered from the CPU",
+    ),
+    "llm_hang_flood": (
+        llm_hang_flood, BOTH,
+        "a sync model hanging for more consecutive steps than the default executor has "
+        "threads: each step answered within timeout + 1.5 s, loop never blocked or starved",
+    ),
+    "llm_garbage_flood": (
+        llm_garbage_flood, BOTH,
+        "300,000-character garbage answers: each step answered within timeout + 1.5 s, loop "
+        "never blocked over 0.5 s",
+    ),
+    "stats_writers": (
+        stats_writers, ("none",),
+        "4 threads saving the same stats file 5 times each while a reader loads it: no "
+        "exception, every load finds the stats",
+    ),
+    "timeout": (
+        timeout, BOTH,
+        "a hanging sync GPU tool under call_timeout_s or hint timeout_s: error ToolMessage "
+        "'timed out' at the deadline, CallRecord error 'timeout...', VRAM held until the "
+        "thread returns, true VRAM <= budget (local)",
+    ),
+    "max_concurrency": (
+        max_concurrency, BOTH,
+        "a step run with config max_concurrency=k (1-3) never runs more than k calls at once",
+    ),
+}
+"""Kind -> (probe, the backends it applies to, its expected outcome)."""
+
+PROBE_BACKENDS: dict[str, tuple[str, ...]] = {k: v[1] for k, v in PROBES.items()}
+PROBE_EXPECTED: dict[str, str] = {k: v[2] for k, v in PROBES.items()}
+
+
+def run_probe(ctx: ProbeContext, limit_s: float) -> ProbeResult:
+    """Run the probe of ``ctx.kind`` in its own thread, waiting ``limit_s`` at most."""
+    probe = PROBES[ctx.kind][0]
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = probe(ctx)
+        except BaseException as exc:
+            box["error"] = exc
+            box["where"] = traceback.format_exc(limit=-3).strip().splitlines()[-3:]
+
+    thread = threading.Thread(target=target, daemon=True, name=f"devsched-stress-{ctx.kind}")
+    thread.start()
+    thread.join(limit_s)
+    if thread.is_alive():
+        return ProbeResult(
+            injected=1, problems=[f"probe {ctx.index} did not finish within {limit_s:g} s (hung)"]
+        )
+    if "error" in box:
+        exc = box["error"]
+        return ProbeResult(
+            injected=1,
+            problems=[f"probe {ctx.index} raised {type(exc).__name__}: {str(exc)[:160]} "
+                      f"at {' | '.join(box['where'])[:200]}"],  # type: ignore[arg-type]
+        )
+    result = box["result"]
+    assert isinstance(result, ProbeResult)
+    return result
