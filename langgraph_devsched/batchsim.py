@@ -19,12 +19,37 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 
-if TYPE_CHECKING:
-    from langgraph_devsched.testbed import BackgroundLoad, ToolParams
+
+class ToolParams(Protocol):
+    """What the simulation reads of one tool (`testbed.ToolParams` is one)."""
+
+    @property
+    def cpu_ms(self) -> float: ...
+    @property
+    def gpu_ms(self) -> float: ...
+    @property
+    def transfer_ms(self) -> float: ...
+    @property
+    def vram_mb(self) -> float: ...
+    @property
+    def gpu_share(self) -> float: ...
+    @property
+    def cpu_threads(self) -> int: ...
+
+
+class BackgroundLoad(Protocol):
+    """What the simulation reads of the background load (`testbed.BackgroundLoad` is one)."""
+
+    @property
+    def vram_mb(self) -> float: ...
+    @property
+    def gpu_share(self) -> float: ...
+    @property
+    def cpu_threads(self) -> int: ...
 
 _EPS = 1e-9
 _CHUNK = 1 << 16
@@ -267,9 +292,8 @@ def _run(
         now = st.now
         in_gpu = phase == _GPU
         on_cpu = phase == _CPU
-        demand_sum = np.zeros(len(now))
-        for j in range(n):
-            demand_sum = demand_sum + np.where(in_gpu[:, j], share[j], 0.0)
+        # a running sum in call order (as the event simulation adds): bit-identical
+        demand_sum = np.cumsum(np.where(in_gpu, share_arr, 0.0), axis=1)[:, -1]
         demand = base_share + demand_sum
         over = demand > 1.0
         gpu_rate = np.where(over, 1.0 / np.where(over, demand, 1.0), 1.0)
@@ -331,6 +355,14 @@ class _State:
         for name in ("rows", "phase", "remaining", "ready_at", "end", "in_use", "used_share",
                      "active_n", "now"):
             setattr(self, name, getattr(self, name)[live])
+
+
+def mapping_codes(mappings: Sequence[Sequence[DeviceOption]], n: int) -> Any:
+    """Option codes of explicit mappings, one row each (shape (len(mappings), n))."""
+    np = _numpy()
+    if not mappings:
+        return np.empty((0, n), dtype=np.int8)
+    return np.array([[_CODE[o] for o in m] for m in mappings], dtype=np.int8).reshape(-1, n)
 
 
 def all_mappings(choices: Sequence[Sequence[DeviceOption]]) -> list[tuple[DeviceOption, ...]]:

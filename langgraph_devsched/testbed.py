@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from langgraph_devsched import batchsim
 from langgraph_devsched.ledger import Reservation, VramLedger
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import CallRecord, StepRecord
@@ -172,18 +173,39 @@ class SimulatedTestbed:
         order, as a numpy array; bit-identical to `makespan` (see `batchsim`; used by the oracle).
         ``prune=True`` leaves mappings that provably cannot be optimal as ``inf``.
         """
-        from langgraph_devsched import batchsim
-
         if len(tools) != len(choices):
             raise ValueError(f"{len(tools)} tools but {len(choices)} choice lists")
+        return self.codes_makespans(tools, batchsim.product_codes(choices), prune=prune)
+
+    def mapping_makespans(
+        self, tools: Sequence[str], mappings: Sequence[Sequence[DeviceOption]]
+    ) -> Any:
+        """Noise-free makespans of explicit mappings (one option per tool each), as a numpy
+        array in order; bit-identical to `makespan`."""
+        return self.codes_makespans(tools, batchsim.mapping_codes(mappings, len(tools)))
+
+    def codes_makespans(self, tools: Sequence[str], codes: Any, *, prune: bool = False) -> Any:
+        """`mapping_makespans` of option codes (`batchsim` rows: one int8 per call)."""
         return batchsim.makespans(
             [self._require(t) for t in tools],
-            batchsim.product_codes(choices),
+            codes,
             vram_budget_mb=self.vram_budget_mb,
             cpu_cores=self.cpu_cores,
             background=self._background,
             oom_detect_ms=self._oom_detect_ms,
             prune=prune,
+        )
+
+    def lower_bounds(self, tools: Sequence[str], codes: Any) -> Any:
+        """An admissible lower bound on the noise-free makespan of each row of option codes
+        (see `batchsim.lower_bounds`)."""
+        return batchsim.lower_bounds(
+            [self._require(t) for t in tools],
+            codes,
+            vram_budget_mb=self.vram_budget_mb,
+            cpu_cores=self.cpu_cores,
+            background=self._background,
+            oom_detect_ms=self._oom_detect_ms,
         )
 
     def simulate(

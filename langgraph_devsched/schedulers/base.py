@@ -65,7 +65,8 @@ class SchedulerView:
 
 @dataclass(frozen=True)
 class Decision:
-    """One option per call id, with the why. ``probe`` marks an exploratory placement."""
+    """One option per call id, with the why. ``probe`` marks an exploratory placement;
+    ``reused`` a decision taken again unchanged because none of its inputs moved."""
 
     mapping: Mapping[str, DeviceOption]
     reason: str = ""
@@ -74,6 +75,7 @@ class Decision:
     fallback: FallbackCause | None = None
     llm_calls: int = 0
     scheduler: str = ""
+    reused: bool = False
 
     def options_for(self, batch: Batch) -> tuple[DeviceOption, ...]:
         return tuple(self.mapping[cid] for cid in batch.call_ids)

@@ -23,7 +23,7 @@ once a probe has measured it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from langgraph_devsched.hints import ToolDeviceSpec
@@ -186,6 +186,12 @@ class ContentionFit:
 
     shares: dict[str, float] = field(default_factory=dict)
     threads: dict[str, int] = field(default_factory=dict)
+    complete: bool = True
+    """False when a deadline stopped the fit before its passes were done."""
+    resume_at: int = 0
+    """The ``offset`` that resumes an incomplete fit at the tool it stopped before ..."""
+    visits_left: int = 0
+    """... and the ``visits`` (tool updates) it has left to do."""
 
 
 def _ordered_calls(
@@ -213,6 +219,9 @@ def fit_contention(
     oom_ms: float,
     start: ContentionFit | None = None,
     passes: int = 2,
+    deadline: Callable[[], bool] | None = None,
+    offset: int = 0,
+    visits: int | None = None,
 ) -> ContentionFit:
     """Fit each tool's GPU share and CPU threads so the twin reproduces the executed
     placements of this batch shape (mean per-call run times and latencies, relative squared
@@ -220,7 +229,11 @@ def fit_contention(
     makespans, which under noise are maxima and biased upwards).
 
     Coordinate descent over `SHARE_GRID` and `THREAD_GRID`; a parameter that no executed
-    placement exercises (the tool never shared its device) keeps its start value.
+    placement exercises (the tool never shared its device) keeps its start value. When
+    ``deadline()`` turns true the fit stops between two tools (``complete=False``; each step
+    only lowers the loss, so what it has is consistent); ``offset`` rotates the tool order
+    and ``visits`` (default: ``passes`` times the tools) bounds the tool updates, so that a
+    fit resumed later with its ``resume_at`` and ``visits_left`` finishes the work.
     """
     outcomes = sorted(
         (o for o in obs.outcomes_for(tuple(tools)) if o.count and len(o.run_ms) == len(tools)),
@@ -263,20 +276,25 @@ def fit_contention(
         return total
 
     cores = max(1, device.cpu_cores)
-    for _ in range(passes):
-        for tool in distinct:
-            if tool in gpu_shared:
-                current = shares.get(tool, specs[tool].gpu_share)
-                scored = []
-                for v in SHARE_GRID:
-                    shares[tool] = v
-                    scored.append((round(loss(), 9), abs(v - current), v))
-                shares[tool] = min(scored)[2]
-            if tool in cpu_shared:
-                now = threads.get(tool, 1)
-                scored_t = []
-                for n in (n for n in THREAD_GRID if n <= cores):
-                    threads[tool] = n
-                    scored_t.append((round(loss(), 9), abs(n - now), n))
-                threads[tool] = min(scored_t)[2]
+    total = passes * len(distinct) if visits is None else visits
+    for done in range(total):
+        position = offset + done
+        tool = distinct[position % len(distinct)]
+        if done and deadline is not None and deadline():
+            return ContentionFit(shares, threads, complete=False, resume_at=position,
+                                 visits_left=total - done)
+        if tool in gpu_shared:
+            current = shares.get(tool, specs[tool].gpu_share)
+            scored = []
+            for v in SHARE_GRID:
+                shares[tool] = v
+                scored.append((round(loss(), 9), abs(v - current), v))
+            shares[tool] = min(scored)[2]
+        if tool in cpu_shared:
+            now = threads.get(tool, 1)
+            scored_t = []
+            for n in (n for n in THREAD_GRID if n <= cores):
+                threads[tool] = n
+                scored_t.append((round(loss(), 9), abs(n - now), n))
+            threads[tool] = min(scored_t)[2]
     return ContentionFit(shares, threads)

@@ -1,11 +1,22 @@
 """The monitor policy: a deterministic scheduler that reads only hints and the monitor.
 
 For a batch it estimates every tool's parameters from its declared hints and the monitor's
-observations (`monitor_model`), predicts the makespan of every joint mapping (3^n, pruned to
-the allowed options, n <= ``max_calls``) on a twin of the machine, and takes
-``min(candidates, key=(score, index))``. A mapping already executed scores its observed mean
-makespan when that disagrees with the prediction beyond the noise (the model was wrong
-there); otherwise the prediction (which pools every call's samples) is trusted.
+observations (`monitor_model`), predicts makespans of joint mappings on a twin of the
+machine and takes ``min(candidates, key=(score, index))``. The candidates come from
+`search.search_mappings`: every mapping while that is cheap (``exact_limit``), branch and
+bound on the twin's lower bounds up to ``bound_limit`` mappings, beyond that a local search
+from seeds (the batch's last mapping, its executed placements, the HEFT and dmda mappings,
+all-CPU and all-queued) within ``max_decision_ms`` on ``clock``; it never returns worse than
+its best seed. A mapping already executed scores its observed mean makespan when that
+disagrees with the prediction beyond the noise (the model was wrong there); otherwise the
+prediction (which pools every call's samples) is trusted.
+
+**Reuse.** While nothing the decision was made from has moved — the calls' hints, the
+telemetry bucket, the tools' latency evidence (`reuse.ChangeDetector`: no sample outside
+its noise), no probe pending, the contention fit settled — the last decision of the batch
+(its tools in call order) is taken again at once, marked ``Decision(reused=True)``; it is
+refreshed after ``refresh_after`` reuses. Per-shape tables (fits, last decisions) keep the
+``max_shapes`` most recently used shapes.
 
 Exploration: the monitor's hints (unknown device, symmetric, swap) name what was never
 measured. The policy turns a hint into a *probe* — the chosen mapping with that one change —
@@ -27,43 +38,63 @@ batch's shape), else ``view.observations``. It never records into a monitor it d
 >>> batch = Batch.of([("c1", "fft", spec)])
 >>> policy = MonitorPolicy()
 >>> d = policy.decide(batch, SchedulerView(bed.device_state()))
->>> dict(d.mapping), d.probe
-({'c1': 'cpu'}, False)
+>>> dict(d.mapping), d.probe, d.reused
+({'c1': 'cpu'}, False, False)
 """
 
 from __future__ import annotations
 
-import itertools
+import inspect
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.hints import ExplorationHint
 from langgraph_devsched.monitor.monitor import RuntimeMonitor
-from langgraph_devsched.monitor.observations import Observations
-from langgraph_devsched.monitor.state import placement_key
+from langgraph_devsched.monitor.observations import Observations, PlacementOutcome
 from langgraph_devsched.options import GPU_OPTIONS, DeviceOption, is_gpu
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
+from langgraph_devsched.schedulers.dmda import DmdaScheduler
+from langgraph_devsched.schedulers.heft import HeftScheduler
 from langgraph_devsched.schedulers.monitor_model import (
     ContentionFit,
     estimate_params,
     fit_contention,
     oom_detect_ms,
-    predict_makespans,
     twin,
 )
+from langgraph_devsched.schedulers.reuse import (
+    ChangeDetector,
+    LastDecision,
+    reusable,
+    telemetry_bucket,
+)
+from langgraph_devsched.schedulers.search import (
+    BOUND_LIMIT,
+    EXACT_LIMIT,
+    demand,
+    search_mappings,
+)
+from langgraph_devsched.schedulers.tables import LruTable
 from langgraph_devsched.telemetry import DeviceState
+from langgraph_devsched.testbed import SimulatedTestbed
 
 Mapping_ = tuple[DeviceOption, ...]
-_DEMAND = {"cpu": 0, "gpu_queued": 1, "gpu_now": 2}
 PROBE_KINDS = ("unknown", "symmetric", "sparse", "swap", "shared", "queued")
 RESAMPLE_BELOW = 3
 """A ``sparse`` hint may re-run an executed placement until it has this many samples."""
+MAX_DECISION_MS = 100.0
+"""Default time budget of one decision's search (and contention fit), in ms."""
+MAX_SHAPES = 1024
+"""Default number of batch shapes whose fits and last decisions are kept."""
 
 
 class MonitorPolicy(SchedulerBase):
-    """Contention-aware joint mapping search over monitor observations, with bounded probes."""
+    """Contention-aware joint mapping search over monitor observations, with bounded probes,
+    bounded search time, bounded state and reuse of unchanged decisions."""
 
     name = "monitor"
 
@@ -74,87 +105,195 @@ class MonitorPolicy(SchedulerBase):
         max_probe_cost: float = 0.5,
         override_floor: float = 0.03,
         tie_tolerance: float = 0.005,
-        max_calls: int = 8,
+        exact_limit: int = EXACT_LIMIT,
+        bound_limit: int = BOUND_LIMIT,
+        max_decision_ms: float | None = MAX_DECISION_MS,
+        clock: Callable[[], float] = time.perf_counter,
+        max_shapes: int = MAX_SHAPES,
+        reuse: bool = True,
+        refresh_after: int = 50,
         monitor: RuntimeMonitor | None = None,
     ) -> None:
         self.probe_horizon = probe_horizon
         self.max_probe_cost = max_probe_cost
         self.override_floor = override_floor
         self.tie_tolerance = tie_tolerance
-        self.max_calls = max_calls
+        self.exact_limit = exact_limit
+        self.bound_limit = bound_limit
+        self.max_decision_ms = max_decision_ms
+        self.clock = clock
+        self.reuse = reuse
+        self.refresh_after = refresh_after
         self._shared = monitor is not None
         self.monitor = monitor or RuntimeMonitor()
         self._private = False
         self._device: DeviceState | None = None
-        self._fits: dict[tuple[str, ...], tuple[int, ContentionFit]] = {}
+        self._fits: LruTable[tuple[str, ...], tuple[object, ContentionFit]] = LruTable(max_shapes)
+        self._last: LruTable[tuple[str, ...], LastDecision] = LruTable(max_shapes)
+        self._changes = ChangeDetector(max_keys=max(64, 4 * max_shapes))
+        self._heft = HeftScheduler()
+        self._dmda = DmdaScheduler()
+        self._snapshot_takes_tools = "tools" in inspect.signature(
+            self.monitor.snapshot).parameters
 
     # -- protocol --------------------------------------------------------------------------
 
     def decide(self, batch: Batch, view: SchedulerView) -> Decision:
+        started = self.clock()
         self._private = view.observations is None and not self._shared
         self._device = view.device
-        obs: Observations
+        tools = [c.tool for c in batch.calls]
+        key = tuple(tools)
+        specs = tuple(c.spec for c in batch.calls)
+        bucket = telemetry_bucket(view.device)
+        versions = self._changes.versions(tools)
+        last = self._last.get(key)
+        if self.reuse and last is not None and reusable(
+                last, specs, bucket, versions, refresh_after=self.refresh_after):
+            last.reuses += 1
+            return self._again(batch, last)
+        decision, settled = self._full(batch, view, started, last)
+        self._last[key] = LastDecision(specs, bucket, versions, decision.options_for(batch),
+                                       decision, settled)
+        return decision
+
+    def _again(self, batch: Batch, last: LastDecision) -> Decision:
+        """The remembered decision, for this batch's call ids (same tools, same order)."""
+        old = last.decision
+        ids = batch.call_ids
+        predicted = dict(zip(ids, (old.predicted_ms.get(c, 0.0) for c in old.mapping),
+                             strict=True))
+        return Decision(
+            mapping=dict(zip(ids, last.options, strict=True)),  # type: ignore[arg-type]
+            reason=f"reused: nothing changed ({old.reason})", predicted_ms=predicted,
+            scheduler=self.name, reused=True,
+        )
+
+    def _observations(self, batch: Batch, view: SchedulerView) -> Observations:
         if self._private or (self._shared and isinstance(self.monitor, RuntimeMonitor)):
-            obs = self.monitor.snapshot(batch)  # read only: hints about this batch's shape
-        else:
-            obs = view.observations  # type: ignore[assignment]
+            if self._snapshot_takes_tools:  # only this batch's tools
+                return self.monitor.snapshot(  # type: ignore[call-arg]
+                    batch, tools={c.tool for c in batch.calls})
+            return self.monitor.snapshot(batch)  # read only: hints about this batch's shape
+        obs = view.observations
+        assert isinstance(obs, Observations), "view.observations: expected Observations"
+        return obs
+
+    def _full(
+        self, batch: Batch, view: SchedulerView, started: float, last: LastDecision | None
+    ) -> tuple[Decision, bool]:
+        """A fresh decision, and whether its contention fit is settled."""
+        obs = self._observations(batch, view)
         device = view.device
         tools = [c.tool for c in batch.calls]
+        if not batch.calls:
+            return self._decision({}, "empty batch"), True
         choices = [self._choices(c.spec.allowed_options(), device) for c in batch.calls]
         specs = {c.tool: c.spec for c in batch.calls}
-        fit = self._fit(tools, specs, obs, device)
+        outcomes = obs.outcomes_for(tuple(tools))
+        budget = self.max_decision_ms
+
+        def deadline(share: float) -> Callable[[], bool]:
+            if budget is None:
+                return lambda: False
+            limit = started + share * budget / 1000.0
+            return lambda: self.clock() >= limit
+
+        fit = self._fit(tools, specs, obs, device, outcomes, deadline(0.5))
         params = {
             t: estimate_params(t, s, obs, bg_share=device.gpu_utilization,
                                share=fit.shares.get(t), threads=fit.threads.get(t, 1))
             for t, s in specs.items()
         }
         bed = twin(params, device, oom_ms=oom_detect_ms(obs, params))
-        scores, seen_ms = self._scores(batch, obs, bed, tools, choices)
+        noise = _pooled_cv(obs)
+        model = _ModelScores(bed, tools, outcomes, noise, self.override_floor)
+        seeds = self._seeds(batch, view, tools, outcomes, last)
+        remaining = None if budget is None else max(
+            0.0, budget - (self.clock() - started) * 1000.0)
+        result = search_mappings(
+            model, choices, seeds=seeds,
+            lower_bounds=lambda codes: bed.lower_bounds(tools, codes),
+            exact_limit=self.exact_limit, bound_limit=self.bound_limit,
+            budget_ms=remaining, clock=self.clock,
+            tie=self.tie_tolerance,
+        )
+        scores = result.scores
         low = min(scores.values())
         tie = max(self.tie_tolerance * low, 1e-6)
+        seen_ms = model.observed
 
         def objective(m: Mapping_) -> tuple[int, float, tuple[int, ...]]:
             # near-ties (within tie_tolerance of the best) are broken by what was observed
-            return (int((scores[m] - low) // tie), seen_ms.get(m, scores[m]),
-                    self._order(m, choices))
+            return (int((scores[m] - low) // tie), seen_ms.get(m, scores[m]), demand(m))
 
         best = min(scores, key=objective)
-        probe = self._probe(batch, obs, scores, best, choices)
+        probe = self._probe(batch, obs, model, best, choices)
         chosen = probe[0] if probe else best
         mapping = dict(zip(batch.call_ids, chosen, strict=True))
-        if not device.gpu_available or not batch.calls:
-            pass
         predicted = {
             c.call_id: c.end_ms
             for c in bed.simulate(list(zip(batch.call_ids, tools, chosen, strict=True))).calls
         }
+        how = {"exact": "over all", "bound": "bounded search,",
+               "local": "local search,"}[result.method]
         if probe:
-            reason = (f"probe: {probe[1].text}; predicted {scores[chosen]:.1f} ms vs best "
-                      f"{scores[best]:.1f} ms")
+            reason = (f"probe: {probe[1].text}; predicted {model.values[chosen]:.1f} ms vs "
+                      f"best {scores[best]:.1f} ms")
         else:
-            reason = f"best predicted makespan {scores[best]:.1f} ms over {len(scores)} mappings"
-        return self._decision(mapping, reason, predicted_ms=predicted, probe=bool(probe))
+            reason = (f"best predicted makespan {scores[best]:.1f} ms {how} "
+                      f"{len(scores)} mappings")
+        decision = self._decision(mapping, reason, predicted_ms=predicted, probe=bool(probe))
+        return decision, fit.complete
+
+    def _seeds(
+        self, batch: Batch, view: SchedulerView, tools: list[str],
+        outcomes: Sequence[PlacementOutcome], last: LastDecision | None,
+    ) -> list[Mapping_]:
+        """Where a search starts: the last mapping, the executed placements, the classical
+        heuristics' mappings, all-CPU and all-queued."""
+        seeds: list[Mapping_] = []
+        if last is not None:
+            seeds.append(last.options)  # type: ignore[arg-type]
+        for outcome in outcomes:
+            m = _in_call_order(tools, outcome)
+            if m is not None:
+                seeds.append(m)
+        for heuristic in (self._heft, self._dmda):
+            seeds.append(heuristic.decide(batch, view).options_for(batch))
+        seeds.append(tuple("cpu" for _ in tools))
+        seeds.append(tuple("gpu_queued" for _ in tools))
+        return seeds
 
     def _fit(
         self, tools: list[str], specs: dict[str, ToolDeviceSpec], obs: Observations,
-        device: DeviceState,
+        device: DeviceState, outcomes: Sequence[PlacementOutcome], deadline: Callable[[], bool],
     ) -> ContentionFit:
-        """The contention fit for this shape, refitted (warm) when new outcomes arrived."""
+        """The contention fit for this shape, refitted (warm) when its evidence moved (a new
+        placement executed, or a placement's first samples) or the last fit ran out of time
+        (then it resumes where it stopped)."""
         shape = tuple(sorted(tools))
-        seen = sum(o.count for o in obs.outcomes_for(shape))
+        evidence = tuple(
+            sorted((_canon(o.placement), min(o.count, RESAMPLE_BELOW)) for o in outcomes))
         cached = self._fits.get(shape)
-        if cached is not None and cached[0] == seen:
+        if cached is not None and cached[0] == evidence and cached[1].complete:
             return cached[1]
         base = {t: estimate_params(t, s, obs, bg_share=device.gpu_utilization)
                 for t, s in specs.items()}
+        start = cached[1] if cached else None
+        resume = start is not None and not start.complete and cached is not None and (
+            cached[0] == evidence)
         fit = fit_contention(
             tools, specs, obs, device, oom_ms=oom_detect_ms(obs, base),
-            start=cached[1] if cached else None, passes=1 if cached else 2,
+            start=start, passes=1 if cached else 2, deadline=deadline,
+            offset=start.resume_at if resume and start is not None else 0,
+            visits=start.visits_left if resume and start is not None else None,
         )
-        self._fits[shape] = (seen, fit)
+        self._fits[shape] = (evidence, fit)
         return fit
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
+        self._changes.observe(record)
         if self._private and self._device is not None:
             self.monitor.record_step(batch, decision, record, self._device)
 
@@ -166,89 +305,37 @@ class MonitorPolicy(SchedulerBase):
             return ("cpu",)
         return tuple(allowed)
 
-    @staticmethod
-    def _order(m: Mapping_, choices: Sequence[Sequence[DeviceOption]]) -> tuple[int, ...]:
-        """Ties go to the least demanding options (cpu, then gpu_queued, then gpu_now)."""
-        return tuple(_DEMAND[o] for o in m)
-
-    def _scores(
-        self, batch: Batch, obs: Observations, bed: object, tools: list[str],
-        choices: list[tuple[DeviceOption, ...]],
-    ) -> tuple[dict[Mapping_, float], dict[Mapping_, float]]:
-        """Score per mapping, and the observed makespan of the executed ones (2+ runs)."""
-        if len(tools) <= self.max_calls:
-            combos = list(itertools.product(*choices))
-            preds = predict_makespans(bed, tools, choices)  # type: ignore[arg-type]
-        else:
-            combos, preds = self._descend(bed, tools, choices)
-        seen = {placement_key(o.placement): o for o in obs.outcomes_for(tuple(tools))}
-        noise = _pooled_cv(obs)
-        scores: dict[Mapping_, float] = {}
-        observed: dict[Mapping_, float] = {}
-        for combo, pred in zip(combos, preds, strict=True):
-            score = pred
-            out = seen.get(placement_key(zip(tools, combo, strict=True)))
-            if out is not None and out.count >= 2:
-                observed[combo] = max(out.latency_ms) if out.latency_ms else out.makespan_ms
-            if out is not None and out.count:
-                # the model pools every call's samples and estimates the noise-free makespan;
-                # an executed placement overrides it only where the model is visibly wrong.
-                # Its makespan is read as the largest mean call latency: the mean of noisy
-                # makespans (maxima) would be biased upwards.
-                seen_ms = max(out.latency_ms) if out.latency_ms else out.makespan_ms
-                tolerance = max(self.override_floor, 3.0 * noise / math.sqrt(out.count))
-                if abs(seen_ms - pred) > tolerance * max(pred, 1e-9):
-                    score = seen_ms
-            scores[combo] = score
-        return scores, observed
-
-    def _descend(
-        self, bed: object, tools: list[str], choices: list[tuple[DeviceOption, ...]]
-    ) -> tuple[list[Mapping_], list[float]]:
-        """Coordinate descent for batches too large to enumerate."""
-        current = [c[0] for c in choices]
-        evaluated: dict[Mapping_, float] = {}
-
-        def cost(m: Sequence[DeviceOption]) -> float:
-            key = tuple(m)
-            if key not in evaluated:
-                evaluated[key] = predict_makespans(bed, tools, [(o,) for o in key])[0]  # type: ignore[arg-type]
-            return evaluated[key]
-
-        for _ in range(3):
-            for i, options in enumerate(choices):
-                current[i] = min(
-                    options, key=lambda o: (cost([*current[:i], o, *current[i + 1:]]), o)
-                )
-        return list(evaluated), list(evaluated.values())
-
     # -- probes ----------------------------------------------------------------------------
 
     def _probe(
-        self, batch: Batch, obs: Observations, scores: dict[Mapping_, float], best: Mapping_,
+        self, batch: Batch, obs: Observations, model: _ModelScores, best: Mapping_,
         choices: list[tuple[DeviceOption, ...]],
     ) -> tuple[Mapping_, ExplorationHint] | None:
         tools = [c.tool for c in batch.calls]
-        counts = {placement_key(o.placement): o.count for o in obs.outcomes_for(tuple(tools))}
-        floor = 0.01 * scores[best]
+        counts = {_canon(o.placement): o.count for o in obs.outcomes_for(tuple(tools))}
+        base = model.values[best]
+        floor = 0.01 * base
         candidates = []
+        ranked: list[Mapping_] | None = None
         for hint in obs.hints:
             if hint.probes_left <= 0 or hint.kind not in PROBE_KINDS:
                 continue
             if hint.expected_gain_ms <= floor:
                 continue
+            if ranked is None:  # the best-scored mappings, for hints met anywhere
+                ranked = sorted(model.values, key=lambda m: (model.values[m], m))[:_SCAN]
             blind = hint.kind == "unknown" and not _declared(batch, hint)
-            for m in self._realise(hint, best, tools, choices, scores):
-                runs = counts.get(placement_key(zip(tools, m, strict=True)), 0)
+            for m in self._realise(hint, best, tools, choices, model, ranked):
+                runs = counts.get(_canon(zip(tools, m, strict=True)), 0)
                 if m == best or runs >= (RESAMPLE_BELOW if hint.kind == "sparse" else 1):
                     continue
                 # a side never measured nor declared has only a made-up prediction: its
                 # first measurement is not priced by it
-                cost = 0.0 if blind else scores[m] - scores[best]
-                affordable = cost <= self.max_probe_cost * scores[best]
+                cost = 0.0 if blind else model.values[m] - base
+                affordable = cost <= self.max_probe_cost * base
                 if affordable and cost <= self.probe_horizon * hint.expected_gain_ms:
                     value = hint.expected_gain_ms - cost / self.probe_horizon
-                    candidates.append((-value, self._order(m, choices), m, hint))
+                    candidates.append((-value, demand(m), m, hint))
                     break
         if not candidates:
             return None
@@ -258,11 +345,11 @@ class MonitorPolicy(SchedulerBase):
     @staticmethod
     def _realise(
         hint: ExplorationHint, best: Mapping_, tools: list[str],
-        choices: list[tuple[DeviceOption, ...]], scores: dict[Mapping_, float],
+        choices: list[tuple[DeviceOption, ...]], model: _ModelScores, ranked: list[Mapping_],
     ) -> list[Mapping_]:
         """Mappings that measure what ``hint`` says is unknown: the best predicted ones
-        anywhere, then the hint's change to ``best`` alone, then with one other call's option
-        changed (to make room), each group best predicted first."""
+        among those scored, then the hint's change to ``best`` alone, then with one other
+        call's option changed (to make room), each group best predicted first."""
 
         def moved(m: list[DeviceOption], i: int, device: str) -> list[list[DeviceOption]]:
             if device == "cpu":
@@ -296,7 +383,7 @@ class MonitorPolicy(SchedulerBase):
                 if t == tool and is_gpu(best[i]) != (device == "gpu"):
                     out, touched = moved(list(best), i, device), {i}
                     break
-        plain = sorted((tuple(m) for m in out if tuple(m) in scores), key=lambda m: (scores[m], m))
+        plain_set = list(dict.fromkeys(tuple(m) for m in out))
         variants: set[Mapping_] = set()
         for m in out:
             for j, options in enumerate(choices):
@@ -304,14 +391,79 @@ class MonitorPolicy(SchedulerBase):
                     variants.update(
                         tuple([*m[:j], o, *m[j + 1:]]) for o in options if o != m[j]
                     )
-        room = sorted((m for m in variants if m in scores), key=lambda m: (scores[m], m))
-        anywhere = [m for m in sorted(scores, key=lambda m: (scores[m], m))[:_SCAN]
-                    if _measures(hint, m, tools)][:3]
+        model.score([*plain_set, *sorted(variants)])
+        values = model.values
+        plain = sorted(plain_set, key=lambda m: (values[m], m))
+        room = sorted(variants, key=lambda m: (values[m], m))
+        anywhere = [m for m in ranked if _measures(hint, m, tools)][:3]
         return anywhere + plain + room
 
 
 _SCAN = 2000
 """How many of the best-scored mappings are scanned for one that measures a hint."""
+
+
+class _ModelScores:
+    """Scores of mappings on the twin, in batches, cached: the predicted makespan, or the
+    observed one where an executed placement shows the model visibly wrong."""
+
+    def __init__(
+        self, bed: SimulatedTestbed, tools: list[str], outcomes: Sequence[PlacementOutcome],
+        noise: float, override_floor: float,
+    ) -> None:
+        self.bed = bed
+        self.tools = tools
+        self.seen = {_canon(o.placement): o for o in outcomes if o.count}
+        self.noise = noise
+        self.override_floor = override_floor
+        self.values: dict[Mapping_, float] = {}
+        self.observed: dict[Mapping_, float] = {}
+        """The observed makespan of the executed mappings (2+ runs), for near-ties."""
+
+    def __call__(self, mappings: Sequence[Mapping_]) -> list[float]:
+        preds = self.bed.mapping_makespans(self.tools, mappings)
+        out = []
+        for m, pred in zip(mappings, preds.tolist(), strict=True):
+            score = pred
+            seen = self.seen.get(_canon(zip(self.tools, m, strict=True))) if self.seen else None
+            if seen is not None:
+                # the model pools every call's samples and estimates the noise-free makespan;
+                # an executed placement overrides it only where the model is visibly wrong.
+                # Its makespan is read as the largest mean call latency: the mean of noisy
+                # makespans (maxima) would be biased upwards.
+                seen_ms = max(seen.latency_ms) if seen.latency_ms else seen.makespan_ms
+                if seen.count >= 2:
+                    self.observed[m] = seen_ms
+                tolerance = max(self.override_floor, 3.0 * self.noise / math.sqrt(seen.count))
+                if abs(seen_ms - pred) > tolerance * max(pred, 1e-9):
+                    score = seen_ms
+            self.values[m] = score
+            out.append(score)
+        return out
+
+    def score(self, mappings: Sequence[Mapping_]) -> None:
+        """Score those not scored yet."""
+        todo = [m for m in dict.fromkeys(mappings) if m not in self.values]
+        if todo:
+            self(todo)
+
+
+def _canon(pairs: Any) -> tuple[tuple[str, str], ...]:
+    """A placement as sorted (tool, option) pairs: the same for every order of the calls."""
+    return tuple(sorted((str(t), str(o)) for t, o in pairs))
+
+
+def _in_call_order(tools: list[str], outcome: PlacementOutcome) -> Mapping_ | None:
+    """An executed placement as a mapping of ``tools`` (each tool's options in call order)."""
+    queues: dict[str, list[DeviceOption]] = {}
+    for tool, option in outcome.placement:
+        queues.setdefault(tool, []).append(option)
+    out = []
+    for tool in tools:
+        if not queues.get(tool):
+            return None
+        out.append(queues[tool].pop(0))
+    return tuple(out)
 
 
 def _measures(hint: ExplorationHint, m: Mapping_, tools: list[str]) -> bool:

@@ -1,0 +1,136 @@
+"""Decision reuse: take the last decision of a batch again while none of its inputs moved.
+
+A decision is made from the calls' hints, the telemetry and the latency evidence about the
+batch's tools. `ChangeDetector` sees every executed step (a scheduler's ``observe``) and
+gives each tool a *version* that moves only when a sample of it is surprising: its
+(option, device, GPU peers) key is new or barely sampled, or the sample lies more than
+``sigmas`` standard deviations (at least ``floor`` of the mean) from that key's running
+mean. `reusable` then says whether a remembered decision still stands: same hints, same
+telemetry bucket (`telemetry_bucket`), same tool versions, not a probe, not refreshed for
+too long. Both tables are `LruTable`\\ s.
+
+>>> from langgraph_devsched.records import CallRecord, StepRecord
+>>> det = ChangeDetector()
+>>> def step(ms):
+...     call = CallRecord(call_id="c", tool="ocr", option="cpu", device="cpu", start_ms=0,
+...                       end_ms=ms)
+...     return StepRecord(calls=(call,), makespan_ms=ms)
+>>> for ms in (100, 101, 99):  # the first samples of a key are news
+...     det.observe(step(ms))
+>>> v = det.versions(["ocr"])
+>>> det.observe(step(100.5)); det.versions(["ocr"]) == v  # within the noise: no change
+True
+>>> det.observe(step(180)); det.versions(["ocr"]) == v  # a surprise moves the version
+False
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.records import StepRecord
+from langgraph_devsched.schedulers.base import Decision
+from langgraph_devsched.schedulers.tables import LruTable
+from langgraph_devsched.telemetry import DeviceState
+
+SETTLE_SAMPLES = 3
+"""A key's first samples always count as news (its spread is not known yet)."""
+VRAM_BUCKET = 0.05
+"""Telemetry buckets: VRAM in use in steps of this fraction of the budget ..."""
+UTIL_BUCKET = 0.1
+"""... and GPU utilization in steps of this much."""
+
+
+def telemetry_bucket(device: DeviceState) -> tuple[object, ...]:
+    """The telemetry a decision depends on, coarsened so that jitter does not count."""
+    budget = max(device.vram_budget_mb, 1.0)
+    return (
+        device.gpu_available, round(device.vram_budget_mb), device.cpu_cores,
+        math.floor(device.vram_used_mb / budget / VRAM_BUCKET),
+        math.floor(device.gpu_utilization / UTIL_BUCKET),
+    )
+
+
+@dataclass
+class _Welford:
+    count: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def surprising(self, x: float, sigmas: float, floor: float) -> bool:
+        if self.count < SETTLE_SAMPLES:
+            return True
+        std = math.sqrt(self.m2 / (self.count - 1))
+        return abs(x - self.mean) > sigmas * max(std, floor * abs(self.mean), 1e-9)
+
+    def add(self, x: float) -> None:
+        self.count += 1
+        delta = x - self.mean
+        self.mean += delta / self.count
+        self.m2 += delta * (x - self.mean)
+
+
+class ChangeDetector:
+    """Per tool, a version that moves when one of its samples is news."""
+
+    def __init__(
+        self, *, max_keys: int = 4096, sigmas: float = 4.0, floor: float = 0.02
+    ) -> None:
+        self.sigmas = sigmas
+        self.floor = floor
+        self._stats: LruTable[tuple[object, ...], _Welford] = LruTable(max_keys)
+        self._versions: LruTable[str, int] = LruTable(max_keys)
+        self._counter = itertools.count(1)
+
+    def observe(self, record: StepRecord) -> None:
+        for call in record.calls:
+            if call.error is not None:
+                continue
+            key = (call.tool, call.option, call.device, call.gpu_peers, call.fallback)
+            stat = self._stats.setdefault_with(key, _Welford)
+            if stat.surprising(call.run_ms, self.sigmas, self.floor):
+                self._versions[call.tool] = next(self._counter)
+            stat.add(call.run_ms)
+
+    def versions(self, tools: Iterable[str]) -> tuple[int, ...]:
+        """Each tool's version, sorted by tool name (0: never seen, or forgotten)."""
+        return tuple(self._versions.get(t, 0) or 0 for t in sorted(set(tools)))
+
+    def __len__(self) -> int:
+        return len(self._stats)
+
+
+@dataclass
+class LastDecision:
+    """What one batch (its tools in call order) was last decided from, and the decision."""
+
+    specs: tuple[ToolDeviceSpec, ...]
+    bucket: tuple[object, ...]
+    versions: tuple[int, ...]
+    options: tuple[str, ...]
+    decision: Decision
+    settled: bool = True
+    """False while the model behind the decision is still being fitted."""
+    reuses: int = 0
+
+
+def reusable(
+    last: LastDecision | None, specs: Sequence[ToolDeviceSpec], bucket: tuple[object, ...],
+    versions: tuple[int, ...], *, refresh_after: int,
+) -> bool:
+    """Whether ``last`` stands: nothing it was made from moved, it probed nothing, and it
+    was not taken again ``refresh_after`` times already."""
+    return (
+        last is not None
+        and last.settled
+        and not last.decision.probe
+        and last.reuses < refresh_after
+        and last.bucket == bucket
+        and last.versions == versions
+        and len(last.specs) == len(specs)
+        and all(a is b or a == b for a, b in zip(last.specs, specs, strict=True))
+    )

@@ -1,0 +1,213 @@
+"""Bounded search for the best joint mapping of one batch, for any number of calls.
+
+`search_mappings` scores mappings (one option per call) through a batched ``score`` function
+and returns the best by the key ``(score, demand)`` (ties go to the least demanding options:
+``cpu``, then ``gpu_queued``, then ``gpu_now``). How it searches depends on the size:
+
+1. **exact** — at most ``exact_limit`` mappings: every one is scored.
+2. **bound** — at most ``bound_limit`` mappings and a ``lower_bounds`` function: the seeds,
+   then the mappings in increasing lower bound, a chunk at a time, until the next bound is
+   above the best score (plus ``tie``): the optimum and its near-ties are exact.
+3. **local** — otherwise (or once the budget runs out in 2): the seeds are scored, then the
+   best one improves by single-call changes and, when none helps, by exchanging the options
+   of two calls, until no move improves or ``budget_ms`` on ``clock`` is spent. The result is
+   never worse than the best seed.
+
+A mapping whose score may be *below* its lower bound (e.g. one whose observed makespan
+overrides a prediction) must be among the seeds.
+
+>>> costs = {"cpu": 3.0, "gpu_queued": 2.0, "gpu_now": 1.0}
+>>> def score(ms):  # a toy model: the calls run one after another
+...     return [sum(costs[o] for o in m) for m in ms]
+>>> r = search_mappings(score, [("gpu_now", "cpu")] * 2)
+>>> r.best, r.method, len(r.scores)
+(('gpu_now', 'gpu_now'), 'exact', 4)
+>>> r = search_mappings(score, [("gpu_now", "gpu_queued", "cpu")] * 12, exact_limit=10,
+...                     seeds=[("cpu",) * 12])
+>>> r.best == ("gpu_now",) * 12, r.method, r.complete
+(True, 'local', False)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
+
+Mapping_ = tuple[DeviceOption, ...]
+Score = Callable[[Sequence[Mapping_]], Sequence[float]]
+"""Scores of many mappings at once (e.g. predicted makespans), in order."""
+LowerBounds = Callable[[Any], Any]
+"""Given option codes (numpy int8, one row per mapping), a lower bound on each row's score."""
+SearchMethod = Literal["exact", "bound", "local"]
+
+EXACT_LIMIT = 729
+"""Up to this many mappings (3^6) every one is scored."""
+BOUND_LIMIT = 59_049
+"""Up to this many (3^10), branch and bound when a lower bound is given."""
+DEMAND: dict[str, int] = {"cpu": 0, "gpu_queued": 1, "gpu_now": 2}
+
+
+def demand(m: Mapping_) -> tuple[int, ...]:
+    """The tie-break of a mapping: least demanding options first, call by call."""
+    return tuple(DEMAND[o] for o in m)
+
+
+@dataclass
+class SearchResult:
+    """The best mapping found, every mapping scored, and how the search ended."""
+
+    best: Mapping_
+    scores: dict[Mapping_, float] = field(default_factory=dict)
+    method: SearchMethod = "exact"
+    complete: bool = True
+    """True when ``best`` is provably the best of all mappings (exact or bound)."""
+    out_of_time: bool = False
+
+
+class _Scored:
+    """Scores computed so far; new ones in batches through ``score``."""
+
+    def __init__(self, score: Score) -> None:
+        self.score = score
+        self.values: dict[Mapping_, float] = {}
+
+    def add(self, mappings: Iterable[Mapping_]) -> list[tuple[float, tuple[int, ...], Mapping_]]:
+        """Score the new ones; return (score, demand, mapping) of all of them."""
+        mappings = list(dict.fromkeys(mappings))
+        todo = [m for m in mappings if m not in self.values]
+        if todo:
+            self.values.update(zip(todo, (float(x) for x in self.score(todo)), strict=True))
+        return [(self.values[m], demand(m), m) for m in mappings]
+
+
+def count_mappings(choices: Sequence[Sequence[DeviceOption]]) -> int:
+    return math.prod(len(c) for c in choices)
+
+
+def search_mappings(
+    score: Score,
+    choices: Sequence[Sequence[DeviceOption]],
+    *,
+    seeds: Iterable[Sequence[DeviceOption]] = (),
+    lower_bounds: LowerBounds | None = None,
+    exact_limit: int = EXACT_LIMIT,
+    bound_limit: int = BOUND_LIMIT,
+    budget_ms: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    chunk: int = 64,
+    tie: float = 0.0,
+) -> SearchResult:
+    """The best mapping of ``choices`` by ``(score, demand)``; see the module docstring.
+
+    ``clock`` returns seconds; ``budget_ms`` (None: unbounded) counts from the call.
+    ``tie`` (a fraction) widens the bound stop so that mappings within ``tie`` of the best
+    score are scored too.
+    """
+    start = clock()
+
+    def spent() -> bool:
+        return budget_ms is not None and (clock() - start) * 1000.0 >= budget_ms
+
+    options = [tuple(c) for c in choices]
+    if not options:
+        return SearchResult(best=(), scores={(): 0.0})
+    table = _Scored(score)
+    total = count_mappings(options)
+    valid = [tuple(s) for s in seeds if _allowed(s, options)]
+    if total <= exact_limit:
+        import itertools
+
+        found = table.add(itertools.product(*options))
+        return SearchResult(min(found)[2], table.values, "exact", True)
+    best = min(table.add(valid or [tuple(c[0] for c in options)]))
+    if lower_bounds is not None and total <= bound_limit:
+        result = _bound(table, options, lower_bounds, best, spent, chunk, tie)
+        if result is not None:
+            return result
+        best = min(table.add(table.values))
+    best, out = _local(table, options, best, spent, chunk)
+    return SearchResult(best[2], table.values, "local", False, out)
+
+
+def _allowed(m: Sequence[DeviceOption], choices: Sequence[Sequence[DeviceOption]]) -> bool:
+    return len(m) == len(choices) and all(o in c for o, c in zip(m, choices, strict=True))
+
+
+def _bound(
+    table: _Scored,
+    choices: list[tuple[DeviceOption, ...]],
+    lower_bounds: LowerBounds,
+    best: tuple[float, tuple[int, ...], Mapping_],
+    spent: Callable[[], bool],
+    chunk: int,
+    tie: float,
+) -> SearchResult | None:
+    """Branch and bound in one level; None when the budget ran out first."""
+    from langgraph_devsched.batchsim import _numpy, product_codes
+
+    np = _numpy()
+    codes = product_codes(choices)
+    lb = np.asarray(lower_bounds(codes), dtype=np.float64)
+    order = np.argsort(lb, kind="stable")
+    step = max(chunk, 256)
+    for lo in range(0, len(order), step):
+        if lb[order[lo]] > best[0] * (1.0 + tie) + 1e-6:
+            return SearchResult(best[2], table.values, "bound", True)
+        if spent():
+            return None
+        rows = codes[order[lo:lo + step]]
+        found = table.add(tuple(DEVICE_OPTIONS[k] for k in row) for row in rows.tolist())
+        best = min(best, *found)
+    return SearchResult(best[2], table.values, "bound", True)
+
+
+def _neighbours(m: Mapping_, choices: list[tuple[DeviceOption, ...]]) -> Iterator[Mapping_]:
+    """Every mapping with one call's option changed."""
+    for i, options in enumerate(choices):
+        for o in options:
+            if o != m[i]:
+                yield (*m[:i], o, *m[i + 1:])
+
+
+def _exchanges(m: Mapping_, choices: list[tuple[DeviceOption, ...]]) -> Iterator[Mapping_]:
+    """Every mapping with the options of two calls exchanged (both allowed there)."""
+    n = len(m)
+    for i in range(n):
+        for j in range(i + 1, n):
+            a, b = m[i], m[j]
+            if a != b and b in choices[i] and a in choices[j]:
+                out = list(m)
+                out[i], out[j] = b, a
+                yield tuple(out)
+
+
+def _local(
+    table: _Scored,
+    choices: list[tuple[DeviceOption, ...]],
+    best: tuple[float, tuple[int, ...], Mapping_],
+    spent: Callable[[], bool],
+    chunk: int,
+) -> tuple[tuple[float, tuple[int, ...], Mapping_], bool]:
+    """First improving chunk of the single-change, then the exchange, neighbourhood."""
+    while True:
+        moved = False
+        for moves in (_neighbours, _exchanges):
+            pending = moves(best[2], choices)
+            while not moved:
+                if spent():
+                    return best, True
+                group = [m for _, m in zip(range(chunk), pending, strict=False)]
+                if not group:
+                    break
+                candidate = min(table.add(group))
+                if candidate < best:
+                    best, moved = candidate, True
+            if moved:
+                break
+        if not moved:
+            return best, False
