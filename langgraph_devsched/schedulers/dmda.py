@@ -6,7 +6,9 @@ that worker's queue end + the expected length on its architecture + (GPU) the de
 transfer penalty. Expected lengths come from history per (tool, architecture), learned in
 `observe`: the mean of the measured run times (GPU: minus the declared transfer). Until a
 (tool, architecture) pair has ``calibration_samples`` measurements the declared solo profile
-is used. It learns contention only as history; it does not model sharing.
+is used. It learns contention only as history; it does not model sharing. History is bounded:
+the mean of the last ``history_window`` samples per pair, for the ``max_tools`` most recently
+used tools.
 The first call given to the GPU gets `gpu_now`, later ones `gpu_queued`.
 
 >>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
@@ -20,7 +22,8 @@ The first call given to the GPU gets `gpu_now`, later ones `gpu_queued`.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import deque
+from dataclasses import dataclass, field
 
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.records import StepRecord
@@ -32,6 +35,31 @@ from langgraph_devsched.schedulers.costs import (
     declared_transfer,
 )
 from langgraph_devsched.schedulers.static import constrained
+from langgraph_devsched.schedulers.tables import LruTable
+
+HISTORY_WINDOW = 1000
+MAX_TOOLS = 4096
+
+
+@dataclass
+class _Window:
+    """The last ``size`` samples and their running sum."""
+
+    size: int
+    samples: deque[float] = field(default_factory=deque)
+    total: float = 0.0
+
+    def add(self, x: float) -> None:
+        self.samples.append(x)
+        self.total += x
+        if len(self.samples) > self.size:
+            self.total -= self.samples.popleft()
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def mean(self) -> float:
+        return self.total / len(self.samples)
 
 
 class DmdaScheduler(SchedulerBase):
@@ -39,18 +67,30 @@ class DmdaScheduler(SchedulerBase):
 
     name = "dmda"
 
-    def __init__(self, *, calibration_samples: int = 3) -> None:
+    def __init__(
+        self, *, calibration_samples: int = 3, history_window: int = HISTORY_WINDOW,
+        max_tools: int = MAX_TOOLS,
+    ) -> None:
         if calibration_samples < 1:
             raise ValueError(f"calibration_samples must be >= 1, got {calibration_samples}")
+        if history_window < calibration_samples:
+            raise ValueError(
+                f"history_window must be >= calibration_samples ({calibration_samples}), "
+                f"got {history_window}")
         self.calibration_samples = calibration_samples
-        self._history: dict[tuple[str, Arch], list[float]] = defaultdict(list)
+        self.history_window = history_window
+        self._history: LruTable[tuple[str, Arch], _Window] = LruTable(2 * max_tools)
 
     def expected_length(self, tool: str, arch: Arch, declared: float, transfer: float) -> float:
         """History mean once calibrated, else the declared cost (GPU: compute only)."""
-        samples = self._history.get((tool, arch), [])
-        if len(samples) >= self.calibration_samples:
-            return sum(samples) / len(samples)
+        samples = self._history.get((tool, arch))
+        if samples is not None and len(samples) >= self.calibration_samples:
+            return samples.mean()
         return declared - transfer if arch == "gpu" else declared
+
+    def _sample(self, tool: str, arch: Arch, value: float) -> None:
+        self._history.setdefault_with((tool, arch), lambda: _Window(self.history_window)).add(
+            value)
 
     def decide(self, batch: Batch, view: SchedulerView) -> Decision:
         gpu_ok = view.device.gpu_available
@@ -94,6 +134,6 @@ class DmdaScheduler(SchedulerBase):
                 continue
             if call.on_gpu:
                 length = max(0.0, call.run_ms - declared_transfer(specs[call.call_id]))
-                self._history[(call.tool, "gpu")].append(length)
+                self._sample(call.tool, "gpu", length)
             else:
-                self._history[(call.tool, "cpu")].append(call.run_ms)
+                self._sample(call.tool, "cpu", call.run_ms)
