@@ -1,5 +1,6 @@
 """The runtime monitor: running latency statistics, exploration hints, persisted stats."""
 
+from langgraph_devsched.monitor.bounds import MonitorLimits, MonitorSizes
 from langgraph_devsched.monitor.context import LoadContext
 from langgraph_devsched.monitor.hints import ExplorationHint
 from langgraph_devsched.monitor.monitor import RuntimeMonitor
@@ -10,6 +11,8 @@ from langgraph_devsched.monitor.stats import RunningStat
 __all__ = [
     "ExplorationHint",
     "LoadContext",
+    "MonitorLimits",
+    "MonitorSizes",
     "Observations",
     "OptionEstimate",
     "PlacementOutcome",

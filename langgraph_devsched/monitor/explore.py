@@ -24,47 +24,52 @@ budget. Hints only inform: the policy decides whether a probe is worth its cost.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from langgraph_devsched.monitor.context import background_bucket
+from langgraph_devsched.monitor.context import BackgroundBucket
 from langgraph_devsched.monitor.hints import DeviceClass, ExplorationHint
-from langgraph_devsched.monitor.observations import Observations
-from langgraph_devsched.monitor.state import (
-    LastCall,
-    LastStep,
-    placement_key,
-    shape_key,
-    stats_key,
-)
+from langgraph_devsched.monitor.keys import outcome_key, placement_key, shape_key
+from langgraph_devsched.monitor.state import LastCall, LastStep
+from langgraph_devsched.monitor.tables import Tables
 from langgraph_devsched.options import GPU_OPTIONS, is_gpu
 
-if TYPE_CHECKING:
-    from langgraph_devsched.monitor.monitor import RuntimeMonitor
+
+@dataclass(frozen=True)
+class HintInputs:
+    """What hints are made from: the monitor's tables and its thresholds."""
+
+    tables: Tables
+    stale_after_steps: int
+    noisy_cv: float
+    probe_budget: int
+    bg: BackgroundBucket | None = None
+    """The background load now (None: that of the step the hints refer to)."""
+
+    def probes_left(self, shape: str, bg: str) -> int:
+        return max(0, self.probe_budget - self.tables.probes_used(shape, bg))
 
 
 def _other(device: str) -> DeviceClass:
     return "cpu" if device == "gpu" else "gpu"
 
 
-def best_evidence_ms(mon: RuntimeMonitor, tool: str, device: str, context: str) -> float | None:
+def best_evidence_ms(tables: Tables, tool: str, device: str, context: str) -> float | None:
     """Optimistic run time of ``tool`` on ``device``: this context, else the fastest context,
     else the declared solo profile."""
-    st = mon.state
     options = GPU_OPTIONS if device == "gpu" else ("cpu",)
     here = [
-        st.stats[k].run.mean
-        for o in options
-        if (k := stats_key(tool, o, context)) in st.stats and st.stats[k].device == device
+        ks.run.mean for o in options
+        if (ks := tables.get_stat(tool, o, context)) is not None and ks.device == device
     ]
     if here:
         return min(here)
     anywhere = [
-        ks.run.mean for k, ks in st.stats.items()
-        if k.startswith(f"{tool}|") and ks.device == device and ks.run.known
+        ks.run.mean for _, _, ks in tables.stats_of(tool) if ks.device == device and ks.run.known
     ]
     if anywhere:
         return min(anywhere)
-    facts = st.tools.get(tool)
+    facts = tables.state.tools.get(tool)
     if facts is None:
         return None
     return facts.declared_gpu_ms if device == "gpu" else facts.declared_cpu_ms
@@ -74,28 +79,22 @@ SPARSE_BELOW = 3
 """The other side of a comparison measured fewer times than this, under noise, is re-measured."""
 
 
-def noise_level(mon: RuntimeMonitor) -> float:
-    """Typical relative spread of the repeated estimates (0 while nothing is repeated)."""
-    cvs = [ks.run.cv for ks in mon.state.stats.values() if ks.run.count >= 2]
-    return sum(cvs) / len(cvs) if cvs else 0.0
-
-
 def _sparse_hint(
-    mon: RuntimeMonitor, call: LastCall, other: DeviceClass, left: int,
+    inputs: HintInputs, call: LastCall, other: DeviceClass, left: int,
     out: dict[tuple[Any, ...], ExplorationHint],
 ) -> None:
     """The other device was measured here, but too few times to trust a close comparison."""
-    st = mon.state
+    tables = inputs.tables
     options = GPU_OPTIONS if other == "gpu" else ("cpu",)
     samples = [
         ks.run for o in options
-        if (ks := st.stats.get(stats_key(call.tool, o, call.context))) is not None
+        if (ks := tables.get_stat(call.tool, o, call.context)) is not None
         and ks.device == other and ks.run.known
     ]
     if not samples:
         return
     best = min(samples, key=lambda r: r.mean)
-    cv = noise_level(mon)
+    cv = tables.noise()
     if best.count >= SPARSE_BELOW or cv <= 0:
         return
     optimistic = best.mean * (1.0 - 2.0 * cv / best.count**0.5)
@@ -108,84 +107,87 @@ def _sparse_hint(
                    f"{best.mean:.0f} ms"))
 
 
-def _solo_gpu_ms(mon: RuntimeMonitor, tool: str) -> float | None:
+def _solo_gpu_ms(tables: Tables, tool: str) -> float | None:
     """Fastest GPU run of ``tool`` with no GPU peer, else its declared solo GPU time."""
     solo = [
-        ks.run.mean for k, ks in mon.state.stats.items()
-        if k.startswith(f"{tool}|") and ks.device == "gpu" and ks.run.known
-        and k.split("|")[2].startswith("gpu0-")
+        ks.run.mean for _, ctx, ks in tables.stats_of(tool)
+        if ks.device == "gpu" and ks.run.known and ctx.startswith("gpu0-")
     ]
     if solo:
         return min(solo)
-    facts = mon.state.tools.get(tool)
+    facts = tables.state.tools.get(tool)
     return facts.declared_gpu_ms if facts else None
 
 
-def _measured_on(mon: RuntimeMonitor, tool: str, device: str, context: str | None) -> bool:
-    st = mon.state
-    for key, ks in st.stats.items():
-        t, _, ctx = key.split("|")
-        if t != tool or ks.device != device or not ks.run.known:
+def _measured_on(inputs: HintInputs, tool: str, device: str, context: str | None) -> bool:
+    step = inputs.tables.state.step
+    for _, ctx, ks in inputs.tables.stats_of(tool):
+        if ks.device != device or not ks.run.known:
             continue
         if context is None:
             return True
-        if ctx == context and st.step - ks.run.last_step <= mon.stale_after_steps:
+        if ctx == context and step - ks.run.last_step <= inputs.stale_after_steps:
             return True
     return False
 
 
-def _allows(mon: RuntimeMonitor, tool: str, device: str) -> bool:
-    facts = mon.state.tools.get(tool)
+def _allows(tables: Tables, tool: str, device: str) -> bool:
+    facts = tables.state.tools.get(tool)
     if facts is None:
         return True
     return facts.gpu_allowed if device == "gpu" else facts.cpu_allowed
 
 
-def propose_hints(
-    mon: RuntimeMonitor, obs: Observations, batch: Any | None = None
-) -> tuple[ExplorationHint, ...]:
+def propose_hints(inputs: HintInputs, batch: Any | None = None) -> tuple[ExplorationHint, ...]:
     """The hints for the next step of ``batch``'s shape (default: the last recorded shape)."""
-    st = mon.state
-    shape = shape_key(c.tool for c in batch.calls) if batch is not None else st.last_shape or ""
+    st = inputs.tables.state
+    if batch is not None:
+        tools = [c.tool for c in batch.calls]
+        if not tools:
+            return ()
+        shape = shape_key(tools)
+    elif st.last_shape is None:
+        return ()
+    else:
+        shape = st.last_shape
     base = st.last.get(shape)
     if base is None:
         return ()
-    bg = base.bg if mon._device is None else background_bucket(mon._device)
-    left = mon.probes_left(shape, bg)
+    left = inputs.probes_left(shape, inputs.bg or base.bg)
     hints: dict[tuple[Any, ...], ExplorationHint] = {}
-    _device_hints(mon, base, left, hints)
-    _swap_hints(mon, base, left, hints)
+    _device_hints(inputs, base, left, hints)
+    _swap_hints(inputs, base, left, hints)
     return tuple(sorted(hints.values(), key=lambda h: (-h.expected_gain_ms, h.kind, h.tools)))
 
 
 def _device_hints(
-    mon: RuntimeMonitor, base: LastStep, left: int, out: dict[tuple[Any, ...], ExplorationHint]
+    inputs: HintInputs, base: LastStep, left: int, out: dict[tuple[Any, ...], ExplorationHint]
 ) -> None:
-    st = mon.state
+    tables = inputs.tables
+    st = tables.state
     for call in base.calls:
         other = _other(call.device)
         here = "the GPU" if call.device == "gpu" else "the CPU"
-        if _allows(mon, call.tool, other):
-            prior = best_evidence_ms(mon, call.tool, other, call.context)
+        if _allows(tables, call.tool, other):
+            prior = best_evidence_ms(tables, call.tool, other, call.context)
             gain = call.run_ms - prior if prior is not None else call.run_ms
-            if not _measured_on(mon, call.tool, other, None):
+            if not _measured_on(inputs, call.tool, other, None):
                 key: tuple[Any, ...] = ("unknown", call.tool, other)
                 out.setdefault(key, ExplorationHint.make(
                     "unknown", (call.tool,), devices=(other,), expected_gain_ms=gain,
                     probes_left=left, detail=f"measured on {here} only"))
-            elif not _measured_on(mon, call.tool, other, call.context):
+            elif not _measured_on(inputs, call.tool, other, call.context):
                 key = ("symmetric", call.tool, other, call.context)
                 out.setdefault(key, ExplorationHint.make(
                     "symmetric", (call.tool,), devices=(other,), context=call.context,
                     expected_gain_ms=gain, probes_left=left,
                     detail=f"measured on {here} there"))
             else:
-                _sparse_hint(mon, call, other, left, out)
+                _sparse_hint(inputs, call, other, left, out)
         if call.device == "gpu" and call.option == "gpu_queued" and call.wait_ms > 0:
             never_shared = not any(
-                k.startswith(f"{call.tool}|") and v.device == "gpu" and not k.split("|")[2]
-                .startswith("gpu0-")
-                for k, v in st.stats.items()
+                ks.device == "gpu" and not ctx.startswith("gpu0-")
+                for _, ctx, ks in tables.stats_of(call.tool)
             )
             if never_shared:
                 out.setdefault(("shared", call.tool), ExplorationHint.make(
@@ -195,48 +197,46 @@ def _device_hints(
         if call.device == "gpu" and call.option == "gpu_now" and not call.context.startswith(
             "gpu0-"
         ):
-            queued = f"{call.tool}=gpu_queued"
-            tried = any(
-                k.startswith(f"{base.shape}|") and queued in k.split("|")[1].split(",")
-                for k in st.outcomes
-            )
-            solo = _solo_gpu_ms(mon, call.tool)
+            queued = (call.tool, "gpu_queued")
+            tried = any(queued in placement for placement, _ in tables.placements_of(base.shape))
+            solo = _solo_gpu_ms(tables, call.tool)
             if not tried and solo is not None and call.run_ms > solo:
                 out.setdefault(("queued", call.tool), ExplorationHint.make(
                     "queued", (call.tool,), devices=("gpu",), option="gpu_queued",
                     context=call.context, expected_gain_ms=call.run_ms - solo,
                     probes_left=left,
                     detail=f"it ran {call.run_ms - solo:.0f} ms slower than alone"))
-        ks = st.stats.get(stats_key(call.tool, call.option, call.context))
+        ks = tables.get_stat(call.tool, call.option, call.context)
         if ks is None:
             continue
-        if st.step - ks.run.last_step > mon.stale_after_steps:
+        if st.step - ks.run.last_step > inputs.stale_after_steps:
             out.setdefault(("stale", call.tool, call.option, call.context), ExplorationHint.make(
                 "stale", (call.tool,), option=call.option, context=call.context,
                 expected_gain_ms=ks.run.std, probes_left=left))
-        elif ks.run.count >= 2 and ks.run.cv > mon.noisy_cv:
+        elif ks.run.count >= 2 and ks.run.cv > inputs.noisy_cv:
             out.setdefault(("noisy", call.tool, call.option, call.context), ExplorationHint.make(
                 "noisy", (call.tool,), option=call.option, context=call.context,
                 expected_gain_ms=ks.run.std, probes_left=left))
 
 
 def _swap_hints(
-    mon: RuntimeMonitor, base: LastStep, left: int, out: dict[tuple[Any, ...], ExplorationHint]
+    inputs: HintInputs, base: LastStep, left: int, out: dict[tuple[Any, ...], ExplorationHint]
 ) -> None:
-    st = mon.state
+    tables = inputs.tables
+    outcomes = tables.state.outcomes
     pairs = [(c.tool, c.option) for c in base.calls]
     for i, a in enumerate(base.calls):
-        if not is_gpu(a.option) or a.device != "gpu" or not _allows(mon, a.tool, "cpu"):
+        if not is_gpu(a.option) or a.device != "gpu" or not _allows(tables, a.tool, "cpu"):
             continue
         for j, b in enumerate(base.calls):
-            if b.option != "cpu" or b.tool == a.tool or not _allows(mon, b.tool, "gpu"):
+            if b.option != "cpu" or b.tool == a.tool or not _allows(tables, b.tool, "gpu"):
                 continue
             swapped = list(pairs)
             swapped[i], swapped[j] = (a.tool, "cpu"), (b.tool, a.option)
-            if f"{base.shape}|{placement_key(swapped)}" in st.outcomes:
+            if outcome_key(base.shape, placement_key(swapped)) in outcomes:
                 continue
-            pa = best_evidence_ms(mon, a.tool, "cpu", a.context) or 0.0
-            pb = best_evidence_ms(mon, b.tool, "gpu", b.context) or 0.0
+            pa = best_evidence_ms(tables, a.tool, "cpu", a.context) or 0.0
+            pb = best_evidence_ms(tables, b.tool, "gpu", b.context) or 0.0
             gain = max(a.run_ms, b.run_ms) - max(pa, pb)
             out.setdefault(("swap", a.tool, b.tool), ExplorationHint.make(
                 "swap", (a.tool, b.tool), devices=("cpu", "gpu"), option=a.option,

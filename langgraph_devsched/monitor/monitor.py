@@ -2,6 +2,8 @@
 
 The node and the benchmark runner call `record_step` after every step and `snapshot` before
 the next decision. A scheduler reads the snapshot (`Observations`); it never records.
+Every table is bounded (`MonitorLimits`, keyword arguments of the constructor), and
+``snapshot(tools=...)`` costs what those tools hold, not the whole history.
 
 >>> from langgraph_devsched.hints import ToolDeviceSpec
 >>> from langgraph_devsched.schedulers.base import Batch, Decision
@@ -16,23 +18,28 @@ the next decision. A scheduler reads the snapshot (`Observations`); it never rec
 30.0
 >>> [h.text for h in obs.hints]
 ['`ocr` has never run on the CPU (measured on the GPU only; up to 30 ms to gain)']
+>>> mon.snapshot(tools=["asr"]).estimates, mon.sizes().stats
+((), 1)
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Literal
 
+from langgraph_devsched.monitor.bounds import MonitorLimits, MonitorSizes
 from langgraph_devsched.monitor.context import background_bucket, call_context
-from langgraph_devsched.monitor.explore import propose_hints
+from langgraph_devsched.monitor.explore import HintInputs, propose_hints
+from langgraph_devsched.monitor.keys import placement_key, shape_key
 from langgraph_devsched.monitor.observations import (
     DeviceSnapshot,
     Observations,
     OptionEstimate,
     PlacementOutcome,
 )
+from langgraph_devsched.monitor.persist import load_file, load_store, save_file, save_store
 from langgraph_devsched.monitor.state import (
     KeyStats,
     LastCall,
@@ -40,12 +47,9 @@ from langgraph_devsched.monitor.state import (
     MonitorState,
     OutcomeStats,
     ToolFacts,
-    parse_placement,
-    placement_key,
-    shape_key,
-    stats_key,
 )
 from langgraph_devsched.monitor.stats import RunningStat
+from langgraph_devsched.monitor.tables import Tables
 from langgraph_devsched.options import is_gpu
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.telemetry import DeviceState, TelemetrySource
@@ -55,6 +59,7 @@ logger = logging.getLogger(__name__)
 STALE_AFTER_STEPS = 50
 NOISY_CV = 0.25
 PROBE_BUDGET = 4
+_DEFAULT_LIMITS = MonitorLimits()
 
 
 class RuntimeMonitor:
@@ -64,7 +69,9 @@ class RuntimeMonitor:
     in recorded steps. ``probe_budget`` bounds the probes proposed per (batch shape,
     background load): once that many probes of a shape were recorded, hints say
     ``probes_left=0``. ``telemetry`` (e.g. a `SimulatedTestbed`) supplies the device state
-    when `record` is called without one.
+    when `record` is called without one. The ``max_*`` arguments cap the tables (see
+    `MonitorLimits`; least recently updated entries go first); a ``state`` handed in (or
+    loaded) is trimmed to them.
     """
 
     def __init__(
@@ -76,14 +83,37 @@ class RuntimeMonitor:
         probe_budget: int = PROBE_BUDGET,
         state: MonitorState | None = None,
         telemetry: TelemetrySource | None = None,
+        max_tools: int = _DEFAULT_LIMITS.max_tools,
+        max_stats_per_tool: int = _DEFAULT_LIMITS.max_stats_per_tool,
+        max_stats: int = _DEFAULT_LIMITS.max_stats,
+        max_shapes: int = _DEFAULT_LIMITS.max_shapes,
+        max_outcomes_per_shape: int = _DEFAULT_LIMITS.max_outcomes_per_shape,
+        max_outcomes: int = _DEFAULT_LIMITS.max_outcomes,
     ) -> None:
         self.clock = clock
         self.telemetry = telemetry
         self.stale_after_steps = stale_after_steps
         self.noisy_cv = noisy_cv
         self.probe_budget = probe_budget
-        self.state = state or MonitorState()
+        self.limits = MonitorLimits(
+            max_tools=max_tools, max_stats_per_tool=max_stats_per_tool, max_stats=max_stats,
+            max_shapes=max_shapes, max_outcomes_per_shape=max_outcomes_per_shape,
+            max_outcomes=max_outcomes,
+        )
+        self._tables = Tables(state if state is not None else MonitorState(), self.limits)
         self._device: DeviceState | None = None
+        self._memo_at: tuple[int, float | None] | None = None
+        self._memo_estimates: dict[str, tuple[OptionEstimate, ...]] = {}
+        self._memo_outcomes: dict[str, tuple[PlacementOutcome, ...]] = {}
+
+    @property
+    def state(self) -> MonitorState:
+        """Everything the monitor keeps (what `save` writes); read it, do not write it."""
+        return self._tables.state
+
+    def sizes(self) -> MonitorSizes:
+        """How full each table is; never above `limits`."""
+        return self._tables.sizes()
 
     # -- recording -------------------------------------------------------------------------
 
@@ -91,67 +121,66 @@ class RuntimeMonitor:
         self, batch: Any, decision: Any, step_record: StepRecord, device_state: DeviceState
     ) -> None:
         """Take one executed step: every call's latency under its context, the outcome."""
-        st = self.state
+        tables = self._tables
+        st = tables.state
         st.step += 1
         now = self.clock() if self.clock is not None else None
         self._device = device_state
         for call in getattr(batch, "calls", ()):
             spec = call.spec
             profile = spec.profile
-            st.tools[call.tool] = ToolFacts(
-                gpu_allowed=any(is_gpu(o) for o in spec.allowed_options()),
-                cpu_allowed="cpu" in spec.allowed_options(),
+            allowed = spec.allowed_options()
+            tables.put_tool(call.tool, ToolFacts(
+                gpu_allowed=any(is_gpu(o) for o in allowed),
+                cpu_allowed="cpu" in allowed,
                 declared_cpu_ms=profile.cpu_ms if profile else None,
                 declared_gpu_ms=profile.gpu_ms if profile else None,
-            )
+            ))
         last_calls = []
         for rec in step_record.calls:
             if rec.error is not None:
                 continue
             ctx = call_context(rec, step_record, device_state).key
             device: Literal["gpu", "cpu"] = "gpu" if rec.on_gpu else "cpu"
-            key = stats_key(rec.tool, rec.option, ctx)
-            ks = st.stats.get(key) or KeyStats()
+            ks = tables.get_stat(rec.tool, rec.option, ctx) or KeyStats()
             run = ks.run.add(rec.run_ms, step=st.step, time=now)
             if run.count < ks.run.count:  # the outlier rule restarted it: the regime changed
                 st.resets += 1
                 st.last_reset_step = st.step
-            st.stats[key] = KeyStats(
+            tables.put_stat(rec.tool, rec.option, ctx, KeyStats(
                 run=run,
                 latency=ks.latency.add(rec.latency_ms, step=st.step, time=now),
                 device=device,
                 fallbacks=ks.fallbacks + (1 if rec.fell_back else 0),
-            )
+            ))
             if rec.on_gpu:
-                seen = st.vram_seen_mb.get(rec.tool, 0.0)
-                st.vram_seen_mb[rec.tool] = max(seen, rec.vram_reserved_mb)
+                tables.put_vram(rec.tool, rec.vram_reserved_mb)
             last_calls.append(
                 LastCall(tool=rec.tool, option=rec.option, device=device, context=ctx,
                          run_ms=rec.run_ms, wait_ms=max(0.0, rec.latency_ms - rec.run_ms))
             )
+        if not step_record.calls:  # an empty step has no shape: nothing more to keep
+            return
         shape = shape_key(c.tool for c in step_record.calls)
         placement = placement_key((c.tool, c.option) for c in step_record.calls)
-        okey = f"{shape}|{placement}"
-        out = st.outcomes.get(okey) or OutcomeStats()
+        out = st.outcomes.get(f"{shape}|{placement}") or OutcomeStats()
         probe = bool(getattr(decision, "probe", False))
         ordered = sorted(step_record.calls, key=lambda c: (c.tool, c.option))
         runs = out.runs if len(out.runs) == len(ordered) else [RunningStat() for _ in ordered]
         ends = out.ends if len(out.ends) == len(ordered) else [RunningStat() for _ in ordered]
-        st.outcomes[okey] = OutcomeStats(
+        tables.put_outcome(shape, placement, OutcomeStats(
             makespan=out.makespan.add(step_record.makespan_ms, step=st.step, time=now),
             probes=out.probes + probe,
             runs=[r.add(c.run_ms, step=st.step) for r, c in zip(runs, ordered, strict=True)],
             ends=[r.add(c.latency_ms, step=st.step) for r, c in zip(ends, ordered, strict=True)],
-        )
+        ))
         bg = background_bucket(device_state)
-        if probe:
-            bkey = f"{shape}@{bg}"
-            st.probes_used[bkey] = st.probes_used.get(bkey, 0) + 1
-        st.last[shape] = LastStep(
+        tables.put_last(LastStep(
             shape=shape, placement=placement, bg=bg, calls=last_calls,
             makespan_ms=step_record.makespan_ms,
-        )
-        st.last_shape = shape
+        ))
+        if probe:  # after put_last: a probe budget lives as long as its shape
+            tables.add_probe(shape, bg)
 
     def record(
         self, record: StepRecord, *, batch: Any, decision: Any,
@@ -169,46 +198,32 @@ class RuntimeMonitor:
     # -- reading ---------------------------------------------------------------------------
 
     def probes_left(self, shape: str, bg: str) -> int:
-        return max(0, self.probe_budget - self.state.probes_used.get(f"{shape}@{bg}", 0))
+        return max(0, self.probe_budget - self._tables.probes_used(shape, bg))
 
-    def snapshot(self, batch: Any | None = None) -> Observations:
-        """Everything observed so far; hints refer to ``batch`` (default: the last step)."""
-        st = self.state
-        estimates = []
+    def snapshot(
+        self, batch: Any | None = None, *, tools: Collection[str] | None = None
+    ) -> Observations:
+        """What was observed; hints refer to ``batch`` (default: the last step).
+
+        With ``tools`` (e.g. the batch's tool names) the snapshot holds only their estimates
+        and VRAM, and the outcomes of shapes made only of them, and costs only what they
+        hold; without, it holds everything. Estimates are rebuilt once per step and clock
+        reading: snapshots taken between two records share them."""
+        tables = self._tables
+        st = tables.state
         now = self.clock() if self.clock is not None else None
-        for key, ks in sorted(st.stats.items()):
-            tool, option, ctx = key.split("|")
-            run = ks.run
-            steps_since = st.step - run.last_step
-            status = "measured"
-            if steps_since > self.stale_after_steps:
-                status = "stale"
-            elif run.count >= 2 and run.cv > self.noisy_cv:
-                status = "noisy"
-            estimates.append(
-                OptionEstimate(
-                    tool=tool, option=option, context=ctx, device=ks.device,  # type: ignore[arg-type]
-                    run_ms=run.mean, latency_ms=ks.latency.mean, std_ms=run.std,
-                    count=run.count, outliers=run.outliers, fallbacks=ks.fallbacks,
-                    steps_since=steps_since,
-                    age_s=(now - run.last_time) if now is not None and run.last_time is not None
-                    else None,
-                    status=status,  # type: ignore[arg-type]
-                )
-            )
-        outcomes = []
-        for key, out in sorted(st.outcomes.items()):
-            shape, _, placement = key.partition("|")
-            outcomes.append(
-                PlacementOutcome(
-                    shape=tuple(shape.split(",")), placement=parse_placement(placement),
-                    makespan_ms=out.makespan.mean, std_ms=out.makespan.std,
-                    run_ms=tuple(r.mean for r in out.runs),
-                    latency_ms=tuple(r.mean for r in out.ends),
-                    count=out.makespan.count, probes=out.probes,
-                    steps_since=st.step - out.makespan.last_step,
-                )
-            )
+        if self._memo_at != (st.step, now):
+            self._memo_at = (st.step, now)
+            self._memo_estimates.clear()
+            self._memo_outcomes.clear()
+        names = tables.tools_with_stats() if tools is None else sorted(set(tools))
+        estimates = [e for tool in names for e in self._estimates_of(tool, now)]
+        outcomes = [o for shape, key in tables.shapes_within(tools)
+                    for o in self._outcomes_of(shape, key)]
+        if tools is None:
+            vram = dict(st.vram_seen_mb)
+        else:
+            vram = {t: st.vram_seen_mb[t] for t in names if t in st.vram_seen_mb}
         device = None
         if self._device is not None:
             d = self._device
@@ -217,38 +232,79 @@ class RuntimeMonitor:
                 vram_budget_mb=d.vram_budget_mb, vram_used_mb=d.vram_used_mb,
                 gpu_utilization=d.gpu_utilization, cpu_cores=d.cpu_cores, reason=d.reason,
             )
-        obs = Observations(
-            step=st.step, epoch=st.resets, drift=st.last_reset_step == st.step,
-            device=device, estimates=tuple(estimates),
-            vram_seen_mb=dict(st.vram_seen_mb), outcomes=tuple(outcomes),
+        inputs = HintInputs(
+            tables=tables, stale_after_steps=self.stale_after_steps, noisy_cv=self.noisy_cv,
+            probe_budget=self.probe_budget,
+            bg=background_bucket(self._device) if self._device is not None else None,
         )
-        hints = propose_hints(self, obs, batch)
-        return obs.model_copy(update={"hints": hints})
+        return Observations(
+            step=st.step, epoch=st.resets, drift=st.last_reset_step == st.step,
+            device=device, estimates=tuple(estimates), vram_seen_mb=vram,
+            outcomes=tuple(outcomes), hints=propose_hints(inputs, batch),
+        )
+
+    def _estimates_of(self, tool: str, now: float | None) -> tuple[OptionEstimate, ...]:
+        memo = self._memo_estimates.get(tool)
+        if memo is not None:
+            return memo
+        step = self._tables.state.step
+        built = []
+        for option, context, ks in self._tables.stats_of(tool):
+            run = ks.run
+            steps_since = step - run.last_step
+            status: Literal["measured", "noisy", "stale"] = "measured"
+            if steps_since > self.stale_after_steps:
+                status = "stale"
+            elif run.count >= 2 and run.cv > self.noisy_cv:
+                status = "noisy"
+            built.append(OptionEstimate(
+                tool=tool, option=option, context=context, device=ks.device,
+                run_ms=run.mean, latency_ms=ks.latency.mean, std_ms=run.std,
+                count=run.count, outliers=run.outliers, fallbacks=ks.fallbacks,
+                steps_since=steps_since,
+                age_s=(now - run.last_time) if now is not None and run.last_time is not None
+                else None,
+                status=status,
+            ))
+        self._memo_estimates[tool] = memo = tuple(built)
+        return memo
+
+    def _outcomes_of(self, shape: tuple[str, ...], key: str) -> tuple[PlacementOutcome, ...]:
+        memo = self._memo_outcomes.get(key)
+        if memo is not None:
+            return memo
+        step = self._tables.state.step
+        built = [
+            PlacementOutcome(
+                shape=shape, placement=placement,
+                makespan_ms=out.makespan.mean, std_ms=out.makespan.std,
+                run_ms=tuple(r.mean for r in out.runs),
+                latency_ms=tuple(r.mean for r in out.ends),
+                count=out.makespan.count, probes=out.probes,
+                steps_since=step - out.makespan.last_step,
+            )
+            for placement, out in sorted(self._tables.placements_of(key), key=lambda p: p[0])
+        ]
+        self._memo_outcomes[key] = memo = tuple(built)
+        return memo
 
     # -- persistence -------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> None:
         """Write the stats as a JSON file (see `langgraph_devsched.monitor.persist`)."""
-        from langgraph_devsched.monitor.persist import save_file
-
         save_file(self.state, path)
 
     @classmethod
     def load(cls, path: str | Path, **kwargs: Any) -> RuntimeMonitor:
-        """A monitor with the stats of ``path``; cold (with a warning) if unreadable."""
-        from langgraph_devsched.monitor.persist import load_file
-
+        """A monitor with the stats of ``path``; cold (with a warning) if unreadable. Never
+        raises for the file's content."""
         return cls(state=load_file(path), **kwargs)
 
     def save_to_store(self, store: Any) -> None:
         """Put the stats into a LangGraph `BaseStore` (one JSON item)."""
-        from langgraph_devsched.monitor.persist import save_store
-
         save_store(self.state, store)
 
     @classmethod
     def load_from_store(cls, store: Any, **kwargs: Any) -> RuntimeMonitor:
         """A monitor with the stats kept in ``store``; cold (with a warning) if unusable."""
-        from langgraph_devsched.monitor.persist import load_store
-
         return cls(state=load_store(store), **kwargs)

@@ -1,7 +1,11 @@
 """Persist monitor stats: a JSON file or a LangGraph `BaseStore`, with a format version.
 
 Data only (JSON validated by pydantic, no pickle). A corrupt, foreign or future-version file
-is rejected with a warning that says why, and the monitor starts cold; it never crashes.
+is rejected with a warning that says why, and the monitor starts cold: loading never raises,
+whatever the file or the store item holds (binary garbage, JSON nested 100,000 deep, a
+5,000-digit number, ``NaN``, malformed keys). At most `MAX_FILE_BYTES` (64 MiB) are read.
+Saving writes a temp file unique to the call beside the target and renames it over the target
+(`os.replace`), so concurrent saves of one path never collide and a reader sees a whole file.
 
 >>> import tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "stats.json"
@@ -12,12 +16,15 @@ is rejected with a warning that says why, and the monitor starts cold; it never 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import stat
+import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -27,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 STORE_NAMESPACE: tuple[str, ...] = ("langgraph_devsched", "monitor")
 STORE_KEY = "stats"
+MAX_FILE_BYTES = 64 * 1024 * 1024
+"""A stats file larger than this is not read (the monitor starts cold, with a warning)."""
 
 
 class MonitorStatsWarning(UserWarning):
@@ -57,32 +66,71 @@ def state_from_data(data: Any, where: str) -> MonitorState:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
         return _cold(where, f"invalid content at {loc}: {first['msg']}")
+    except RecursionError:
+        return _cold(where, "invalid content: nested too deeply")
+    except Exception as exc:  # nothing a store may hand back is allowed to take the app down
+        return _cold(where, f"invalid content ({type(exc).__name__}: {exc})")
 
 
 def save_file(state: MonitorState, path: str | Path) -> None:
-    """Write ``state`` to ``path`` atomically (temp file, then rename)."""
+    """Write ``state`` to ``path`` atomically: a temp file unique to this call in the same
+    directory, then `os.replace`; the temp file is removed if anything fails."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(state.model_dump_json(indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    data = state.model_dump_json(indent=1).encode("utf-8")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a stats file is data, not a secret
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not a number the monitor keeps")
+
+
+def _read_capped(path: Path) -> bytes:
+    """At most `MAX_FILE_BYTES` + 1 bytes of a regular file (`OSError` for anything else)."""
+    with path.open("rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return f.read(MAX_FILE_BYTES + 1)
 
 
 def load_file(path: str | Path) -> MonitorState:
-    """The state saved at ``path``; a fresh one (and a warning) if it is missing or unusable."""
+    """The state saved at ``path``; a fresh one (and a warning) if it is missing or unusable.
+
+    Never raises: whatever the file holds, the worst case is a cold start with a warning."""
     path = Path(path)
     where = f"file {path}"
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = _read_capped(path)
     except FileNotFoundError:
         logger.info("no monitor stats at %s; starting cold", path)
         return MonitorState()
-    except (OSError, UnicodeDecodeError) as exc:
+    except Exception as exc:  # OSError, and whatever an odd filesystem raises
+        return _cold(where, f"cannot read it ({exc})")
+    if len(raw) > MAX_FILE_BYTES:
+        return _cold(where, f"cannot read it (larger than {MAX_FILE_BYTES} bytes)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         return _cold(where, f"cannot read it ({exc})")
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         return _cold(where, f"not valid JSON ({exc.msg} at line {exc.lineno})")
+    except RecursionError:
+        return _cold(where, "nested too deeply to be monitor stats")
+    except Exception as exc:  # ValueError: a 5,000-digit integer, NaN, Infinity
+        return _cold(where, f"not valid JSON ({exc})")
     return state_from_data(data, where)
 
 
@@ -105,4 +153,8 @@ def load_store(
         return _cold(where, f"store read failed ({type(exc).__name__}: {exc})")
     if item is None:
         return MonitorState()
-    return state_from_data(item.value, where)
+    try:
+        data = item.value
+    except Exception as exc:
+        return _cold(where, f"store item unreadable ({type(exc).__name__}: {exc})")
+    return state_from_data(data, where)

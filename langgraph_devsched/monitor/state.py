@@ -1,47 +1,61 @@
 """The monitor's state as data: what it keeps, in the form it is persisted (format version 1).
 
-Keys are strings so the state is plain JSON: a stats key is ``"tool|option|context"``, an
-outcome key ``"shape|placement"`` where a shape is comma-joined sorted tool names and a
-placement comma-joined sorted ``tool=option`` pairs.
+Keys are strings so the state is plain JSON (see `langgraph_devsched.monitor.keys`): a stats
+key is ``"tool|option|context"``, an outcome key ``"shape|placement"`` where a shape is
+comma-joined sorted tool names and a placement comma-joined sorted ``tool=option`` pairs, tool
+names escaped. Validation parses every key, so a state that loads is one the monitor can use.
+Each table's insertion order is its recency (the monitor moves an entry to the end when it is
+updated and evicts from the front; see `langgraph_devsched.monitor.bounds`).
 
 >>> stats_key("ocr", "cpu", "gpu0-cpu0-low-idle")
 'ocr|cpu|gpu0-cpu0-low-idle'
 >>> placement_key([("b", "cpu"), ("a", "gpu_now")])
 'a=gpu_now,b=cpu'
+>>> MonitorState(stats={"bogus": KeyStats()})  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+pydantic_core._pydantic_core.ValidationError: 1 validation error for MonitorState
+stats
+  Value error, malformed stats key 'bogus' (expected 'tool|option|context') ...
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final, Literal, cast
+from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from langgraph_devsched.monitor.keys import (
+    parse_context,
+    parse_outcome_key,
+    parse_placement,
+    parse_probe_key,
+    parse_shape,
+    parse_stats_key,
+    placement_key,
+    shape_key,
+    stats_key,
+)
 from langgraph_devsched.monitor.stats import RunningStat
 from langgraph_devsched.options import DeviceOption
 
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "KeyStats",
+    "LastCall",
+    "LastStep",
+    "MonitorState",
+    "OutcomeStats",
+    "ToolFacts",
+    "parse_placement",
+    "placement_key",
+    "shape_key",
+    "stats_key",
+]
+
 FORMAT_NAME: Final = "langgraph_devsched.monitor"
 FORMAT_VERSION: Final = 1
-
-
-def stats_key(tool: str, option: str, context: str) -> str:
-    return f"{tool}|{option}|{context}"
-
-
-def shape_key(tools: Iterable[str]) -> str:
-    return ",".join(sorted(tools))
-
-
-def placement_key(pairs: Iterable[tuple[str, str]]) -> str:
-    return ",".join(f"{t}={o}" for t, o in sorted(pairs))
-
-
-def parse_placement(key: str) -> tuple[tuple[str, DeviceOption], ...]:
-    pairs = []
-    for item in key.split(","):
-        tool, _, option = item.rpartition("=")
-        pairs.append((tool, cast(DeviceOption, option)))
-    return tuple(pairs)
 
 
 class KeyStats(BaseModel):
@@ -91,6 +105,11 @@ class LastCall(BaseModel):
     run_ms: float
     wait_ms: float = 0.0
 
+    @field_validator("context")
+    @classmethod
+    def _context_parses(cls, value: str) -> str:
+        return parse_context(value)
+
 
 class LastStep(BaseModel):
     """The latest step of one shape: the situation the hints refer to."""
@@ -102,6 +121,16 @@ class LastStep(BaseModel):
     bg: str
     calls: list[LastCall]
     makespan_ms: float
+
+    @model_validator(mode="after")
+    def _keys_parse(self) -> LastStep:
+        shape = parse_shape(self.shape)
+        placement = parse_placement(self.placement)
+        if tuple(t for t, _ in placement) != shape:
+            raise ValueError(f"placement {self.placement!r} is not of shape {self.shape!r}")
+        if self.bg not in ("idle", "busy"):
+            raise ValueError(f"unknown background bucket {self.bg!r} (expected idle or busy)")
+        return self
 
 
 class MonitorState(BaseModel):
@@ -121,3 +150,39 @@ class MonitorState(BaseModel):
     last_shape: str | None = None
     resets: int = Field(default=0, description="estimates restarted by the outlier rule (drift)")
     last_reset_step: int = -1
+
+    @field_validator("stats")
+    @classmethod
+    def _stats_keys_parse(cls, value: dict[str, KeyStats]) -> dict[str, KeyStats]:
+        for key in value:
+            parse_stats_key(key)
+        return value
+
+    @field_validator("outcomes")
+    @classmethod
+    def _outcome_keys_parse(cls, value: dict[str, OutcomeStats]) -> dict[str, OutcomeStats]:
+        for key in value:
+            parse_outcome_key(key)
+        return value
+
+    @field_validator("probes_used")
+    @classmethod
+    def _probe_keys_parse(cls, value: dict[str, int]) -> dict[str, int]:
+        for key in value:
+            parse_probe_key(key)
+        return value
+
+    @field_validator("last")
+    @classmethod
+    def _last_keys_match(cls, value: dict[str, LastStep]) -> dict[str, LastStep]:
+        for key, last in value.items():
+            if key != last.shape:
+                raise ValueError(f"last step of shape {last.shape!r} filed under {key!r}")
+        return value
+
+    @field_validator("last_shape")
+    @classmethod
+    def _last_shape_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_shape(value)
+        return value
