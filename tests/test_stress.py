@@ -13,14 +13,22 @@ from typer.testing import CliRunner
 from langgraph_devsched.cli import app
 from langgraph_devsched.stress import FAULT_KINDS, StressConfig, parse_fault_rates, run_stress
 from langgraph_devsched.stress.checks import Checker
+from langgraph_devsched.stress.faults import PROBE_FAULTS
 
 runner = CliRunner()
 
-# high rates so that 300 calls (about 35 steps) hit every kind
+# high rates so that 300 calls (about 35 steps) hit every kind of the first harness; the
+# issue-12 kinds (scheduler_returns and the scenario probes) have their own tests in
+# tests/test_stress_probes.py
+OLD_KINDS = (
+    "tool_error", "gpu_oom", "slow", "hang", "bad_call", "cancel", "scheduler_error",
+    "invalid_decision", "llm_garbage", "llm_error", "llm_hang", "corrupt_stats",
+)
 HEAVY = [
     "tool_error=0.1", "gpu_oom=0.2", "slow=0.05", "hang=0.05", "bad_call=0.1",
     *(f"{k}=0.14" for k in ("cancel", "scheduler_error", "invalid_decision", "llm_garbage",
                             "llm_error", "llm_hang", "corrupt_stats")),
+    "scheduler_returns=0", *(f"{k}=0" for k in PROBE_FAULTS),
 ]
 
 
@@ -44,9 +52,11 @@ def test_stress_cli_300_calls_loses_nothing_and_injects_every_fault(tmp_path: Pa
     faults = {f["kind"]: f for f in report["faults"]}
     assert set(faults) == set(FAULT_KINDS)
     assert report["faults_injected"] == {k: f["injected"] for k, f in faults.items()}
-    for kind, f in faults.items():
+    for kind in OLD_KINDS:
+        f = faults[kind]
         assert f["injected"] >= 1, kind
         assert f["handled"] == f["injected"], kind
+    assert all(faults[k]["injected"] == 0 for k in set(FAULT_KINDS) - set(OLD_KINDS))
     assert report["fallbacks"]["scheduler_error"] > 0
     assert report["fallbacks"]["invalid_decision"] > 0
     assert report["fallbacks"]["oom"] > 0  # the simulated and the local ones
@@ -74,7 +84,10 @@ def test_stress_cli_rejects_bad_options_with_the_valid_values(
 
 
 def test_stress_stops_by_itself_at_max_seconds() -> None:
-    report = run_stress(StressConfig(calls=10**7, max_seconds=1.0, backend="simulated"))
+    rates = parse_fault_rates([f"{k}=0" for k in set(FAULT_KINDS) - set(OLD_KINDS)])
+    report = run_stress(
+        StressConfig(calls=10**7, max_seconds=1.0, backend="simulated", rates=rates)
+    )
     assert report.stopped_early
     assert 0 < report.calls < 10**7
     assert report.lost == report.duplicated == 0 and report.ok

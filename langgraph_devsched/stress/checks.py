@@ -57,10 +57,11 @@ class Checker:
 
     def violation(self, text: str, kind: str = "invariant") -> None:
         """Count one violation under ``kind`` (a fault kind, or "invariant"); the first
-        examples of each kind are kept (3 per kind, 60 in all)."""
+        examples of each kind are kept (20 invariants, 3 per fault kind, 60 in all)."""
         self.violations += 1
         self.violations_by_kind.add(kind)
-        if self.violations_by_kind.get(kind) <= 3 and len(self.violation_examples) < 60:
+        cap = 20 if kind == "invariant" else 3
+        if self.violations_by_kind.get(kind) <= cap and len(self.violation_examples) < 60:
             self.violation_examples.append(text)
 
     def check_answers(

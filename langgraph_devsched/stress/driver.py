@@ -144,6 +144,8 @@ class _Run:
         names = ("simulated", "local") if config.backend == "both" else (config.backend,)
         self.lanes = [self._lane(name, i) for i, name in enumerate(names)]
         self.steps = 0
+        if "local" in names:  # torch is imported once, up front, not inside a bounded probe
+            next(lane for lane in self.lanes if lane.name == "local").node.backend.device_state()
 
     # -- set-up --------------------------------------------------------------------------------
     def _lane(self, name: str, index: int) -> Lane:

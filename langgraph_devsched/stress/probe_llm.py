@@ -47,6 +47,8 @@ SLACK_S = 1.5
 HANG_LIMIT_S = 20.0
 """A hanging model call ends by itself after this long if the probe never releases it."""
 GARBAGE_CHARS = 300_000
+STOP_AFTER = 3
+"""A hang flood stops after this many steps in a row over their bound (it has shown it)."""
 LOOP_BLOCK_S = 0.5
 """The longest the event loop may go without running its other tasks."""
 
@@ -156,7 +158,7 @@ class _Ticker:
 async def _flood_step(
     ctx: ProbeContext, graph: Any, sched: AgenticScheduler, result: ProbeResult, i: int,
     tool: str, run_async: bool, timeout_s: float,
-) -> None:
+) -> bool:
     sched.clear_cache()  # consult the model every step
     ids = [f"f{ctx.index}s{i}c{j}" for j in range(2)]
     inputs = step_input([(ids[0], tool), (ids[1], "fa")])
@@ -173,6 +175,7 @@ async def _flood_step(
         ok &= check_answered(result, out, ids, f"{mode} step {i}")
         ok &= result.check(took <= bound, f"{mode} step {i} took {took:.2f} s (bound {bound:.2f} s)")
     result.case(ok)
+    return ok
 
 
 def llm_hang_flood(ctx: ProbeContext) -> ProbeResult:
@@ -190,8 +193,14 @@ def llm_hang_flood(ctx: ProbeContext) -> ProbeResult:
         ticker = _Ticker()
         ticker.start()
         try:
+            failed = 0
             for i in range(n):
-                await _flood_step(ctx, graph, sched, result, i, "fa", run_async, TIMEOUT_S)
+                ok = await _flood_step(ctx, graph, sched, result, i, "fa", run_async, TIMEOUT_S)
+                failed = 0 if ok else failed + 1
+                if failed == STOP_AFTER:
+                    result.check(False, f"flood stopped after {STOP_AFTER} steps in a row over "
+                                 f"the bound (step {i + 1} of {n})")
+                    return
             if run_async:  # starved? a sync tool under ainvoke needs the default executor
                 await _flood_step(ctx, graph, sched, result, n, "fs", True, TIMEOUT_S)
                 loop = asyncio.get_running_loop()
