@@ -89,3 +89,45 @@ def submit(mapping: dict[str, str], reason: str = "r", id: str = "ans") -> AIMes
             tool_call("submit_mapping", {"assignments": assignments, "reason": reason}, id)
         ],
     )
+
+
+class SyncHangingModel(BaseChatModel):
+    """A chat model with no async path of its own that hangs until ``release`` is set: under
+    ``ainvoke`` LangChain would run it in the event loop's default executor."""
+
+    release: Any = Field(default_factory=threading.Event)
+    calls: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "sync-hanging"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> SyncHangingModel:
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.calls += 1
+        self.release.wait(30)
+        raise RuntimeError("released")
+
+
+class TextModel(BaseChatModel):
+    """Answers ``text`` (as plain content) to every call; records the kwargs of each call."""
+
+    text: str
+    kwargs: list[dict[str, Any]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "text"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> TextModel:
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.kwargs.append(dict(kw))
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(self.text))])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -75,9 +76,15 @@ def no_ids(messages: list[BaseMessage]) -> list[BaseMessage]:
     return [m if isinstance(m, AIMessage) else m.model_copy(update={"id": None}) for m in messages]
 
 
+def plain(decision: Decision) -> Decision:
+    """The `Decision` part of an `AgenticDecision` (its consultation record left out)."""
+    return Decision(**{f.name: getattr(decision, f.name) for f in dataclasses.fields(Decision)})
+
+
 def agentic(script: list[AIMessage], **kw: Any) -> tuple[AgenticScheduler, ToolScriptModel]:
     model = ToolScriptModel(script=script)
     kw.setdefault("fallback", ByTool({"asr": "gpu_queued", "embed": "gpu_queued"}))
+    kw.setdefault("guard_ratio", None)  # these tests are about the protocol, not the guard
     return AgenticScheduler(model, **kw), model
 
 
@@ -99,7 +106,7 @@ def test_observation_calls_then_answer_with_exact_messages() -> None:
 
     decision = scheduler.decide(BATCH, VIEW)
 
-    assert decision == Decision(
+    assert plain(decision) == Decision(
         mapping={"c1": "gpu_now", "c2": "cpu"},
         reason="agentic: asr is fast on the GPU; embed is tiny",
         llm_calls=3,
@@ -238,7 +245,8 @@ def test_text_turn_is_followed_by_a_forced_answer_turn() -> None:
     decision = scheduler.decide(BATCH, VIEW)
 
     assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"}
-    assert model.bindings == [(OBS_TOOLS, None), (("submit_mapping",), "any")]
+    # the same tools on every turn (a server's prompt cache survives); only tool_choice moves
+    assert model.bindings == [(OBS_TOOLS, None), (OBS_TOOLS, "any")]
     assert no_ids(model.received[1][-2:]) == [chat, HumanMessage(FORCE_PROMPT)]
 
 
@@ -266,7 +274,7 @@ def test_json_answer_in_text_is_accepted_when_tool_choice_is_ignored() -> None:
 
 
 def test_no_answer_at_all_falls_back_for_every_call() -> None:
-    scheduler, model = agentic([AIMessage("no idea", id="ai-1")])
+    scheduler, model = agentic([AIMessage("no idea", id="ai-1")], answer="tool_required")
     decision = scheduler.decide(BATCH, VIEW)
     assert dict(decision.mapping) == {"c1": "gpu_queued", "c2": "gpu_queued"}
     assert decision.fallback == "scheduler_error" and decision.llm_calls == 2
@@ -276,6 +284,18 @@ def test_no_answer_at_all_falls_back_for_every_call() -> None:
         "fallback by_tool: fixed"
     )
     assert scheduler.last_fallbacks == {"c1": "no_answer", "c2": "no_answer"}
+
+
+def test_auto_channel_walks_the_chain_and_remembers_it() -> None:
+    scheduler, model = agentic([AIMessage("no idea", id="ai-1")])
+    decision = scheduler.decide(BATCH, VIEW)
+    assert decision.fallback == "scheduler_error" and decision.llm_calls == 4
+    # free turn, then tool_choice required, then json_schema (tools listed, choice none),
+    # then plain text
+    assert [b[1] for b in model.bindings] == [None, "any", "none", "none"]
+    assert decision.consultation.channel == "text"
+    assert decision.consultation.channels_tried == ("tool_required", "json_schema", "text")
+    assert scheduler.channel == "text"  # the endpoint keeps the channel that is left
 
 
 def test_model_error_falls_back_with_the_error() -> None:

@@ -55,6 +55,7 @@ def scheduler(**kw: Any) -> tuple[AgenticScheduler, ToolScriptModel]:
         ]
     )
     kw.setdefault("fallback", ByTool({"asr": "gpu_queued", "ocr": "cpu"}))
+    kw.setdefault("guard_ratio", None)
     return AgenticScheduler(model, **kw), model
 
 

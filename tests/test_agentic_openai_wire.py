@@ -1,8 +1,10 @@
 """What `openai_model` sends an OpenAI-compatible server, through an in-memory HTTP transport.
 
 No socket is opened: ``httpx.MockTransport`` answers as a server would. The point is the wire
-format llama.cpp server and friends accept: tools as functions, a forced last turn sent as
-``tool_choice: "required"`` with only ``submit_mapping`` bound, and never a ``response_format``.
+format llama.cpp server and friends accept: tools as functions, the same tool list on every
+turn (so the server's prompt cache survives the forced turn), a forced last turn sent as
+``tool_choice: "required"`` (a string) or as a ``response_format`` json_schema, a completion
+token cap on every request, and no retries.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 
 from langgraph_devsched.schedulers.agentic import AgenticScheduler, openai_model
+from langgraph_devsched.schedulers.agentic_model import answer_budget
 from tests.test_agentic import BATCH, VIEW, ByTool
 
 httpx = pytest.importorskip("httpx")
@@ -89,7 +92,9 @@ async def test_the_wire_format_of_a_consultation(mode: str) -> None:
         http_client=httpx.Client(transport=transport),
         http_async_client=httpx.AsyncClient(transport=transport),
     )
-    scheduler = AgenticScheduler(model, fallback=ByTool({"asr": "cpu", "embed": "cpu"}))
+    scheduler = AgenticScheduler(
+        model, fallback=ByTool({"asr": "cpu", "embed": "cpu"}), guard_ratio=None
+    )
 
     decision = (
         await scheduler.adecide(BATCH, VIEW) if mode == "adecide" else scheduler.decide(BATCH, VIEW)
@@ -111,9 +116,52 @@ async def test_the_wire_format_of_a_consultation(mode: str) -> None:
         ]
     )
     assert "tool_choice" not in first
-    assert tool_names(last) == ["submit_mapping"] and last["tool_choice"] == "required"
+    assert tool_names(last) == tool_names(first) and last["tool_choice"] == "required"
     assert all("response_format" not in body for body in server.bodies)
+    assert all(body["max_completion_tokens"] == answer_budget(2) for body in server.bodies)
+    assert all("timeout" not in body for body in server.bodies)
     assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "tool"]
     assert [m["role"] for m in last["messages"]][-2:] == ["assistant", "user"]
-    schema = last["tools"][0]["function"]["parameters"]
+    schema = last["tools"][-1]["function"]["parameters"]
     assert schema["required"] == ["assignments", "reason"]
+
+
+JSON_ANSWER = {
+    "role": "assistant",
+    "content": json.dumps(
+        {"assignments": [{"call_id": "c1", "option": "gpu_queued"},
+                         {"call_id": "c2", "option": "cpu"}], "reason": "schema"}
+    ),
+}
+
+
+async def test_the_json_schema_channel_keeps_the_tools_and_sends_a_response_format() -> None:
+    replies = [{"role": "assistant", "content": "thinking"}, JSON_ANSWER]
+    bodies: list[dict[str, Any]] = []
+
+    def serve(request: Any) -> Any:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json=completion(replies[len(bodies) - 1]))
+
+    transport = httpx.MockTransport(serve)
+    model = openai_model(
+        "stub", base_url="http://llm.invalid/v1", http_client=httpx.Client(transport=transport)
+    )
+    scheduler = AgenticScheduler(model, answer="json_schema", guard_ratio=None,
+                                 fallback=ByTool({"asr": "cpu", "embed": "cpu"}))
+
+    decision = scheduler.decide(BATCH, VIEW)
+
+    assert dict(decision.mapping) == {"c1": "gpu_queued", "c2": "cpu"}
+    assert decision.consultation.channel == "json_schema"
+    assert decision.consultation.via == "text"
+    free, forced = bodies
+    assert tool_names(free) == tool_names(forced) and "response_format" not in free
+    assert forced["tool_choice"] == "none"
+    fmt = forced["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == "submit_mapping"
+    assert fmt["json_schema"]["schema"]["required"] == ["assignments", "reason"]
+
+
+def test_openai_model_never_retries_by_default() -> None:
+    assert openai_model("stub", base_url="http://llm.invalid/v1").max_retries == 0

@@ -1,19 +1,23 @@
 """The agentic scheduler: an LLM sub-agent that reads the monitor and answers a mapping.
 
-For a step it runs a small LangGraph graph: a model node bound to read-only observation
-tools (`agentic_tools`) and the ``submit_mapping`` answer tool; after ``max_turns`` model
-turns (or a turn without tool calls) one last turn binds only the answer tool with a forced
-``tool_choice`` (``"any"``, sent as ``"required"`` to OpenAI-compatible servers, which
-llama.cpp server, vLLM, Ollama and LM Studio accept; no ``json_schema`` response format).
+For a step it runs a small LangGraph graph (`agentic_consult`): a model node bound to
+read-only observation tools (`agentic_tools`) and the ``submit_mapping`` answer tool, the
+same tool list on every turn; the last turn (or a turn after a reply without tool calls) is
+forced through an answer channel (`agentic_model`: ``tool_choice`` required or named,
+``response_format`` json_schema, or plain text; ``auto`` detects what the endpoint honours).
+In ``one_shot`` mode the observations are inline in the prompt and the only turn is forced.
 
-The answer is never trusted: `agentic_answer.repair` holds it to the hints and the hard
-constraints and takes the fallback scheduler's option (``monitor``, else ``static``) for what
-it cannot repair; an error or a timeout falls back for the whole step. Every cause is in the
-decision's ``reason``/``fallback`` and per call in `AgenticScheduler.last_fallbacks`.
+The answer is read from any turn, in any common wrapper (`agentic_text`), and never
+trusted: `agentic_answer.repair` holds it to the hints and the hard constraints and takes
+the fallback scheduler's option (``monitor``, else ``static``) for what it cannot repair;
+the monitor's twin rejects an answer predicted much worse than the best mapping it knows
+(`agentic_guard`); an error, a timeout or a full set of consultation threads
+(`agentic_slots`) falls back for the whole step. Every cause is in the decision's
+``reason``/``fallback``, per call in `AgenticScheduler.last_fallbacks`, and the
+consultation's record (channel, latency, tokens, guard predictions) in
+`AgenticDecision.consultation`.
 
-A decision is reused while the step's fingerprint (batch shape, hints, device-state bucket,
-the monitor's hints and epoch) is unchanged and no estimate of the batch's tools drifted;
-only then is the model consulted again (`AgenticScheduler.llm_calls` counts every call).
+A decision is reused while the step's fingerprint is unchanged (`agentic_cache`).
 
 >>> from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 >>> from langchain_core.messages import AIMessage
@@ -28,8 +32,8 @@ only then is the model consulted again (`AgenticScheduler.llm_calls` counts ever
 >>> batch = Batch.of([("c1", "embed", ToolDeviceSpec(vram_mb=300))])
 >>> view = SchedulerView(DeviceState(True, "gpu", 8000, 0, 0.0, 8))
 >>> d = scheduler.decide(batch, view)
->>> dict(d.mapping), d.reason, d.llm_calls
-({'c1': 'cpu'}, 'agentic: embed is tiny', 1)
+>>> dict(d.mapping), d.reason, d.llm_calls, d.consultation.via
+({'c1': 'cpu'}, 'agentic: embed is tiny', 1, 'tool_call')
 >>> scheduler.decide(batch, view).llm_calls, scheduler.llm_calls   # same situation: cached
 (0, 1)
 """
@@ -37,164 +41,89 @@ only then is the model consulted again (`AgenticScheduler.llm_calls` counts ever
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
 import logging
-import os
 import threading
-from collections import OrderedDict
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+import time
+from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AnyMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
-from langgraph.prebuilt import ToolNode
-from pydantic import SecretStr
 
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.agentic_answer import (
-    ANSWER_TOOL,
     REPAIRED,
     AgenticCause,
     HardConstraints,
-    MappingAnswer,
     ParsedAnswer,
-    answer_from_text,
-    parse_answer,
     repair,
 )
+from langgraph_devsched.schedulers.agentic_cache import (
+    DecisionCache,
+    Entry,
+    Key,
+    estimates,
+    fingerprint,
+    slots,
+)
+from langgraph_devsched.schedulers.agentic_consult import (
+    FORCE_PROMPT,
+    SYSTEM_PROMPT,
+    ChannelState,
+    Consultation,
+    Outcome,
+    Tally,
+)
+from langgraph_devsched.schedulers.agentic_guard import TwinView, candidates_data, guard
+from langgraph_devsched.schedulers.agentic_model import (
+    ANSWER_CHANNELS,
+    CONSULT_MODES,
+    ENV_ANSWER,
+    ENV_API_KEY,
+    ENV_BASE_URL,
+    ENV_MAX_TOKENS,
+    ENV_MODE,
+    ENV_MODEL,
+    ENV_TIMEOUT,
+    AgenticNotConfiguredError,
+    AnswerChannel,
+    ConsultMode,
+    answer_budget,
+    check_choice,
+    openai_model,
+)
+from langgraph_devsched.schedulers.agentic_record import AgenticDecision, ConsultationRecord
+from langgraph_devsched.schedulers.agentic_slots import ConsultationSlots
 from langgraph_devsched.schedulers.agentic_tools import observation_tools, observations_data
 from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerBase
 from langgraph_devsched.schedulers.base import SchedulerView as View
 
-if TYPE_CHECKING:
-    from langchain_core.language_models import BaseChatModel
+__all__ = [
+    "ENV_API_KEY",
+    "ENV_BASE_URL",
+    "ENV_MODEL",
+    "FORCE_PROMPT",
+    "SYSTEM_PROMPT",
+    "AgenticDecision",
+    "AgenticNotConfiguredError",
+    "AgenticScheduler",
+    "ConsultationRecord",
+    "make_agentic",
+    "openai_model",
+]
 
 logger = logging.getLogger(__name__)
-
-ENV_MODEL = "DEVSCHED_LLM_MODEL"
-ENV_BASE_URL = "DEVSCHED_LLM_BASE_URL"
-ENV_API_KEY = "OPENAI_API_KEY"
-BUSY_UTILIZATION = 0.1
-VRAM_BUCKETS = 10
-
-SYSTEM_PROMPT = """\
-You are the device scheduler of an agent application. One agent step is about to run \
-several tool calls at once; choose a device option for each call so that the step's \
-makespan (the time until its last call ends) is as small as possible.
-Options:
-- gpu_now: start on the GPU at once, sharing it with the other GPU calls (they slow each \
-other down); its VRAM must fit now, else it fails out of memory and reruns on the CPU.
-- gpu_queued: wait until its VRAM fits and the GPU is free enough, then run on the GPU.
-- cpu: run on the CPU (no VRAM; slow for heavy compute, fast for transfer-bound tools).
-Read what you need with the observation tools (step_calls, tool_estimates, device_state, \
-exploration_hints, past_outcomes): they report declared hints and measurements only. \
-Then call submit_mapping once, with one entry per call id and a short reason.
-Hard constraints, enforced after you answer: {constraints}"""
-
-FORCE_PROMPT = "Submit your answer now: call submit_mapping with one option per call id."
+CANDIDATES_TOOL = "candidate_mappings"
 
 
-class AgenticNotConfiguredError(RuntimeError):
-    """No chat model to consult: the message says what to set."""
-
-
-def _not_configured(missing: str) -> AgenticNotConfiguredError:
-    return AgenticNotConfiguredError(
-        f"the agentic scheduler is not configured: {missing}. Set {ENV_MODEL} (the model name, "
-        f"e.g. gpt-4o-mini or the name your local server serves) and either {ENV_API_KEY} "
-        f"(OpenAI) or {ENV_BASE_URL} (an OpenAI-compatible server such as llama.cpp server, "
-        "vLLM, Ollama or LM Studio, e.g. http://localhost:8080/v1); or build "
-        "AgenticScheduler(model=<any LangChain chat model>)"
-    )
-
-
-def openai_model(
-    model: str | None = None,
-    *,
-    base_url: str | None = None,
-    api_key: str | None = None,
-    temperature: float = 0.0,
-    timeout_s: float | None = 60.0,
-    max_retries: int = 1,
-    **kwargs: Any,
-) -> BaseChatModel:
-    """A `ChatOpenAI` for OpenAI or any OpenAI-compatible server; arguments override env.
-
-    ``model`` defaults to ``$DEVSCHED_LLM_MODEL``, ``base_url`` to ``$DEVSCHED_LLM_BASE_URL``,
-    ``api_key`` to ``$OPENAI_API_KEY`` (a placeholder for a local server that needs none).
-
-    >>> chat = openai_model("qwen2.5-7b-instruct", base_url="http://localhost:8080/v1")
-    >>> chat.model_name, str(chat.openai_api_base)
-    ('qwen2.5-7b-instruct', 'http://localhost:8080/v1')
-    """
-    name = model or os.environ.get(ENV_MODEL)
-    if not name:
-        raise _not_configured(f"no model name (argument or ${ENV_MODEL})")
-    base_url = base_url or os.environ.get(ENV_BASE_URL) or None
-    api_key = api_key or os.environ.get(ENV_API_KEY) or ("not-needed" if base_url else None)
-    if api_key is None:
-        raise _not_configured(f"model {name!r} but neither ${ENV_API_KEY} nor ${ENV_BASE_URL}")
-    try:
-        from langchain_openai import ChatOpenAI
-    except ImportError:
-        raise ImportError(
-            "openai_model needs the langchain-openai package: pip install 'langgraph-devsched[llm]'"
-        ) from None
-    return ChatOpenAI(
-        model=name,
-        base_url=base_url,
-        api_key=SecretStr(api_key),
-        temperature=temperature,
-        timeout=timeout_s,
-        max_retries=max_retries,
-        **kwargs,
-    )
-
-
-class _State(TypedDict):
-    messages: Annotated[list[AnyMessage], add_messages]
-    turns: int
-    forced: bool
-
-
-@dataclass
-class _Run:
-    """One consultation: what came back and what it cost."""
-
-    answer: ParsedAnswer | None = None
-    failure: AgenticCause | None = None
-    detail: str = ""
-    llm_calls: int = 0
-    messages: list[AnyMessage] = field(default_factory=list)
-
-
-@dataclass
-class _Entry:
-    """A cached outcome for one fingerprint: options and causes by (tool, occurrence)."""
-
-    options: dict[tuple[str, int], DeviceOption]
-    causes: dict[tuple[str, int], AgenticCause]
-    reason: str
-    estimates: dict[tuple[str, str, str], tuple[float, str]]
-    failure: AgenticCause | None = None
-    hits_left: int = 0
-
-
-def _slots(batch: Batch) -> list[tuple[str, int]]:
-    """Each call's (tool, k-th call of that tool): how a decision maps onto a new batch."""
-    seen: dict[str, int] = {}
-    out = []
-    for call in batch.calls:
-        k = seen.get(call.tool, 0)
-        seen[call.tool] = k + 1
-        out.append((call.tool, k))
-    return out
+def _native_async(model: BaseChatModel) -> bool:
+    """Whether ``model`` has its own async path (cancelling it stops the request)."""
+    return type(model)._agenerate is not BaseChatModel._agenerate
 
 
 class AgenticScheduler(SchedulerBase):
@@ -204,11 +133,19 @@ class AgenticScheduler(SchedulerBase):
     plain words, given to the model. ``min_free_vram_mb``, ``pinned`` (tool -> option) and
     ``cpu_forbidden`` are enforced on every answer. ``fallback``: the scheduler (or name)
     used for what the answer lacks (default ``"monitor"``, else ``"static"``).
-    ``timeout_s`` bounds one consultation; ``max_turns`` the model turns before the forced
-    answer turn; ``final_tool_choice`` what that turn sends (``"any"``; a tool name forces it
-    by name on servers that support that). ``drift_tolerance``: the relative change of an
-    estimate's mean that invalidates a cached decision. ``retry_failed_after``: steps a
-    failed consultation's fallback is reused before the model is asked again.
+    ``timeout_s`` bounds one consultation, answer reading included; each request gets what
+    is left of it. ``mode``: ``"agent"`` (observation tools, up to ``max_turns`` turns) or
+    ``"one_shot"`` (observations inline, one turn). ``answer``: the forced turn's channel
+    (``"auto"``, ``"tool_required"``, ``"tool_named"``, ``"json_schema"``, ``"text"``);
+    ``final_tool_choice`` is the older spelling (``"any"``: tool_required, a tool name:
+    tool_named). ``max_tokens``: completion tokens per turn (None: sized to the batch).
+    ``guard_ratio``: reject an answer the monitor's twin predicts worse than this times the
+    best mapping it knows (None: off). ``candidates``: offer the twin's top-k mappings as an
+    observation (0: off). ``max_consultations``: consultation threads alive at once (a hung
+    model holds one; when all are held the step falls back at once, cause ``busy``).
+    ``drift_tolerance``: the relative change of an estimate's mean that invalidates a cached
+    decision. ``retry_failed_after``: steps a failed consultation's fallback is reused
+    before the model is asked again. ``clock``: monotonic seconds (latency, budgets).
     """
 
     name = "agentic"
@@ -225,15 +162,30 @@ class AgenticScheduler(SchedulerBase):
         fallback: Scheduler | str | None = None,
         timeout_s: float = 30.0,
         max_turns: int = 4,
-        final_tool_choice: str = "any",
+        mode: ConsultMode = "agent",
+        answer: AnswerChannel = "auto",
+        final_tool_choice: str | None = None,
+        max_tokens: int | None = None,
+        guard_ratio: float | None = 1.5,
+        candidates: int = 0,
+        max_consultations: int = 2,
         drift_tolerance: float = 0.25,
         retry_failed_after: int = 10,
         cache_size: int = 256,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not hasattr(model, "bind_tools"):
             raise TypeError(f"model must be a LangChain chat model, got {type(model).__name__}")
         if timeout_s <= 0 or max_turns < 1:
             raise ValueError("timeout_s must be > 0 and max_turns >= 1")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1 or None, got {max_tokens}")
+        if guard_ratio is not None and guard_ratio < 1:
+            raise ValueError(f"guard_ratio must be >= 1 or None, got {guard_ratio}")
+        check_choice(mode, CONSULT_MODES, "mode")
+        if final_tool_choice is not None:
+            answer = "tool_required" if final_tool_choice in ("any", "required") else "tool_named"
+        check_choice(answer, ANSWER_CHANNELS, "answer channel")
         self.model = model
         self.policy = policy
         self.constraints = HardConstraints(
@@ -242,10 +194,13 @@ class AgenticScheduler(SchedulerBase):
         self.fallback: Scheduler = _fallback_scheduler(fallback)
         self.timeout_s = timeout_s
         self.max_turns = max_turns
-        self.final_tool_choice = final_tool_choice
-        self.drift_tolerance = drift_tolerance
+        self.mode: ConsultMode = mode
+        self.channel_state = ChannelState(answer)
+        self.max_tokens = max_tokens
+        self.guard_ratio = guard_ratio
+        self.candidates = candidates
         self.retry_failed_after = retry_failed_after
-        self.cache_size = cache_size
+        self.clock = clock
         self.llm_calls = 0
         """Model calls made so far (every consultation's turns, late ones included)."""
         self.consultations = 0
@@ -255,10 +210,20 @@ class AgenticScheduler(SchedulerBase):
         self.last_issues: tuple[str, ...] = ()
         """What was wrong with the last answer beyond single calls (e.g. unknown call ids)."""
         self.last_messages: list[AnyMessage] = []
-        self._cache: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
+        self._cache = DecisionCache(cache_size, drift_tolerance)
+        self._slots = ConsultationSlots(max_consultations)
         self._lock = threading.Lock()
         self._private_monitor: Any = None
         self._last_device: Any = None
+
+    @property
+    def channel(self) -> AnswerChannel:
+        """The answer channel the next forced turn uses (``auto`` moves it on failures)."""
+        return self.channel_state.current
+
+    @property
+    def drift_tolerance(self) -> float:
+        return self._cache.drift_tolerance
 
     # -- construction --------------------------------------------------------------------------
 
@@ -272,29 +237,42 @@ class AgenticScheduler(SchedulerBase):
         **options: Any,
     ) -> AgenticScheduler:
         """Built on `openai_model` (args, else ``$DEVSCHED_LLM_MODEL``/``_BASE_URL``/
-        ``$OPENAI_API_KEY``); `AgenticNotConfiguredError` says what to set when unset."""
-        return cls(openai_model(model, base_url=base_url, api_key=api_key), **options)
+        ``$OPENAI_API_KEY``); `AgenticNotConfiguredError` says what to set when unset.
+        Unset options come from ``$DEVSCHED_LLM_TIMEOUT`` (seconds), ``_MAX_TOKENS``,
+        ``_MODE`` (agent, one_shot) and ``_ANSWER`` (the answer channel)."""
+        options = {**_env_options(), **options}
+        chat = openai_model(
+            model, base_url=base_url, api_key=api_key, timeout_s=options.get("timeout_s", 30.0)
+        )
+        return cls(chat, **options)
 
     # -- protocol ------------------------------------------------------------------------------
 
     def decide(self, batch: Batch, view: View, *, config: RunnableConfig | None = None) -> Decision:
         view = self._with_observations(batch, view)
-        key, obs = self._fingerprint(batch, view)
+        key, obs = fingerprint(batch, view)
         cached = self._lookup(key, batch, view, obs)
         if cached is not None:
             return cached
-        return self._conclude(batch, view, key, obs, self._run_sync(batch, view, config))
+        started = self.clock()
+        consultation, twin_view = self._consultation(batch, view, started)
+        outcome = self._run_sync(consultation, config)
+        return self._conclude(batch, view, key, obs, outcome, twin_view, started)
 
     async def adecide(
         self, batch: Batch, view: View, *, config: RunnableConfig | None = None
     ) -> Decision:
-        """`decide` with the sub-agent run by ``ainvoke``: the event loop is never blocked."""
+        """`decide` without blocking the event loop: a natively async model runs on the loop
+        and is cancelled at the deadline; any other runs in a consultation thread."""
         view = self._with_observations(batch, view)
-        key, obs = self._fingerprint(batch, view)
+        key, obs = fingerprint(batch, view)
         cached = self._lookup(key, batch, view, obs)
         if cached is not None:
             return cached
-        return self._conclude(batch, view, key, obs, await self._run_async(batch, view, config))
+        started = self.clock()
+        consultation, twin_view = self._consultation(batch, view, started)
+        outcome = await self._run_async(consultation, config)
+        return self._conclude(batch, view, key, obs, outcome, twin_view, started)
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
         if self._private_monitor is not None and self._last_device is not None:
@@ -316,79 +294,26 @@ class AgenticScheduler(SchedulerBase):
 
     def fingerprint(self, batch: Batch, view: View) -> tuple[Any, ...]:
         """The key under which a decision for ``batch`` in ``view`` is reused."""
-        return self._fingerprint(batch, view)[0]
+        return fingerprint(batch, view)[0]
 
-    def _fingerprint(self, batch: Batch, view: View) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        obs = observations_data(view.observations)
-        tools = set(batch.shape)
-        specs = tuple(
-            (c.tool, json.dumps(c.spec.model_dump(mode="json"), sort_keys=True))
-            for c in sorted(batch.calls, key=lambda c: c.tool)
-        )
-        d = view.device
-        free = 0
-        if d.gpu_available and d.vram_budget_mb > 0:
-            left = max(0.0, d.vram_budget_mb - d.vram_used_mb)
-            free = int(VRAM_BUCKETS * left / d.vram_budget_mb)
-        device = (d.gpu_available, free, d.gpu_utilization >= BUSY_UTILIZATION)
-        hints = tuple(
-            sorted(
-                json.dumps([h.get(k) for k in ("kind", "tools", "devices", "option", "context")])
-                for h in obs.get("hints", ())
-                if isinstance(h, Mapping) and tools & set(h.get("tools") or ())
-            )
-        )
-        epoch = (obs.get("epoch"), bool(obs.get("drift")))
-        return (batch.shape, specs, device, hints, epoch), obs
-
-    @staticmethod
-    def _estimates(obs: Mapping[str, Any], tools: Collection[str]) -> dict[Any, tuple[float, str]]:
-        out = {}
-        for e in obs.get("estimates", ()):
-            if isinstance(e, Mapping) and e.get("tool") in tools:
-                key = (e.get("tool"), e.get("option"), e.get("context"))
-                out[key] = (float(e.get("run_ms") or 0.0), str(e.get("status", "")))
-        return out
-
-    def _drifted(self, entry: _Entry, now: Mapping[Any, tuple[float, str]]) -> bool:
-        for key, (mean, status) in entry.estimates.items():
-            if key not in now:
-                continue
-            new_mean, new_status = now[key]
-            if new_status != status:
-                return True
-            if abs(new_mean - mean) > self.drift_tolerance * max(abs(mean), 1e-9):
-                return True
-        return False
-
-    def _lookup(
-        self, key: tuple[Any, ...], batch: Batch, view: View, obs: dict[str, Any]
-    ) -> Decision | None:
+    def _lookup(self, key: Key, batch: Batch, view: View, obs: dict[str, Any]) -> Decision | None:
+        entry = self._cache.lookup(key, estimates(obs, batch.shape))
+        if entry is None:
+            return None
         with self._lock:
-            entry = self._cache.get(key)
-            if entry is None:
-                return None
-            if entry.failure is None and self._drifted(entry, self._estimates(obs, batch.shape)):
-                del self._cache[key]
-                return None
-            if entry.failure is not None:
-                entry.hits_left -= 1
-                if entry.hits_left < 0:
-                    del self._cache[key]
-                    return None
-            self._cache.move_to_end(key)
             self.cache_hits += 1
-        slots = _slots(batch)
+        record = ConsultationRecord(cached=True, cause=entry.failure, mode=self.mode)
         if entry.failure is not None:
             return self._whole_fallback(
-                batch, view, entry.failure, "not consulted again yet", cached=True
+                batch, view, entry.failure, "not consulted again yet", record, cached=True
             )
+        where = slots(batch)
         answer = ParsedAnswer(
-            {c.call_id: entry.options[s] for c, s in zip(batch.calls, slots, strict=True)}
+            {c.call_id: entry.options[s] for c, s in zip(batch.calls, where, strict=True)}
         )
         causes_before = {
             c.call_id: entry.causes[s]
-            for c, s in zip(batch.calls, slots, strict=True)
+            for c, s in zip(batch.calls, where, strict=True)
             if s in entry.causes
         }
         return self._finish(
@@ -399,95 +324,68 @@ class AgenticScheduler(SchedulerBase):
             prior=causes_before,
             reason=f"agentic (cached): {entry.reason}",
             issues=(),
-        )
-
-    def _store(self, key: tuple[Any, ...], entry: _Entry) -> None:
-        with self._lock:
-            self._cache[key] = entry
-            self._cache.move_to_end(key)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+            record=record,
+        )[0]
 
     def clear_cache(self) -> None:
         """Forget every cached decision: the next step consults the model."""
-        with self._lock:
-            self._cache.clear()
+        self._cache.clear()
 
     # -- the sub-agent -------------------------------------------------------------------------
 
-    def _answer_tool(self) -> BaseTool:
-        def submit_mapping(**kwargs: Any) -> str:
-            return "recorded"
+    def prompt(self, batch: Batch, view: View | None = None) -> list[AnyMessage]:
+        """The first messages of a consultation: rules (policy included) and the task."""
+        from langgraph_devsched.telemetry import DeviceState
 
-        return StructuredTool.from_function(
-            submit_mapping,
-            name=ANSWER_TOOL,
-            description=(MappingAnswer.__doc__ or "").strip(),
-            args_schema=MappingAnswer,
-        )
+        view = view or View(DeviceState(False, "none", 0, 0, 0.0, 1))
+        return self._consultation(batch, view, self.clock())[0].prompt()
 
-    def prompt(self, batch: Batch) -> list[AnyMessage]:
-        """The first two messages of a consultation: rules (policy included) and the task."""
-        system = SYSTEM_PROMPT.format(constraints=json.dumps(self.constraints.describe()))
-        if self.policy:
-            system += f"\nOperator policy: {self.policy}"
-        listed = ", ".join(f"{c.call_id} ({c.tool})" for c in batch.calls)
-        task = (
-            f"This step has {len(batch)} tool call(s): {listed}. Choose one of "
-            f"{', '.join(DEVICE_OPTIONS)} for each call id."
-        )
-        return [SystemMessage(system), HumanMessage(task)]
+    def _observation_tools(self, batch: Batch, view: View, twin_view: TwinView | None) -> list:
+        tools: list[BaseTool] = observation_tools(batch, view, self.constraints)
+        if self.candidates > 0:
+            k = self.candidates
 
-    def _graph(self, batch: Batch, view: View, counter: list[int]) -> Any:
-        tools = observation_tools(batch, view, self.constraints)
-        answer = self._answer_tool()
-        explore = self.model.bind_tools([*tools, answer])
-        final = self.model.bind_tools([answer], tool_choice=self.final_tool_choice)
+            def candidate_mappings() -> str:
+                """The monitor model's best mappings for this step with their predicted
+                makespans (predictions, not measurements)."""
+                return json.dumps(candidates_data(twin_view, k), default=str)
 
-        def turn(state: _State) -> tuple[Any, list[AnyMessage]]:
-            last = state["messages"][-1]
-            forced = state["turns"] >= self.max_turns - 1 or (
-                isinstance(last, AIMessage) and not last.tool_calls
-            )
+            tools.append(StructuredTool.from_function(candidate_mappings, name=CANDIDATES_TOOL))
+        return tools
+
+    def _consultation(
+        self, batch: Batch, view: View, started: float
+    ) -> tuple[Consultation, TwinView | None]:
+        twin_view = None
+        if self.guard_ratio is not None or self.candidates > 0:
+            try:
+                twin_view = TwinView.build(batch, view.device, view.observations)
+            except Exception as exc:  # the guard is advice: never let it break a step
+                logger.info("agentic guard unavailable: %s", exc)
+
+        def count() -> None:
             with self._lock:
-                counter[0] += 1
                 self.llm_calls += 1
-            if forced:
-                nudge = HumanMessage(FORCE_PROMPT)
-                return final, [nudge]
-            return explore, []
 
-        def agent(state: _State, config: RunnableConfig) -> dict[str, Any]:
-            model, extra = turn(state)
-            reply = model.invoke([*state["messages"], *extra], config)
-            return {"messages": [*extra, reply], "turns": state["turns"] + 1, "forced": bool(extra)}
-
-        async def aagent(state: _State, config: RunnableConfig) -> dict[str, Any]:
-            model, extra = turn(state)
-            reply = await model.ainvoke([*state["messages"], *extra], config)
-            return {"messages": [*extra, reply], "turns": state["turns"] + 1, "forced": bool(extra)}
-
-        def route(state: _State) -> str:
-            last = state["messages"][-1]
-            names = [c["name"] for c in getattr(last, "tool_calls", None) or []]
-            if ANSWER_TOOL in names or state["forced"] or state["turns"] >= self.max_turns:
-                return END
-            if not names:  # a text turn: one more, forced
-                return "agent"
-            return "observe"
-
-        builder = StateGraph(_State)
-        builder.add_node("agent", RunnableLambda(agent, afunc=aagent, name="agent"))
-        builder.add_node("observe", ToolNode(tools, handle_tool_errors=True))
-        builder.add_edge(START, "agent")
-        builder.add_conditional_edges("agent", route, ["agent", "observe", END])
-        builder.add_edge("observe", "agent")
-        return builder.compile(checkpointer=False, name="devsched_agentic")
+        consultation = Consultation(
+            model=self.model,
+            observations=self._observation_tools(batch, view, twin_view),
+            batch=batch,
+            constraints_text=json.dumps(self.constraints.describe()),
+            policy=self.policy,
+            mode=self.mode,
+            channel=self.channel_state,
+            max_turns=self.max_turns,
+            max_tokens=self.max_tokens or answer_budget(len(batch)),
+            deadline=started + self.timeout_s,
+            clock=self.clock,
+            on_llm_call=count,
+        )
+        return consultation, twin_view
 
     def _config(self, config: RunnableConfig | None) -> RunnableConfig:
         base: dict[str, Any] = {
             "run_name": "devsched_agentic",
-            "recursion_limit": 2 * self.max_turns + 4,
             "configurable": {},  # a standalone graph, never a checkpointed subgraph
             "tags": ["devsched:agentic"],
         }
@@ -497,113 +395,121 @@ class AgenticScheduler(SchedulerBase):
             base["metadata"] = dict(config.get("metadata") or {})
         return base  # type: ignore[return-value]
 
-    def _inputs(self, batch: Batch) -> dict[str, Any]:
-        return {"messages": self.prompt(batch), "turns": 0, "forced": False}
-
-    def _run_sync(self, batch: Batch, view: View, config: RunnableConfig | None) -> _Run:
-        counter = [0]
-        graph = self._graph(batch, view, counter)
-        box: dict[str, Any] = {}
-        done = threading.Event()
-
-        def work() -> None:
-            try:
-                box["state"] = graph.invoke(self._inputs(batch), self._config(config))
-            except BaseException as exc:  # reported below
-                box["error"] = exc
-            finally:
-                done.set()
-
-        ctx = contextvars.copy_context()
-        threading.Thread(target=ctx.run, args=(work,), daemon=True, name="devsched-agentic").start()
-        if not done.wait(self.timeout_s):
-            return _Run(
-                failure="timeout",
-                detail=f"no answer within {self.timeout_s:g} s",
-                llm_calls=counter[0],
-            )
-        return self._read(box, counter[0])
-
-    async def _run_async(self, batch: Batch, view: View, config: RunnableConfig | None) -> _Run:
-        counter = [0]
-        graph = self._graph(batch, view, counter)
-        box: dict[str, Any] = {}
-        try:
-            box["state"] = await asyncio.wait_for(
-                graph.ainvoke(self._inputs(batch), self._config(config)), self.timeout_s
-            )
-        except asyncio.TimeoutError:
-            return _Run(
-                failure="timeout",
-                detail=f"no answer within {self.timeout_s:g} s",
-                llm_calls=counter[0],
-            )
-        except Exception as exc:
-            box["error"] = exc
-        return self._read(box, counter[0])
-
-    @staticmethod
-    def _read(box: dict[str, Any], llm_calls: int) -> _Run:
-        if "error" in box:
-            exc = box["error"]
-            return _Run(
-                failure="llm_error",
-                detail=f"{type(exc).__name__}: {exc}"[:300],
-                llm_calls=llm_calls,
-            )
-        messages = list(box["state"]["messages"])
-        last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
-        for call in getattr(last, "tool_calls", None) or []:
-            if call["name"] == ANSWER_TOOL:
-                return _Run(parse_answer(call["args"]), llm_calls=llm_calls, messages=messages)
-        text = last.text if isinstance(last, AIMessage) else ""
-        found = answer_from_text(text) if text else None
-        if found is not None:
-            return _Run(parse_answer(found), llm_calls=llm_calls, messages=messages)
-        return _Run(
-            failure="no_answer",
-            detail="the model never called submit_mapping",
-            llm_calls=llm_calls,
-            messages=messages,
+    def _late(self, consultation: Consultation, cause: AgenticCause) -> Outcome:
+        detail = (
+            f"no answer within {self.timeout_s:g} s"
+            if cause == "timeout"
+            else f"all {self._slots.size} consultation threads are held by model calls "
+            "still running"
         )
+        return Outcome(failure=cause, detail=detail, tally=consultation.tally)
+
+    def _run_sync(self, consultation: Consultation, config: RunnableConfig | None) -> Outcome:
+        cfg = self._config(config)
+        future = self._slots.start(lambda: consultation.invoke(cfg))
+        if future is None:
+            return self._late(consultation, "busy")
+        left = max(0.0, consultation.deadline - self.clock())
+        try:
+            return future.result(timeout=left)
+        except FutureTimeout:
+            return self._late(consultation, "timeout")
+
+    async def _run_async(
+        self, consultation: Consultation, config: RunnableConfig | None
+    ) -> Outcome:
+        cfg = self._config(config)
+        left = max(0.0, consultation.deadline - self.clock())
+        if _native_async(self.model):
+            try:
+                return await asyncio.wait_for(consultation.ainvoke(cfg), left)
+            except asyncio.TimeoutError:
+                return self._late(consultation, "timeout")
+        future = self._slots.start(lambda: consultation.invoke(cfg))
+        if future is None:
+            return self._late(consultation, "busy")
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), left)
+        except asyncio.TimeoutError:
+            return self._late(consultation, "timeout")
 
     # -- from an answer to a decision ----------------------------------------------------------
 
+    def _record(self, outcome: Outcome, started: float, **kw: Any) -> ConsultationRecord:
+        tally: Tally = outcome.tally
+        return ConsultationRecord(
+            channel=tally.channel,
+            channels_tried=tuple(tally.channels_tried),
+            via=outcome.via,
+            latency_ms=(self.clock() - started) * 1000.0,
+            llm_calls=tally.llm_calls,
+            prompt_tokens=tally.prompt_tokens,
+            cached_tokens=tally.cached_tokens,
+            cause=outcome.failure,
+            detail=outcome.detail,
+            mode=self.mode,
+            **kw,
+        )
+
+    def _fail(
+        self, batch: Batch, view: View, key: Key, cause: AgenticCause, detail: str,
+        record: ConsultationRecord,
+    ) -> Decision:
+        logger.warning("agentic scheduler: %s (%s); falling back", cause, detail)
+        decision = self._whole_fallback(batch, view, cause, detail, record)
+        self._cache.store(key, Entry({}, {}, "", {}, cause, self.retry_failed_after, detail))
+        return decision
+
     def _conclude(
-        self, batch: Batch, view: View, key: tuple[Any, ...], obs: dict[str, Any], run: _Run
+        self,
+        batch: Batch,
+        view: View,
+        key: Key,
+        obs: dict[str, Any],
+        outcome: Outcome,
+        twin_view: TwinView | None,
+        started: float,
     ) -> Decision:
         with self._lock:
             self.consultations += 1
-        self.last_messages = run.messages
-        if run.answer is None:
-            cause = run.failure or "no_answer"
-            logger.warning("agentic scheduler: %s (%s); falling back", cause, run.detail)
-            decision = self._whole_fallback(batch, view, cause, run.detail, llm_calls=run.llm_calls)
-            self._store(key, _Entry({}, {}, "", {}, cause, self.retry_failed_after))
-            return decision
+        self.last_messages = outcome.messages
+        if outcome.answer is None:
+            cause = outcome.failure or "no_answer"
+            record = self._record(outcome, started)
+            return self._fail(batch, view, key, cause, outcome.detail, record)
         known = set(batch.call_ids)
-        issues = list(run.answer.issues)
-        unknown = sorted(set(run.answer.options) - known)
+        issues = list(outcome.answer.issues)
+        unknown = sorted(set(outcome.answer.options) - known)
         if unknown:
             valid = ", ".join(batch.call_ids)
             issues.append(f"unknown call id(s) {', '.join(unknown)}; valid: {valid}")
-        decision = self._finish(
+        record = self._record(outcome, started)
+        decision, mapping = self._finish(
             batch,
             view,
-            run.answer,
-            llm_calls=run.llm_calls,
+            outcome.answer,
+            llm_calls=outcome.tally.llm_calls,
             prior={},
-            reason=f"agentic: {run.answer.reason}".rstrip(": "),
+            reason=f"agentic: {outcome.answer.reason}".rstrip(": "),
             issues=tuple(issues),
+            record=record,
         )
-        slots = dict(zip(batch.call_ids, _slots(batch), strict=True))
-        self._store(
+        if self.guard_ratio is not None and twin_view is not None:
+            verdict = guard(twin_view, mapping, ratio=self.guard_ratio)
+            predictions = {"guard_answer_ms": verdict.answer_ms, "guard_best_ms": verdict.best_ms}
+            if verdict.rejected:
+                record = self._record(outcome, started, **predictions)
+                record = _replace(record, cause="guarded", detail=verdict.text())
+                return self._fail(batch, view, key, "guarded", verdict.text(), record)
+            decision = _replace(decision, consultation=_replace(record, **predictions))
+        where = dict(zip(batch.call_ids, slots(batch), strict=True))
+        self._cache.store(
             key,
-            _Entry(
-                options={slots[c]: o for c, o in decision.mapping.items()},
-                causes={slots[c]: cause for c, cause in self.last_fallbacks.items()},
-                reason=run.answer.reason,
-                estimates=self._estimates(obs, batch.shape),
+            Entry(
+                options={where[c]: o for c, o in decision.mapping.items()},
+                causes={where[c]: cause for c, cause in self.last_fallbacks.items()},
+                reason=outcome.answer.reason,
+                estimates=estimates(obs, batch.shape),
             ),
         )
         return decision
@@ -629,7 +535,8 @@ class AgenticScheduler(SchedulerBase):
         prior: Mapping[str, AgenticCause],
         reason: str,
         issues: tuple[str, ...],
-    ) -> Decision:
+        record: ConsultationRecord,
+    ) -> tuple[AgenticDecision, dict[str, DeviceOption]]:
         needs_fallback = any(answer.options.get(c) not in DEVICE_OPTIONS for c in batch.call_ids)
         fallback: Mapping[str, DeviceOption] = {}
         used = ""
@@ -656,12 +563,19 @@ class AgenticScheduler(SchedulerBase):
                 + ", ".join(f"{c} ({k})" for c, k in fell.items())
             )
         notes.extend(issues)
-        return self._decision(
+        decision = self._decision(
             mapping,
             "; ".join(notes),
             fallback="invalid_decision" if causes or issues else None,
             llm_calls=llm_calls,
+            consultation=record,
         )
+        return decision, mapping
+
+    def _decision(
+        self, mapping: Mapping[str, DeviceOption], reason: str, **kw: Any
+    ) -> AgenticDecision:
+        return AgenticDecision(mapping=dict(mapping), reason=reason, scheduler=self.name, **kw)
 
     def _whole_fallback(
         self,
@@ -669,8 +583,8 @@ class AgenticScheduler(SchedulerBase):
         view: View,
         cause: AgenticCause,
         detail: str,
+        record: ConsultationRecord,
         *,
-        llm_calls: int = 0,
         cached: bool = False,
     ) -> Decision:
         base, used = self._fallback_decision(batch, view)
@@ -690,8 +604,31 @@ class AgenticScheduler(SchedulerBase):
             predicted_ms=dict(base.predicted_ms),
             probe=base.probe,
             fallback="scheduler_error",
-            llm_calls=llm_calls,
+            llm_calls=record.llm_calls,
+            consultation=record,
         )
+
+
+def _replace(obj: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def _env_options() -> dict[str, Any]:
+    """Scheduler options set in the environment (``DEVSCHED_LLM_TIMEOUT`` and friends)."""
+    import os
+
+    out: dict[str, Any] = {}
+    if os.environ.get(ENV_TIMEOUT):
+        out["timeout_s"] = float(os.environ[ENV_TIMEOUT])
+    if os.environ.get(ENV_MAX_TOKENS):
+        out["max_tokens"] = int(os.environ[ENV_MAX_TOKENS])
+    if os.environ.get(ENV_MODE):
+        out["mode"] = check_choice(os.environ[ENV_MODE], CONSULT_MODES, f"${ENV_MODE}")
+    if os.environ.get(ENV_ANSWER):
+        out["answer"] = check_choice(os.environ[ENV_ANSWER], ANSWER_CHANNELS, f"${ENV_ANSWER}")
+    return out
 
 
 def _fallback_scheduler(fallback: Scheduler | str | None) -> Scheduler:

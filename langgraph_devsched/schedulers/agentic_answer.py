@@ -1,8 +1,8 @@
-"""The agentic scheduler's answer: its schema, a lenient parser, and the hard-constraint repair.
+"""The agentic scheduler's answer: its schema, a lenient reader, and the hard-constraint repair.
 
 The sub-agent ends by calling ``submit_mapping`` with one option per call id and a reason.
-`parse_answer` reads those arguments (or a JSON object in plain text, for servers that ignore
-``tool_choice``) without trusting them; `repair` turns what was parsed into a complete
+`parse_answer` reads those arguments (found by `agentic_text.find_answer`, in any turn and
+any common wrapper) without trusting them; `repair` turns what was parsed into a complete
 mapping that obeys the hints and the operator's `HardConstraints`, taking the fallback
 scheduler's option for every call it cannot repair, and says per call why.
 
@@ -21,7 +21,6 @@ scheduler's option for every call it cannot repair, and says per call why.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
@@ -30,15 +29,16 @@ from pydantic import BaseModel, Field
 
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption, is_gpu, parse_option
+from langgraph_devsched.schedulers.agentic_text import ANSWER_TOOL as ANSWER_TOOL
 from langgraph_devsched.schedulers.base import Batch
 from langgraph_devsched.telemetry import DeviceState
-
-ANSWER_TOOL = "submit_mapping"
 
 AgenticCause = Literal[
     "llm_error",
     "timeout",
     "no_answer",
+    "busy",
+    "guarded",
     "missing_call",
     "unknown_option",
     "not_allowed",
@@ -47,8 +47,12 @@ AgenticCause = Literal[
     "vram_over_budget",
     "no_gpu",
 ]
-"""Why a call's option is not the sub-agent's answer. The first four (and ``unknown_option``)
-take the fallback scheduler's option; the others repair the answer in place."""
+"""Why a call's option is not the sub-agent's answer. The whole-step causes (``llm_error``,
+``timeout``, ``no_answer``, ``busy``: every consultation slot is taken by a model still
+running; ``guarded``: the monitor's twin predicts the answer much worse than the best
+mapping it knows), ``missing_call`` and ``unknown_option`` take the fallback scheduler's
+option; the others repair the answer in place."""
+WHOLE_STEP: frozenset[str] = frozenset({"llm_error", "timeout", "no_answer", "busy", "guarded"})
 
 AGENTIC_CAUSES: tuple[AgenticCause, ...] = get_args(AgenticCause)
 REPAIRED: frozenset[AgenticCause] = frozenset(
@@ -96,7 +100,7 @@ def parse_answer(args: Any) -> ParsedAnswer:
     if isinstance(raw, Mapping):
         raw = [{"call_id": k, "option": v} for k, v in raw.items()]
     if not isinstance(raw, list):
-        return ParsedAnswer({}, str(args.get("reason", "")), ("no assignments list",))
+        return ParsedAnswer({}, str(args.get("reason") or "")[:500], ("no assignments list",))
     options: dict[str, str] = {}
     issues: list[str] = []
     for i, item in enumerate(raw):
@@ -108,26 +112,7 @@ def parse_answer(args: Any) -> ParsedAnswer:
             issues.append(f"call {call_id!r} given twice; kept {options[call_id]!r}")
             continue
         options[call_id] = option
-    return ParsedAnswer(options, str(args.get("reason", ""))[:500], tuple(issues))
-
-
-def answer_from_text(text: str) -> dict[str, Any] | None:
-    """The first JSON object in ``text`` that has ``assignments``, if any.
-
-    >>> answer_from_text('Sure: {"assignments": {"c1": "cpu"}, "reason": "r"} done')
-    {'assignments': {'c1': 'cpu'}, 'reason': 'r'}
-    """
-    decoder = json.JSONDecoder()
-    start = text.find("{")
-    while start != -1:
-        try:
-            obj, _ = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
-            obj = None
-        if isinstance(obj, dict) and "assignments" in obj:
-            return obj
-        start = text.find("{", start + 1)
-    return None
+    return ParsedAnswer(options, str(args.get("reason") or "")[:500], tuple(issues))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,362 @@
+"""One consultation of the agentic sub-agent: its graph, its turns, its answer channel.
+
+`Consultation` holds everything one consultation needs (model, tools, prompt, deadline,
+answer channel) and runs the sub-agent graph: a model node and a `ToolNode` over the
+read-only observation tools. Every turn binds the same tools (`agentic_model.bind_turn`);
+the last turn, a turn after a reply without tool calls, or the only turn in ``one_shot``
+mode is *forced*: it asks for the answer through the channel. With ``auto``, a forced turn
+that gives no answer (or fails) moves the endpoint to the next channel of `CHANNEL_CHAIN`
+and, time permitting, is asked again through it. The answer is read from any turn
+(`agentic_text.find_answer`) inside the deadline, so a huge garbage answer cannot outlast it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt import ToolNode
+
+from langgraph_devsched.options import DEVICE_OPTIONS
+from langgraph_devsched.schedulers.agentic_answer import (
+    ANSWER_TOOL,
+    AgenticCause,
+    MappingAnswer,
+    ParsedAnswer,
+    parse_answer,
+)
+from langgraph_devsched.schedulers.agentic_model import (
+    CHANNEL_CHAIN,
+    AnswerChannel,
+    ConsultMode,
+    bind_turn,
+)
+from langgraph_devsched.schedulers.agentic_text import find_answer
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+    from langgraph_devsched.schedulers.base import Batch
+
+SYSTEM_PROMPT = """\
+You are the device scheduler of an agent application. One agent step is about to run \
+several tool calls at once; choose a device option for each call so that the step's \
+makespan (the time until its last call ends) is as small as possible.
+Options:
+- gpu_now: start on the GPU at once, sharing it with the other GPU calls (they slow each \
+other down); its VRAM must fit now, else it fails out of memory and reruns on the CPU.
+- gpu_queued: wait until its VRAM fits and the GPU is free enough, then run on the GPU.
+- cpu: run on the CPU (no VRAM; slow for heavy compute, fast for transfer-bound tools).
+Read what you need with the observation tools ({tools}): they report declared hints and \
+measurements only. Then call submit_mapping once, with one entry per call id and a short reason.
+Hard constraints, enforced after you answer: {constraints}"""
+
+ONE_SHOT_PROMPT = """\
+You are the device scheduler of an agent application. One agent step is about to run \
+several tool calls at once; choose a device option for each call so that the step's \
+makespan (the time until its last call ends) is as small as possible.
+Options: gpu_now (start on the GPU at once, sharing it; its VRAM must fit now), gpu_queued \
+(wait for VRAM and a free GPU, then run there), cpu (no VRAM; slow for heavy compute).
+Hard constraints, enforced after you answer: {constraints}"""
+
+FORCE_PROMPT = "Submit your answer now: call submit_mapping with one option per call id."
+JSON_PROMPT = (
+    'Answer now with only this JSON object: {"assignments": [{"call_id": "<id>", "option": '
+    '"gpu_now|gpu_queued|cpu"}, ...], "reason": "<one sentence>"}, one entry per call id.'
+)
+MAX_FORCED = len(CHANNEL_CHAIN) + 1
+"""Forced turns in one consultation at most (one per channel, one more after observations)."""
+
+
+class DeadlineError(TimeoutError):
+    """The consultation's deadline passed before a model turn could start."""
+
+
+class _State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    turns: int
+    forced: int
+    failed: bool
+    empty: bool
+
+
+@dataclass
+class Tally:
+    """What one consultation cost and how it asked."""
+
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    channel: str = "free"
+    channels_tried: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    """What one consultation came back with (read inside the deadline)."""
+
+    answer: ParsedAnswer | None = None
+    failure: AgenticCause | None = None
+    detail: str = ""
+    via: str | None = None
+    tally: Tally = field(default_factory=Tally)
+    messages: list[AnyMessage] = field(default_factory=list)
+
+
+def answer_tool() -> BaseTool:
+    """``submit_mapping``: its arguments are the answer (`MappingAnswer`)."""
+
+    def submit_mapping(**kwargs: Any) -> str:
+        return "recorded"
+
+    return StructuredTool.from_function(
+        submit_mapping,
+        name=ANSWER_TOOL,
+        description=(MappingAnswer.__doc__ or "").strip(),
+        args_schema=MappingAnswer,
+    )
+
+
+class ChannelState:
+    """The answer channel of one endpoint: fixed, or ``auto`` walking `CHANNEL_CHAIN`."""
+
+    def __init__(self, channel: AnswerChannel) -> None:
+        self.configured = channel
+        self._pos = 0
+
+    @property
+    def current(self) -> AnswerChannel:
+        return CHANNEL_CHAIN[self._pos] if self.configured == "auto" else self.configured
+
+    def advance(self) -> bool:
+        """Move ``auto`` to the next channel; False when there is none (or it is fixed)."""
+        if self.configured != "auto" or self._pos + 1 >= len(CHANNEL_CHAIN):
+            return False
+        self._pos += 1
+        return True
+
+
+@dataclass
+class Consultation:
+    """Everything one consultation needs; `invoke`/`ainvoke` run it and read the answer."""
+
+    model: BaseChatModel
+    observations: list[BaseTool]
+    batch: Batch
+    constraints_text: str
+    policy: str | None
+    mode: ConsultMode
+    channel: ChannelState
+    max_turns: int
+    max_tokens: int | None
+    deadline: float
+    clock: Callable[[], float] = time.monotonic
+    on_llm_call: Callable[[], None] | None = None
+    tally: Tally = field(default_factory=Tally)
+
+    # -- prompt --------------------------------------------------------------------------------
+
+    def prompt(self) -> list[AnyMessage]:
+        """The first messages: rules (policy included) and the task."""
+        names = ", ".join(t.name for t in self.observations)
+        if self.mode == "one_shot":
+            system = ONE_SHOT_PROMPT.format(constraints=self.constraints_text)
+        else:
+            system = SYSTEM_PROMPT.format(constraints=self.constraints_text, tools=names)
+        if self.policy:
+            system += f"\nOperator policy: {self.policy}"
+        listed = ", ".join(f"{c.call_id} ({c.tool})" for c in self.batch.calls)
+        task = (
+            f"This step has {len(self.batch)} tool call(s): {listed}. Choose one of "
+            f"{', '.join(DEVICE_OPTIONS)} for each call id."
+        )
+        if self.mode == "one_shot":
+            task += "\nObservations:\n" + self._inline_observations()
+        return [SystemMessage(system), HumanMessage(task)]
+
+    def _inline_observations(self) -> str:
+        lines = []
+        tools = sorted({c.tool for c in self.batch.calls})
+        for tool in self.observations:
+            if tool.name == "tool_estimates":
+                for name in tools:
+                    lines.append(f"tool_estimates({name}): {tool.invoke({'tool': name})}")
+            else:
+                lines.append(f"{tool.name}: {tool.invoke({})}")
+        return "\n".join(lines)
+
+    # -- turns ---------------------------------------------------------------------------------
+
+    def _tools(self) -> list[BaseTool]:
+        return [*self.observations, answer_tool()] if self.mode == "agent" else [answer_tool()]
+
+    def _remaining(self) -> float:
+        left = self.deadline - self.clock()
+        if left <= 0:
+            raise DeadlineError("the consultation's deadline passed")
+        return left
+
+    def _turn(self, state: _State) -> tuple[Any, list[AnyMessage], bool]:
+        """The bound model for this turn, messages to add first, and whether it is forced."""
+        messages = state["messages"]
+        last = messages[-1]
+        forced = (
+            self.mode == "one_shot"
+            or state["turns"] >= self.max_turns - 1
+            or state["forced"] > 0
+            or (isinstance(last, AIMessage) and not last.tool_calls)
+        )
+        extra: list[AnyMessage] = []
+        channel: AnswerChannel | None = None
+        if forced:
+            if state.get("empty"):
+                self.channel.advance()  # the last forced turn gave nothing: next channel
+            channel = self.channel.current
+            nudge = FORCE_PROMPT if channel.startswith("tool") else JSON_PROMPT
+            if not _has_nudge(messages, nudge):
+                extra.append(HumanMessage(nudge))
+            self.tally.channel = channel
+            self.tally.channels_tried.append(channel)
+        model = bind_turn(
+            self.model,
+            self._tools(),
+            channel=channel,
+            max_tokens=self.max_tokens,
+            timeout_s=self._remaining(),
+        )
+        self.tally.llm_calls += 1
+        if self.on_llm_call is not None:
+            self.on_llm_call()
+        return model, extra, forced
+
+    def _count(self, reply: Any) -> None:
+        usage = getattr(reply, "usage_metadata", None) or {}
+        self.tally.prompt_tokens += int(usage.get("input_tokens") or 0)
+        details = usage.get("input_token_details") or {}
+        self.tally.cached_tokens += int(details.get("cache_read") or 0)
+
+    def _update(self, state: _State, extra: list[AnyMessage], reply: Any, forced: bool) -> dict:
+        self._count(reply)
+        return {
+            "messages": [*extra, reply],
+            "turns": state["turns"] + 1,
+            "forced": state["forced"] + int(forced),
+            "failed": False,
+            "empty": forced and not getattr(reply, "tool_calls", None),
+        }
+
+    def _failed_forced(self, state: _State, forced: bool, exc: Exception) -> dict[str, Any]:
+        """A forced turn that raised: with ``auto``, the next channel gets the next turn."""
+        if not (forced and self.channel.advance() and state["forced"] + 1 < MAX_FORCED):
+            raise exc
+        return {
+            "turns": state["turns"] + 1,
+            "forced": state["forced"] + 1,
+            "failed": True,
+            "empty": False,
+        }
+
+    def _agent(self, state: _State, config: RunnableConfig) -> dict[str, Any]:
+        model, extra, forced = self._turn(state)
+        try:
+            reply = model.invoke([*state["messages"], *extra], config)
+        except DeadlineError:
+            raise
+        except Exception as exc:
+            return self._failed_forced(state, forced, exc)
+        return self._update(state, extra, reply, forced)
+
+    async def _aagent(self, state: _State, config: RunnableConfig) -> dict[str, Any]:
+        model, extra, forced = self._turn(state)
+        try:
+            reply = await model.ainvoke([*state["messages"], *extra], config)
+        except DeadlineError:
+            raise
+        except Exception as exc:
+            return self._failed_forced(state, forced, exc)
+        return self._update(state, extra, reply, forced)
+
+    def _route(self, state: _State) -> str:
+        last = next((m for m in reversed(state["messages"]) if isinstance(m, AIMessage)), None)
+        if find_answer([last]) is not None:
+            return END
+        names = [c["name"] for c in getattr(last, "tool_calls", None) or []]
+        observing = any(n != ANSWER_TOOL for n in names)
+        if state["forced"] == 0:
+            return "observe" if observing else "agent"
+        if state["forced"] >= MAX_FORCED:
+            return END
+        if state.get("failed"):
+            return "agent"  # the failed turn already moved to the next channel
+        if observing and self.mode == "agent":
+            return "observe"  # a forced turn that still observed: answer after that
+        if self.channel.configured == "auto" and self.channel.current != CHANNEL_CHAIN[-1]:
+            return "agent"  # no answer through this channel: try the next one
+        return END
+
+    def graph(self) -> Any:
+        builder = StateGraph(_State)
+        builder.add_node("agent", RunnableLambda(self._agent, afunc=self._aagent, name="agent"))
+        builder.add_node("observe", ToolNode(self.observations, handle_tool_errors=True))
+        builder.add_edge(START, "agent")
+        builder.add_conditional_edges("agent", self._route, ["agent", "observe", END])
+        builder.add_edge("observe", "agent")
+        return builder.compile(checkpointer=False, name="devsched_agentic")
+
+    def _inputs(self) -> dict[str, Any]:
+        return {"messages": self.prompt(), "turns": 0, "forced": 0, "failed": False, "empty": False}
+
+    def _limit(self) -> int:
+        return 2 * (self.max_turns + MAX_FORCED) + 4
+
+    # -- running -------------------------------------------------------------------------------
+
+    def invoke(self, config: RunnableConfig) -> Outcome:
+        """Run the sub-agent synchronously and read its answer."""
+        try:
+            limited: RunnableConfig = {**config, "recursion_limit": self._limit()}
+            state = self.graph().invoke(self._inputs(), limited)
+        except DeadlineError as exc:
+            return self._failed("timeout", str(exc))
+        except Exception as exc:
+            return self._failed("llm_error", f"{type(exc).__name__}: {exc}"[:300])
+        return self.read(state["messages"])
+
+    async def ainvoke(self, config: RunnableConfig) -> Outcome:
+        """Run the sub-agent on the event loop (cancel it to stop it) and read its answer."""
+        try:
+            state = await self.graph().ainvoke(
+                self._inputs(), {**config, "recursion_limit": self._limit()}
+            )
+        except DeadlineError as exc:
+            return self._failed("timeout", str(exc))
+        except Exception as exc:
+            return self._failed("llm_error", f"{type(exc).__name__}: {exc}"[:300])
+        return self.read(state["messages"])
+
+    def _failed(self, cause: AgenticCause, detail: str) -> Outcome:
+        return Outcome(failure=cause, detail=detail, tally=self.tally)
+
+    def read(self, messages: Sequence[AnyMessage]) -> Outcome:
+        """The answer in any turn of ``messages``, else ``no_answer``."""
+        found = find_answer(messages)
+        if found is None:
+            return Outcome(
+                failure="no_answer",
+                detail="the model never called submit_mapping",
+                tally=self.tally,
+                messages=list(messages),
+            )
+        args, via = found
+        return Outcome(parse_answer(args), via=via, tally=self.tally, messages=list(messages))
+
+
+def _has_nudge(messages: Sequence[AnyMessage], nudge: str) -> bool:
+    return any(isinstance(m, HumanMessage) and m.content == nudge for m in messages)

@@ -1,0 +1,153 @@
+"""The guard on an agentic answer: the monitor's twin predicts it against the best it knows.
+
+The twin is the `monitor_model` noise-free testbed built from the monitor's observations
+(declared hints blended with measurements). `TwinView.rank` predicts every mapping of the
+batch (a coordinate descent beyond `ENUMERATE_UP_TO` calls); `guard` rejects an answer whose
+predicted makespan exceeds ``ratio`` times the best prediction, with both recorded. The
+same ranking feeds the optional ``candidate_mappings`` observation (`candidates_data`).
+
+>>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
+>>> from langgraph_devsched.monitor.observations import Observations
+>>> from langgraph_devsched.schedulers.base import Batch
+>>> from langgraph_devsched.telemetry import DeviceState
+>>> batch = Batch.of([("a", "asr", ToolDeviceSpec(vram_mb=1000,
+...     profile=SoloProfile(cpu_ms=900, gpu_ms=60)))])
+>>> gpu = DeviceState(True, "gpu", 8000, 0, 0.0, 8)
+>>> twin_view = TwinView.build(batch, gpu, Observations(step=0))
+>>> verdict = guard(twin_view, {"a": "cpu"}, ratio=1.5)
+>>> verdict.rejected, round(verdict.answer_ms), round(verdict.best_ms)
+(True, 900, 60)
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph_devsched.options import DeviceOption
+from langgraph_devsched.schedulers.base import Batch
+from langgraph_devsched.telemetry import DeviceState
+
+ENUMERATE_UP_TO = 8
+"""Batches up to this many calls are predicted exhaustively (3**8 mappings)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The twin's predictions for the answer and for the best mapping it knows."""
+
+    answer_ms: float
+    best_ms: float
+    best: dict[str, DeviceOption]
+    ratio: float
+
+    @property
+    def rejected(self) -> bool:
+        return self.answer_ms > self.ratio * self.best_ms + 1e-9
+
+    def text(self) -> str:
+        return (
+            f"twin predicts {self.answer_ms:.1f} ms for the answer vs {self.best_ms:.1f} ms "
+            f"for the best known mapping (limit {self.ratio:g}x)"
+        )
+
+
+@dataclass
+class TwinView:
+    """A batch and the twin that predicts its mappings."""
+
+    batch: Batch
+    bed: Any
+    choices: list[tuple[DeviceOption, ...]]
+
+    @classmethod
+    def build(cls, batch: Batch, device: DeviceState, observations: Any) -> TwinView | None:
+        """The twin for ``batch``; None without `Observations`, or when a tool has neither a
+        declared profile nor a measurement (the twin would predict from priors alone)."""
+        from langgraph_devsched.monitor.observations import Observations
+        from langgraph_devsched.schedulers.monitor_model import (
+            estimate_params,
+            oom_detect_ms,
+            twin,
+        )
+
+        if not isinstance(observations, Observations) or not batch.calls:
+            return None
+        measured = {e.tool for e in observations.estimates}
+        if any(c.spec.profile is None and c.tool not in measured for c in batch.calls):
+            return None  # the twin would only know its priors for this tool
+        specs = {c.tool: c.spec for c in batch.calls}
+        params = {
+            t: estimate_params(t, s, observations, bg_share=device.gpu_utilization)
+            for t, s in specs.items()
+        }
+        bed = twin(params, device, oom_ms=oom_detect_ms(observations, params))
+        choices = [
+            tuple(c.spec.allowed_options()) if device.gpu_available else ("cpu",)
+            for c in batch.calls
+        ]
+        choices = [c if c else ("cpu",) for c in choices]
+        return cls(batch, bed, choices)
+
+    def predict(self, mapping: Mapping[str, DeviceOption]) -> float:
+        calls = [(c.call_id, c.tool, mapping[c.call_id]) for c in self.batch.calls]
+        return float(self.bed.makespan(calls))
+
+    def rank(self, k: int | None = None) -> list[tuple[float, dict[str, DeviceOption]]]:
+        """Mappings by predicted makespan (ties: fewer GPU options first), best first."""
+        from langgraph_devsched.schedulers.monitor_model import predict_makespans
+
+        tools = [c.tool for c in self.batch.calls]
+        ids = list(self.batch.call_ids)
+        if len(ids) <= ENUMERATE_UP_TO:
+            combos = list(itertools.product(*self.choices))
+            preds = predict_makespans(self.bed, tools, self.choices)
+        else:
+            combos, preds = self._descend()
+        demand = {"cpu": 0, "gpu_queued": 1, "gpu_now": 2}
+        ranked = sorted(
+            zip(preds, combos, strict=True),
+            key=lambda pc: (pc[0], tuple(demand[o] for o in pc[1])),
+        )
+        return [(p, dict(zip(ids, c, strict=True))) for p, c in ranked[: k or len(ranked)]]
+
+    def _descend(self) -> tuple[list[tuple[DeviceOption, ...]], list[float]]:
+        current = [c[0] for c in self.choices]
+        seen: dict[tuple[DeviceOption, ...], float] = {}
+        ids = list(self.batch.call_ids)
+
+        def cost(m: list[DeviceOption]) -> float:
+            key = tuple(m)
+            if key not in seen:
+                seen[key] = self.predict(dict(zip(ids, key, strict=True)))
+            return seen[key]
+
+        for _ in range(3):
+            for i, options in enumerate(self.choices):
+                current[i] = min(
+                    options, key=lambda o: (cost([*current[:i], o, *current[i + 1 :]]), o)
+                )
+        return list(seen), list(seen.values())
+
+
+def guard(twin_view: TwinView, mapping: Mapping[str, DeviceOption], *, ratio: float) -> Verdict:
+    """The twin's verdict on ``mapping`` (complete for the batch) at ``ratio``."""
+    best_ms, best = twin_view.rank(1)[0]
+    answer_ms = twin_view.predict(mapping)
+    if answer_ms < best_ms:  # the answer is better than anything ranked (descent)
+        best_ms, best = answer_ms, dict(mapping)
+    return Verdict(answer_ms, best_ms, best, ratio)
+
+
+def candidates_data(twin_view: TwinView | None, k: int) -> dict[str, Any]:
+    """The twin's ``k`` best mappings with their predicted makespans, as JSON data."""
+    if twin_view is None:
+        return {"candidates": [], "note": "no monitor observations: no predictions"}
+    return {
+        "candidates": [
+            {"mapping": m, "predicted_makespan_ms": round(ms, 1)} for ms, m in twin_view.rank(k)
+        ],
+        "note": "predictions of the monitor's model; measurements may disagree",
+    }

@@ -1,0 +1,186 @@
+"""The agentic scheduler's chat model: building one for an endpoint, and binding one turn.
+
+`openai_model` builds a `ChatOpenAI` for OpenAI or any OpenAI-compatible server (no retry:
+an abandoned request must not run on). `bind_turn` binds one model turn: always the same
+tool list (so a server's prompt cache survives the forced turn), a token cap, and, on the
+forced answer turn, the answer channel:
+
+- ``tool_required``: ``tool_choice="required"`` (sent as a string, which llama.cpp honours);
+- ``tool_named``: ``tool_choice`` naming ``submit_mapping`` (an object on the wire; llama.cpp
+  ignores it, OpenAI and vLLM honour it);
+- ``json_schema``: ``response_format`` with the answer's JSON schema (llama.cpp, vLLM and
+  OpenAI constrain the output to it), tools still listed, ``tool_choice="none"``;
+- ``text``: no constraint, the prompt asks for the JSON object.
+
+``auto`` starts with ``tool_required`` and moves along `CHANNEL_CHAIN` when a channel gives
+no answer, per scheduler (that is, per endpoint).
+
+>>> CHANNEL_CHAIN
+('tool_required', 'json_schema', 'text')
+>>> answer_budget(3)
+224
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from pydantic import SecretStr
+
+from langgraph_devsched.schedulers.agentic_answer import MappingAnswer
+from langgraph_devsched.schedulers.agentic_text import ANSWER_TOOL
+
+if TYPE_CHECKING:
+    from langchain_core.messages import AIMessage
+
+ENV_MODEL = "DEVSCHED_LLM_MODEL"
+ENV_BASE_URL = "DEVSCHED_LLM_BASE_URL"
+ENV_API_KEY = "OPENAI_API_KEY"
+ENV_TIMEOUT = "DEVSCHED_LLM_TIMEOUT"
+ENV_MAX_TOKENS = "DEVSCHED_LLM_MAX_TOKENS"
+ENV_MODE = "DEVSCHED_LLM_MODE"
+ENV_ANSWER = "DEVSCHED_LLM_ANSWER"
+
+AnswerChannel = Literal["auto", "tool_required", "tool_named", "json_schema", "text"]
+"""How the forced answer turn asks for the answer (see the module docstring)."""
+ANSWER_CHANNELS: tuple[str, ...] = get_args(AnswerChannel)
+CHANNEL_CHAIN: tuple[AnswerChannel, ...] = ("tool_required", "json_schema", "text")
+
+ConsultMode = Literal["agent", "one_shot"]
+"""``agent``: observation tools over several turns; ``one_shot``: the observations inline
+in the prompt and a single, forced turn (for small models)."""
+CONSULT_MODES: tuple[str, ...] = get_args(ConsultMode)
+
+TOKENS_BASE = 128
+TOKENS_PER_CALL = 32
+
+
+def answer_budget(calls: int) -> int:
+    """Completion tokens for one turn of a step with ``calls`` calls: the answer's JSON
+    (about 20 tokens a call) and a short reason, with room to spare."""
+    return TOKENS_BASE + TOKENS_PER_CALL * max(1, calls)
+
+
+def check_choice(value: str, valid: Sequence[str], what: str) -> str:
+    """``value`` if it is one of ``valid``, else a ValueError listing them."""
+    if value not in valid:
+        raise ValueError(f"unknown {what} {value!r}; valid: {', '.join(valid)}")
+    return value
+
+
+class AgenticNotConfiguredError(RuntimeError):
+    """No chat model to consult: the message says what to set."""
+
+
+def not_configured(missing: str) -> AgenticNotConfiguredError:
+    return AgenticNotConfiguredError(
+        f"the agentic scheduler is not configured: {missing}. Set {ENV_MODEL} (the model name, "
+        f"e.g. gpt-4o-mini or the name your local server serves) and either {ENV_API_KEY} "
+        f"(OpenAI) or {ENV_BASE_URL} (an OpenAI-compatible server such as llama.cpp server, "
+        "vLLM, Ollama or LM Studio, e.g. http://localhost:8080/v1); or build "
+        "AgenticScheduler(model=<any LangChain chat model>)"
+    )
+
+
+def openai_model(
+    model: str | None = None,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    temperature: float = 0.0,
+    timeout_s: float | None = 60.0,
+    max_retries: int = 0,
+    **kwargs: Any,
+) -> BaseChatModel:
+    """A `ChatOpenAI` for OpenAI or any OpenAI-compatible server; arguments override env.
+
+    ``model`` defaults to ``$DEVSCHED_LLM_MODEL``, ``base_url`` to ``$DEVSCHED_LLM_BASE_URL``,
+    ``api_key`` to ``$OPENAI_API_KEY`` (a placeholder for a local server that needs none).
+    No retries by default: the scheduler bounds each request by what is left of its timeout.
+
+    >>> chat = openai_model("qwen2.5-7b-instruct", base_url="http://localhost:8080/v1")
+    >>> chat.model_name, str(chat.openai_api_base), chat.max_retries
+    ('qwen2.5-7b-instruct', 'http://localhost:8080/v1', 0)
+    """
+    name = model or os.environ.get(ENV_MODEL)
+    if not name:
+        raise not_configured(f"no model name (argument or ${ENV_MODEL})")
+    base_url = base_url or os.environ.get(ENV_BASE_URL) or None
+    api_key = api_key or os.environ.get(ENV_API_KEY) or ("not-needed" if base_url else None)
+    if api_key is None:
+        raise not_configured(f"model {name!r} but neither ${ENV_API_KEY} nor ${ENV_BASE_URL}")
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError:
+        raise ImportError(
+            "openai_model needs the langchain-openai package: pip install 'langgraph-devsched[llm]'"
+        ) from None
+    return ChatOpenAI(
+        model=name,
+        base_url=base_url,
+        api_key=SecretStr(api_key),
+        temperature=temperature,
+        timeout=timeout_s,
+        max_retries=max_retries,
+        **kwargs,
+    )
+
+
+def is_openai_wire(model: Any) -> bool:
+    """Whether ``model`` talks the OpenAI wire (takes ``timeout`` and ``extra_body`` per call)."""
+    return type(model).__module__.startswith("langchain_openai")
+
+
+def answer_schema() -> dict[str, Any]:
+    """The answer's JSON schema, inline (no ``$defs``), for ``response_format``."""
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    return dict(convert_to_openai_tool(MappingAnswer)["function"]["parameters"])
+
+
+def bind_turn(
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    *,
+    channel: AnswerChannel | None,
+    max_tokens: int | None,
+    timeout_s: float | None,
+) -> Runnable[Any, AIMessage]:
+    """``model`` bound for one turn: ``channel`` None for a free turn, else a forced one.
+
+    The tool list is the same whatever the turn (the forced turn changes only
+    ``tool_choice``), so the system prompt a server renders from it stays the same.
+    """
+    choice: str | None = None
+    extra: dict[str, Any] = {}
+    openai_wire = is_openai_wire(model)
+    if channel == "tool_required":
+        choice = "any"  # langchain-openai sends "required"
+    elif channel == "tool_named":
+        choice = ANSWER_TOOL
+    elif channel == "json_schema":
+        choice = "none"
+        response_format = {
+            "type": "json_schema",
+            "json_schema": {"name": ANSWER_TOOL, "schema": answer_schema()},
+        }
+        # through extra_body: langchain-openai would switch to its parse() path, which
+        # rejects non-strict tools
+        extra["extra_body" if openai_wire else "response_format"] = (
+            {"response_format": response_format} if openai_wire else response_format
+        )
+    elif channel == "text":
+        choice = "none"
+    bound: Runnable[Any, AIMessage] = model.bind_tools(
+        list(tools), **({"tool_choice": choice} if choice is not None else {})
+    )
+    if max_tokens is not None:
+        extra["max_tokens"] = max_tokens
+    if openai_wire and timeout_s is not None:
+        extra["timeout"] = max(0.001, timeout_s)
+    return bound.bind(**extra) if extra else bound

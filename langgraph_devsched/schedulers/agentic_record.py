@@ -1,0 +1,53 @@
+"""What one agentic decision records about its consultation, for traces and the benchmark.
+
+`AgenticDecision` is a `Decision` with a `ConsultationRecord`: how the model was asked
+(answer channel), where the answer was found, what it cost (latency, model calls, prompt
+and cached prompt tokens), why it fell back, and the guard's two predictions.
+
+>>> from langgraph_devsched.schedulers.agentic_record import AgenticDecision, ConsultationRecord
+>>> d = AgenticDecision(mapping={"c1": "cpu"}, consultation=ConsultationRecord(
+...     channel="json_schema", via="text", latency_ms=812.0, llm_calls=1))
+>>> d.consultation.valid, d.consultation.channel
+(True, 'json_schema')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from langgraph_devsched.schedulers.base import Decision
+
+
+@dataclass(frozen=True)
+class ConsultationRecord:
+    """One consultation (or a cached reuse of one, ``cached=True``)."""
+
+    channel: str = "free"
+    """The answer channel of the last forced turn ("free": answered before any forcing)."""
+    channels_tried: tuple[str, ...] = ()
+    """The channel of every forced turn, in order (``auto`` walks the chain)."""
+    via: str | None = None
+    """Where the answer was found: tool_call, wrapped_call, text; None: no answer."""
+    latency_ms: float = 0.0
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    cause: str | None = None
+    """The whole-step fallback cause (timeout, llm_error, no_answer, busy, guarded)."""
+    detail: str = ""
+    guard_answer_ms: float | None = None
+    guard_best_ms: float | None = None
+    cached: bool = False
+    mode: str = "agent"
+
+    @property
+    def valid(self) -> bool:
+        """An answer was parsed and used (it may still have had per-call repairs)."""
+        return self.via is not None and self.cause is None and not self.cached
+
+
+@dataclass(frozen=True)
+class AgenticDecision(Decision):
+    """A `Decision` of the agentic scheduler, with its consultation's record."""
+
+    consultation: ConsultationRecord | None = None

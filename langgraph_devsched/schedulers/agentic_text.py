@@ -1,0 +1,166 @@
+"""Finding the agentic answer in what a model said: linear, size-capped, wrapper-tolerant.
+
+Small models put the answer in many places: the ``submit_mapping`` tool call, a JSON object
+in the text (often in a code fence), a tool-call-shaped wrapper written as text
+(``{"name": "submit_mapping", "arguments": ...}``), or a first turn before they were asked.
+`find_answer` looks at every turn, newest first, and returns the first answer-shaped value.
+
+The scan is linear in the text and reads at most `MAX_ANSWER_CHARS` characters: one pass
+finds the balanced ``{...}``/``[...]`` spans (strings and escapes respected), and only spans
+of the outer `MAX_DEPTH` levels are decoded, each level's spans being disjoint.
+
+>>> answer_from_text('Sure: ```json {"assignments": {"c1": "cpu"}, "reason": "r"} ``` done')
+{'assignments': {'c1': 'cpu'}, 'reason': 'r'}
+>>> answer_from_text('{"name": "submit_mapping", "arguments": [{"call_id": "c1", "option": "x"}]}')
+{'assignments': [{'call_id': 'c1', 'option': 'x'}]}
+>>> answer_from_text("{" * 300_000) is None
+True
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+ANSWER_TOOL = "submit_mapping"
+MAX_ANSWER_CHARS = 32_000
+"""Text beyond this many characters is not read (an answer for 13 calls is ~1.5 k)."""
+MAX_DEPTH = 3
+"""How many nesting levels of JSON spans are tried (a wrapper inside prose inside a fence)."""
+MAX_UNWRAP = 4
+
+_ASSIGNMENT_KEYS = ("assignments", "mapping", "placements", "options")
+_WRAPPER_KEYS = ("arguments", "args", "parameters", "input", "function", ANSWER_TOOL)
+
+
+def _spans(text: str) -> list[list[tuple[int, int]]]:
+    """Balanced bracket spans by depth (0 = outermost), in one pass over ``text``."""
+    levels: list[list[tuple[int, int]]] = [[] for _ in range(MAX_DEPTH)]
+    stack: list[tuple[str, int]] = []
+    closing = {"}": "{", "]": "["}
+    in_string = escaped = False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"' and stack:
+            in_string = True
+        elif ch in "{[":
+            stack.append((ch, i))
+        elif ch in closing:
+            if stack and stack[-1][0] == closing[ch]:
+                _, start = stack.pop()
+                depth = len(stack)
+                if depth < MAX_DEPTH:
+                    levels[depth].append((start, i + 1))
+            else:
+                stack.clear()  # unbalanced: start afresh after this point
+    return levels
+
+
+def _is_assignment_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, Mapping) and "call_id" in v for v in value)
+    )
+
+
+def unwrap_answer(value: Any) -> dict[str, Any] | None:
+    """``value`` as ``{"assignments": ..., "reason"?}`` if it is an answer in a known wrapper.
+
+    Accepted: the answer itself (``assignments`` as a list or a ``{call_id: option}``
+    mapping; ``mapping``/``placements``/``options`` as aliases), a bare list of
+    ``{call_id, option}``, and wrappers ``{"name", "arguments"|"args"|"parameters"}``,
+    ``{"function": {...}}``, ``{"submit_mapping": {...}}``, with arguments as JSON text.
+
+    >>> call = {"name": "submit_mapping", "arguments": '{"mapping": {"a": "cpu"}}'}
+    >>> unwrap_answer({"function": call})
+    {'assignments': {'a': 'cpu'}}
+    >>> unwrap_answer({"name": "step_calls", "arguments": {}}) is None
+    True
+    """
+    for _ in range(MAX_UNWRAP):
+        if isinstance(value, str):
+            try:
+                value = json.loads(value[:MAX_ANSWER_CHARS])
+            except ValueError:
+                return None
+        if _is_assignment_list(value):
+            return {"assignments": value}
+        if not isinstance(value, Mapping):
+            return None
+        for key in _ASSIGNMENT_KEYS:
+            if key in value and isinstance(value[key], (Mapping, list)):
+                out = {"assignments": value[key]}
+                if "reason" in value:
+                    out["reason"] = value["reason"]
+                return out
+        name = value.get("name")
+        if isinstance(name, str) and name != ANSWER_TOOL:
+            return None  # another tool's call, written out
+        inner = next((value[k] for k in _WRAPPER_KEYS if k in value), None)
+        if inner is None:
+            return None
+        value = inner
+    return None
+
+
+def answer_from_text(text: str, *, max_chars: int = MAX_ANSWER_CHARS) -> dict[str, Any] | None:
+    """The first answer-shaped JSON value in the first ``max_chars`` characters of ``text``."""
+    text = text[:max_chars]
+    if "{" not in text and "[" not in text:
+        return None
+    for level in _spans(text):
+        for start, end in sorted(level):
+            try:
+                value = json.loads(text[start:end])
+            except ValueError:
+                continue
+            found = unwrap_answer(value)
+            if found is not None:
+                return found
+    return None
+
+
+def _text_of(message: Any) -> str:
+    text = getattr(message, "text", "")
+    if isinstance(text, str):
+        return str(text)
+    return text() if callable(text) else ""  # older langchain-core: a method
+
+
+def find_answer(messages: Sequence[Any]) -> tuple[dict[str, Any], str] | None:
+    """The newest answer in any AI turn of ``messages``, and where it was found.
+
+    Where: ``"tool_call"`` (the ``submit_mapping`` call), ``"wrapped_call"`` (another tool
+    call whose arguments hold an answer) or ``"text"``.
+    """
+    for message in reversed(messages):
+        if getattr(message, "type", None) != "ai":
+            continue
+        calls = getattr(message, "tool_calls", None) or []
+        for call in calls:
+            if call.get("name") == ANSWER_TOOL:
+                args = call.get("args")
+                found = unwrap_answer(args) if not _has_assignments(args) else dict(args)
+                return (found if found is not None else dict(args or {})), "tool_call"
+        for call in calls:
+            found = unwrap_answer(call.get("args"))
+            if found is not None:
+                return found, "wrapped_call"
+        text = _text_of(message)
+        found = answer_from_text(text) if text else None
+        if found is not None:
+            return found, "text"
+    return None
+
+
+def _has_assignments(args: Any) -> bool:
+    return isinstance(args, Mapping) and "assignments" in args

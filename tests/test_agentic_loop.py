@@ -1,0 +1,132 @@
+"""A hung or garbage-spewing chat model can never block tools, the event loop, or the step.
+
+Regression tests for issue 12 class 7: consultations run in a bounded set of threads of
+their own (never the loop's default executor); a full set falls back at once (``busy``);
+reading the answer is linear, size-capped and inside the timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.schedulers.agentic import AgenticScheduler
+from langgraph_devsched.schedulers.agentic_text import MAX_ANSWER_CHARS, answer_from_text
+from langgraph_devsched.schedulers.base import Batch, SchedulerView
+from langgraph_devsched.telemetry import DeviceState
+from tests.agentic_fakes import SyncHangingModel, TextModel
+from tests.test_agentic import ByTool
+
+GPU = DeviceState(True, "gpu", 8000, 0, 0.0, 8)
+VIEW = SchedulerView(GPU)
+FALLBACK = {"asr": "gpu_queued", "ocr": "cpu"}
+# the text that took the old quadratic reader seconds: 900 nested, never-closed objects
+NESTED_GARBAGE = ('{"a": [' * 900 + "0," * 150_000)[:300_000]
+
+
+def batch(i: int) -> Batch:
+    """A batch of a shape of its own (so no cached decision is reused)."""
+    return Batch.of([(f"c{i}", "asr", ToolDeviceSpec(vram_mb=1000 + i))])
+
+
+@pytest.fixture
+def hanging() -> Iterator[SyncHangingModel]:
+    model = SyncHangingModel()
+    yield model
+    model.release.set()
+
+
+async def test_hung_consultations_never_take_the_loops_default_executor(
+    hanging: SyncHangingModel,
+) -> None:
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=2))  # as small as on 2 cores
+    scheduler = AgenticScheduler(
+        hanging, fallback=ByTool(FALLBACK), timeout_s=0.05, max_consultations=2
+    )
+    causes = []
+    for i in range(8):
+        started = time.monotonic()
+        decision = await scheduler.adecide(batch(i), VIEW)
+        assert time.monotonic() - started < 2.0
+        assert decision.fallback == "scheduler_error"
+        causes.append(decision.consultation.cause)
+    assert causes[:2] == ["timeout", "timeout"]
+    assert set(causes[2:]) == {"busy"}  # two hung threads: the rest fall back at once
+    # a tool run by the node in the default executor still runs
+    assert await asyncio.wait_for(loop.run_in_executor(None, lambda: 7), 2.0) == 7
+
+
+def test_a_full_set_of_consultation_threads_falls_back_at_once(
+    hanging: SyncHangingModel,
+) -> None:
+    scheduler = AgenticScheduler(
+        hanging, fallback=ByTool(FALLBACK), timeout_s=0.2, max_consultations=1
+    )
+    first = scheduler.decide(batch(0), VIEW)
+    started = time.monotonic()
+    second = scheduler.decide(batch(1), VIEW)
+    took = time.monotonic() - started
+    assert first.consultation.cause == "timeout"
+    assert second.consultation.cause == "busy" and took < 0.15
+    assert scheduler.last_fallbacks == {"c1": "busy"}
+    assert "consultation threads are held" in second.reason
+    assert dict(second.mapping) == {"c1": "gpu_queued"}  # the fallback's option
+    assert hanging.calls == 1  # the second step never reached the model
+
+
+def test_a_slot_comes_back_when_the_hung_model_returns(hanging: SyncHangingModel) -> None:
+    scheduler = AgenticScheduler(
+        hanging, fallback=ByTool(FALLBACK), timeout_s=0.05, max_consultations=1
+    )
+    assert scheduler.decide(batch(0), VIEW).consultation.cause == "timeout"
+    hanging.release.set()
+    deadline = time.monotonic() + 5
+    while scheduler._slots.in_use and time.monotonic() < deadline:
+        time.sleep(0.01)
+    decision = scheduler.decide(batch(1), VIEW)
+    assert decision.consultation.cause == "llm_error"  # asked again: the model raised
+
+
+@pytest.mark.parametrize("mode", ["decide", "adecide"])
+async def test_a_huge_garbage_answer_is_read_within_the_timeout(mode: str) -> None:
+    model = TextModel(text=NESTED_GARBAGE)
+    scheduler = AgenticScheduler(model, fallback=ByTool(FALLBACK), timeout_s=1.0)
+    started = time.monotonic()
+    decision = (
+        await scheduler.adecide(batch(0), VIEW)
+        if mode == "adecide"
+        else scheduler.decide(batch(0), VIEW)
+    )
+    assert time.monotonic() - started < 1.5
+    assert decision.fallback == "scheduler_error"
+    assert decision.consultation.cause in ("no_answer", "timeout")
+
+
+def test_reading_is_linear_and_capped() -> None:
+    started = time.monotonic()
+    for garbage in (NESTED_GARBAGE, "{" * 300_000, '{"x": "' * 100_000, "[{]}" * 75_000):
+        assert answer_from_text(garbage) is None
+    assert time.monotonic() - started < 1.0
+    answer = '{"assignments": {"c1": "cpu"}}'
+    assert answer_from_text("x" * 100 + answer) == {"assignments": {"c1": "cpu"}}
+    assert answer_from_text("x" * MAX_ANSWER_CHARS + answer) is None  # past the cap
+
+
+def test_a_virtual_clock_past_the_deadline_times_out_without_waiting() -> None:
+    model = TextModel(text="thinking")
+
+    def clock() -> float:  # 100 s pass during the first model call
+        return 100.0 if model.kwargs else 0.0
+
+    scheduler = AgenticScheduler(model, fallback=ByTool(FALLBACK), timeout_s=5.0, clock=clock)
+    started = time.monotonic()
+    decision = scheduler.decide(batch(0), VIEW)
+    assert time.monotonic() - started < 1.0
+    assert decision.consultation.cause == "timeout"
+    assert len(model.kwargs) == 1  # the second turn never started
