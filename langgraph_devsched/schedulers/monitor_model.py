@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.context import LoadContext
@@ -254,12 +255,14 @@ def fit_contention(
         return ContentionFit(shares, threads)
     distinct = sorted(set(tools))
 
-    def loss() -> float:
-        params = {
-            t: estimate_params(t, specs[t], obs, bg_share=device.gpu_utilization,
+    def estimate(t: str) -> ToolParams:
+        return estimate_params(t, specs[t], obs, bg_share=device.gpu_utilization,
                                share=shares.get(t), threads=threads.get(t, 1))
-            for t in distinct
-        }
+
+    params = {t: estimate(t) for t in distinct}
+
+    def loss(tool: str) -> float:
+        params[tool] = estimate(tool)  # only the tool being fitted changed
         bed = twin(params, device, oom_ms=oom_ms)
         total = 0.0
         for outcome, calls in plans:
@@ -275,26 +278,43 @@ def fit_contention(
                 total += weight * (rec.makespan_ms / outcome.makespan_ms - 1.0) ** 2
         return total
 
+    def late() -> bool:
+        return deadline is not None and deadline()
+
+    def best_of(
+        tool: str, table: dict[str, Any], current: Any, grid: Sequence[Any]
+    ) -> tuple[Any, bool]:
+        """The grid value with the lowest loss (ties: nearest ``current``), and whether
+        the deadline cut the grid short; with a deadline, ``current`` is scored first, so
+        a cut never raises the loss."""
+        values = grid if deadline is None or current in grid else [current, *grid]
+        if deadline is not None and current in grid:
+            values = [current, *(v for v in grid if v != current)]
+        scored = []
+        for v in values:
+            if scored and late():
+                break
+            table[tool] = v
+            scored.append((round(loss(tool), 9), abs(v - current), v))
+        table[tool] = min(scored)[2]
+        params[tool] = estimate(tool)
+        return table[tool], len(scored) < len(values)
+
     cores = max(1, device.cpu_cores)
     total = passes * len(distinct) if visits is None else visits
     for done in range(total):
         position = offset + done
         tool = distinct[position % len(distinct)]
-        if done and deadline is not None and deadline():
+        if done and late():
             return ContentionFit(shares, threads, complete=False, resume_at=position,
                                  visits_left=total - done)
+        cut = False
         if tool in gpu_shared:
-            current = shares.get(tool, specs[tool].gpu_share)
-            scored = []
-            for v in SHARE_GRID:
-                shares[tool] = v
-                scored.append((round(loss(), 9), abs(v - current), v))
-            shares[tool] = min(scored)[2]
-        if tool in cpu_shared:
-            now = threads.get(tool, 1)
-            scored_t = []
-            for n in (n for n in THREAD_GRID if n <= cores):
-                threads[tool] = n
-                scored_t.append((round(loss(), 9), abs(n - now), n))
-            threads[tool] = min(scored_t)[2]
+            _, cut = best_of(tool, shares, shares.get(tool, specs[tool].gpu_share), SHARE_GRID)
+        if tool in cpu_shared and not cut:
+            grid = [n for n in THREAD_GRID if n <= cores]
+            _, cut = best_of(tool, threads, threads.get(tool, 1), grid)
+        if cut and done + 1 < total:
+            return ContentionFit(shares, threads, complete=False, resume_at=position + 1,
+                                 visits_left=total - done - 1)
     return ContentionFit(shares, threads)

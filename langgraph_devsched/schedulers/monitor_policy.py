@@ -228,7 +228,7 @@ class MonitorPolicy(SchedulerBase):
             return (int((scores[m] - low) // tie), seen_ms.get(m, scores[m]), demand(m))
 
         best = min(scores, key=objective)
-        probe = self._probe(batch, obs, model, best, choices)
+        probe = self._probe(batch, obs, model, best, choices, deadline(1.0))
         chosen = probe[0] if probe else best
         mapping = dict(zip(batch.call_ids, chosen, strict=True))
         predicted = {
@@ -309,8 +309,10 @@ class MonitorPolicy(SchedulerBase):
 
     def _probe(
         self, batch: Batch, obs: Observations, model: _ModelScores, best: Mapping_,
-        choices: list[tuple[DeviceOption, ...]],
+        choices: list[tuple[DeviceOption, ...]], late: Callable[[], bool],
     ) -> tuple[Mapping_, ExplorationHint] | None:
+        """The most valuable affordable probe; hints are weighed while the decision's time
+        budget lasts (at least one)."""
         tools = [c.tool for c in batch.calls]
         counts = {_canon(o.placement): o.count for o in obs.outcomes_for(tuple(tools))}
         base = model.values[best]
@@ -322,6 +324,8 @@ class MonitorPolicy(SchedulerBase):
                 continue
             if hint.expected_gain_ms <= floor:
                 continue
+            if ranked is not None and late():
+                break
             if ranked is None:  # the best-scored mappings, for hints met anywhere
                 ranked = sorted(model.values, key=lambda m: (model.values[m], m))[:_SCAN]
             blind = hint.kind == "unknown" and not _declared(batch, hint)
@@ -391,16 +395,19 @@ class MonitorPolicy(SchedulerBase):
                     variants.update(
                         tuple([*m[:j], o, *m[j + 1:]]) for o in options if o != m[j]
                     )
-        model.score([*plain_set, *sorted(variants)])
+        room_set = sorted(variants)[:_ROOM]
+        model.score([*plain_set, *room_set])
         values = model.values
         plain = sorted(plain_set, key=lambda m: (values[m], m))
-        room = sorted(variants, key=lambda m: (values[m], m))
+        room = sorted(room_set, key=lambda m: (values[m], m))
         anywhere = [m for m in ranked if _measures(hint, m, tools)][:3]
         return anywhere + plain + room
 
 
 _SCAN = 2000
 """How many of the best-scored mappings are scanned for one that measures a hint."""
+_ROOM = 128
+"""At most this many make-room variants are scored for one hint."""
 
 
 class _ModelScores:
