@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_devsched.schedulers.base import Batch
 from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.schedulers.base import Batch
 from langgraph_devsched.stress import DEFAULT_RATES, FAULT_KINDS, StressConfig, run_stress
 from langgraph_devsched.stress import probes as probes_module
 from langgraph_devsched.stress.checks import Checker
@@ -28,20 +28,15 @@ from langgraph_devsched.stress.probes import PROBES, run_probe
 from langgraph_devsched.stress.schedulers import MALFORMED_RETURNS, malformed_returns
 
 UNFIXED: dict[str, str] = {
-    "scheduler_returns": "node.py: a malformed Decision (None, dict, list/None mapping, "
-    "predicted_ms=None) raises out of the graph run",
-    "cross_loop": "node.py: the plan's asyncio.Lock is shared across event loops",
-    "reused_ids": "node.py: concurrent steps reusing call ids share one plan",
-    "cancel_gpu_sync": "executors/local.py: a cancelled sync GPU tool's VRAM is released "
-    "while its thread still runs",
-    "timeout": "node.py: no call_timeout_s / hint timeout_s yet",
-    "max_concurrency": "node.py: ainvoke ignores config max_concurrency",
+    "timeout-simulated": "executors/simulated.py: a timed-out call's CallRecord has no error "
+    "(expected 'timeout...')",
 }
-"""Kind -> the defect still open (as of this file's commit). Delete entries as fixes land."""
+"""``kind`` or ``kind-backend`` -> the defect still open (as of this file's commit; on
+committed main at 8262736 every issue-12 kind failed). Delete entries as fixes land."""
 
 
-def _mark(kind: str) -> pytest.MarkDecorator | tuple[()]:
-    reason = UNFIXED.get(kind)
+def _mark(kind: str, backend: str = "") -> pytest.MarkDecorator | tuple[()]:
+    reason = UNFIXED.get(f"{kind}-{backend}") or UNFIXED.get(kind)
     return pytest.mark.xfail(reason=f"issue 12, unfixed: {reason}", strict=False) if reason else ()
 
 
@@ -57,7 +52,7 @@ def _quiet() -> Iterator[None]:
 
 
 CASES = [
-    pytest.param(kind, backend, id=f"{kind}-{backend}", marks=_mark(kind))
+    pytest.param(kind, backend, id=f"{kind}-{backend}", marks=_mark(kind, backend))
     for kind, (_, backends, _) in PROBES.items()
     for backend in backends
 ]
@@ -152,7 +147,6 @@ def test_a_raising_step_is_counted_lost_not_a_harness_crash() -> None:
     assert f.handled == f.injected or bad > 0
 
 
-@pytest.mark.xfail(reason=f"issue 12, unfixed: {UNFIXED['scheduler_returns']}", strict=False)
 def test_malformed_scheduler_answers_fall_back_on_both_backends() -> None:
     rates = dict.fromkeys(FAULT_KINDS, 0.0)
     rates["scheduler_returns"] = 1.0

@@ -109,7 +109,7 @@ class StressConfig(BaseModel):
     llm_timeout_s: float = Field(default=0.1, gt=0, description="agentic scheduler timeout")
     queue_timeout_s: float = Field(default=0.05, gt=0, description="local GPU queue timeout")
     node_call_timeout_s: float = Field(
-        default=0.1, gt=0, description="the node's call_timeout_s, where the node has one"
+        default=0.5, gt=0, description="the node's call_timeout_s, where the node has one"
     )
     probe_limit_s: float = Field(
         default=20.0, gt=0, description="a scenario probe that runs longer counts as hung"
@@ -262,14 +262,20 @@ class _Run:
             planned[target] = "none"  # the retry ran it normally
         self.steps += 1
         lane.figures.steps += 1
+        batch = any(c["name"] in TOOL_NAMES for c in calls)
+        if self.node_timeout and any(f == "hang" for f in planned.values()):
+            # timed-out sync tools end now that they are released: their VRAM goes back and
+            # (if the node waits for them) their step is reported then
+            await self._settle(lane, "ledger_busy_after_timeout")
+            for _ in range(400):
+                if not batch or len(lane.reports) > before:
+                    break
+                await asyncio.sleep(0.005)
         if out is not None:
             self.checker.check_answers(calls, planned, out["messages"][1:], lane=lane.name)
-            batch = any(c["name"] in TOOL_NAMES for c in calls)
             self.checker.check_reports(
                 lane, lane.reports[before:], batch=batch, cancelled=target is not None
             )
-        if self.node_timeout and any(f == "hang" for f in planned.values()):
-            await self._settle(lane, "ledger_busy_after_timeout")
         self.checker.check_ledger_at_rest(lane, f"after step {index}")
         self._probes(index)
 

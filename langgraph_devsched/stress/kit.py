@@ -149,7 +149,9 @@ def graph_of(node: DeviceToolNode) -> Any:
     return StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
 
 
-def step_input(calls: Sequence[tuple[str, str]], payloads: Mapping[str, str] | None = None) -> dict[str, Any]:
+def step_input(
+    calls: Sequence[tuple[str, str]], payloads: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """One AIMessage with ``(call id, tool)`` calls; each payload is its id unless given."""
     payloads = payloads or {}
     tool_calls = [

@@ -69,7 +69,7 @@ async def _cancel_running(ctx: ProbeContext, result: ProbeResult) -> None:
     async def agrab(payload: str) -> str:
         return await asyncio.to_thread(grab, payload)
 
-    hints = {
+    hints: dict[str, dict[str, Any]] = {
         "holder": {"vram_mb": 800, "pinned": "gpu_now", "cpu_allowed": False},
         "grab": {"vram_mb": 800, "preferred": "gpu_now"},
     }
@@ -100,11 +100,13 @@ async def _cancel_running(ctx: ProbeContext, result: ProbeResult) -> None:
                 f"cancelled: the ledger holds {in_use:.0f} MB while the sync tool's thread still "
                 "runs with its 800 MB",
             )
-            out, why = await within(graph.ainvoke(step_input([(f"g{ctx.index}", "grab")])), STEP_LIMIT_S)
+            grab_step = step_input([(f"g{ctx.index}", "grab")])
+            _, why = await within(graph.ainvoke(grab_step), STEP_LIMIT_S)
             ok &= result.check(why is None, f"a step after the cancellation: {why}")
             ok &= result.check(
                 vram.peak <= BUDGET_MB + 1e-6,
-                f"tools held {vram.peak:.0f} MB of VRAM at once, over the {BUDGET_MB:.0f} MB budget",
+                f"tools held {vram.peak:.0f} MB of VRAM at once, over the {BUDGET_MB:.0f} MB "
+                "budget",
             )
     finally:
         release.set()
@@ -126,7 +128,7 @@ async def _cancel_queued(ctx: ProbeContext, result: ProbeResult) -> None:
 
     reports: list[StepReport] = []
     monitor = RuntimeMonitor()
-    hints = {"waiter": {"vram_mb": 500, "pinned": "gpu_queued"}}
+    hints: dict[str, dict[str, Any]] = {"waiter": {"vram_mb": 500, "pinned": "gpu_queued"}}
     node, ledger = node_for(
         ctx, [make_tool("waiter", swaiter, waiter)], hints, budget_mb=BUDGET_MB,
         queue_timeout_s=HOLD_LIMIT_S, backend="local", scheduler="static",
@@ -138,7 +140,8 @@ async def _cancel_queued(ctx: ProbeContext, result: ProbeResult) -> None:
     ok = result.check(blocker is not None, "could not fill the ledger")
     try:
         ids = [f"q{ctx.index}a", f"q{ctx.index}b"]
-        task = asyncio.ensure_future(graph.ainvoke(step_input([(ids[0], "waiter"), (ids[1], "waiter")])))
+        step = step_input([(ids[0], "waiter"), (ids[1], "waiter")])
+        task = asyncio.ensure_future(graph.ainvoke(step))
         queued = await wait_until(lambda: ledger.queued >= 2, 2.0)
         ok &= result.check(queued, f"the calls never queued ({ledger.queued} queued)")
         task.cancel()
@@ -190,7 +193,7 @@ def oom_cpu_slots(ctx: ProbeContext, *, workers: int = 1) -> ProbeResult:
 
         return make_tool(name, run, arun)
 
-    hints = {
+    hints: dict[str, dict[str, Any]] = {
         "oomer": {"vram_mb": 200, "preferred": "gpu_now"},
         "cpuwork": {"gpu_capable": False},
     }

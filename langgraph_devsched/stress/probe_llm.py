@@ -89,7 +89,8 @@ def garbage_texts(seed: int = 0, size: int = GARBAGE_CHARS) -> list[str]:
     [1000, 1000, 1000, 1000, 1000]
     """
     rng = random.Random(seed)
-    soup = "".join(rng.choice('{}[]":, assignments call_id option gpu_now c0\n') for _ in range(size))
+    alphabet = '{}[]":, assignments call_id option gpu_now c0\n'
+    soup = "".join(rng.choice(alphabet) for _ in range(size))
     nested = ('{"assignments": ' + "[" * size)[:size]
     unclosed = ('{"a": [' * (size // 7 + 1))[:size]
     prose = ("I think the GPU is best because " * (size // 32 + 1))[:size]
@@ -128,7 +129,9 @@ def _tools() -> tuple[list[Any], dict[str, dict[str, Any]]]:
     def srun(payload: str) -> str:  # sync only: ainvoke needs the default executor
         return f"fs:{payload}"
 
-    hints = {"fa": {"vram_mb": 500, "gpu_share": 0.5}, "fs": {"vram_mb": 300}}
+    hints: dict[str, dict[str, Any]] = {
+        "fa": {"vram_mb": 500, "gpu_share": 0.5}, "fs": {"vram_mb": 300},
+    }
     return [make_tool("fa", run, arun), make_tool("fs", srun)], hints
 
 
@@ -173,7 +176,9 @@ async def _flood_step(
     ok = result.check(why is None, f"{mode} step {i} ({tool}): {why}")
     if why is None:
         ok &= check_answered(result, out, ids, f"{mode} step {i}")
-        ok &= result.check(took <= bound, f"{mode} step {i} took {took:.2f} s (bound {bound:.2f} s)")
+        ok &= result.check(
+            took <= bound, f"{mode} step {i} took {took:.2f} s (bound {bound:.2f} s)"
+        )
     result.case(ok)
     return ok
 

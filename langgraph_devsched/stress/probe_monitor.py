@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import warnings
@@ -98,7 +99,9 @@ def _malformed_left(state: MonitorState) -> list[str]:
     return bad
 
 
-async def _two_steps(ctx: ProbeContext, monitor: RuntimeMonitor, result: ProbeResult, what: str) -> bool:
+async def _two_steps(
+    ctx: ProbeContext, monitor: RuntimeMonitor, result: ProbeResult, what: str
+) -> bool:
     node, _ = node_for(ctx, [_echo("pa"), _echo("pb")], _HINTS, monitor=monitor)
     graph = graph_of(node)
     ok = True
@@ -108,7 +111,9 @@ async def _two_steps(ctx: ProbeContext, monitor: RuntimeMonitor, result: ProbeRe
         if run_async:
             out, why = await within(graph.ainvoke(inputs), STEP_LIMIT_S)
         else:
-            out, why = await asyncio.to_thread(call_within, lambda: graph.invoke(inputs), STEP_LIMIT_S)
+            out, why = await asyncio.to_thread(
+                call_within, lambda inputs=inputs: graph.invoke(inputs), STEP_LIMIT_S
+            )
         mode = "async" if run_async else "sync"
         ok &= result.check(why is None, f"{what}: {mode} step {why}")
         if why is None:
@@ -178,7 +183,7 @@ def separator_names(ctx: ProbeContext) -> ProbeResult:
                 out, why = await within(graph.ainvoke(inputs), STEP_LIMIT_S)
             else:
                 out, why = await asyncio.to_thread(
-                    call_within, lambda: graph.invoke(inputs), STEP_LIMIT_S
+                    call_within, lambda inputs=inputs: graph.invoke(inputs), STEP_LIMIT_S
                 )
             ok &= result.check(why is None, f"step {i} ({', '.join(tools)}) {why}")
             if why is None:
@@ -219,10 +224,8 @@ def stats_writers(ctx: ProbeContext, *, writers: int = 4, saves: int = 5) -> Pro
 
     def write() -> None:
         monitor = RuntimeMonitor(state=state.model_copy(deep=True))
-        try:
+        with contextlib.suppress(threading.BrokenBarrierError):
             start.wait()
-        except threading.BrokenBarrierError:
-            pass
         for _ in range(saves):
             try:
                 monitor.save(path)
@@ -230,10 +233,8 @@ def stats_writers(ctx: ProbeContext, *, writers: int = 4, saves: int = 5) -> Pro
                 errors.append(f"{type(exc).__name__}: {exc}"[:160])
 
     def read() -> None:
-        try:
+        with contextlib.suppress(threading.BrokenBarrierError):
             start.wait()
-        except threading.BrokenBarrierError:
-            pass
         for _ in range(saves * 2):
             try:
                 loaded = RuntimeMonitor.load(path).state

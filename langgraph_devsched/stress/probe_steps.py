@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
 import time
@@ -86,7 +87,9 @@ class SlowScheduler(StaticHintScheduler):
 
 def cross_loop(ctx: ProbeContext, *, loops: int = 3) -> ProbeResult:
     result = ProbeResult()
-    hints = {"xa": {"vram_mb": 500, "gpu_share": 0.5}, "xb": {"vram_mb": 200, "preferred": "cpu"}}
+    hints: dict[str, dict[str, Any]] = {
+        "xa": {"vram_mb": 500, "gpu_share": 0.5}, "xb": {"vram_mb": 200, "preferred": "cpu"},
+    }
     node, ledger = node_for(
         ctx, [_sleeper("xa", 0.01), _sleeper("xb", 0.01)], hints, scheduler=SlowScheduler()
     )
@@ -98,10 +101,8 @@ def cross_loop(ctx: ProbeContext, *, loops: int = 3) -> ProbeResult:
     start = threading.Barrier(loops, timeout=5.0)
 
     def one(i: int) -> None:
-        try:
+        with contextlib.suppress(threading.BrokenBarrierError):
             start.wait()
-        except threading.BrokenBarrierError:
-            pass
         outs[i] = asyncio.run(within(graph.ainvoke(inputs, config), CROSS_LIMIT_S))
 
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(loops)]
@@ -127,9 +128,9 @@ def cross_loop(ctx: ProbeContext, *, loops: int = 3) -> ProbeResult:
 
 # -- reused_ids ------------------------------------------------------------------------------
 REUSED_HINTS: dict[str, dict[str, Any]] = {
-    "gpu_pinned": {"vram_mb": 500, "pinned": "gpu_now", "cpu_allowed": False},
+    "gpu_pinned": {"vram_mb": 500, "gpu_share": 0.2, "pinned": "gpu_now", "cpu_allowed": False},
     "cpu_only": {"gpu_capable": False},
-    "queued_pin": {"vram_mb": 500, "pinned": "gpu_queued"},
+    "queued_pin": {"vram_mb": 500, "gpu_share": 0.2, "pinned": "gpu_queued"},
 }
 REUSED_STEPS: tuple[tuple[tuple[str, str], ...], ...] = (
     (("r0", "gpu_pinned"), ("r1", "queued_pin")),
@@ -175,7 +176,8 @@ def reused_ids(ctx: ProbeContext) -> ProbeResult:
 
     reports: list[StepReport] = []
     node, ledger = node_for(
-        ctx, [tool(n) for n in REUSED_HINTS], REUSED_HINTS, on_step=reports_into(reports)
+        ctx, [tool(n) for n in REUSED_HINTS], REUSED_HINTS, on_step=reports_into(reports),
+        queue_timeout_s=2.0,
     )
     graph = graph_of(node)
     same = mode.endswith(("same_thread_id", "same_thread"))
@@ -197,19 +199,19 @@ def reused_ids(ctx: ProbeContext) -> ProbeResult:
     for k, (calls, (out, why)) in enumerate(zip(REUSED_STEPS, outs, strict=True)):
         ok &= result.check(why is None, f"step {k}: {why}")
         if why is None:
-            ok &= check_answered(
-                result, out, [c for c, _ in calls], f"step {k}",
-                expect=lambda cid, m, calls=calls, k=k: str(m.content).startswith(
-                    f"{dict(calls)[cid]}:k{k}:{cid}@"
-                ),
-            )
-    for name, payload, device in seen:
-        on_cpu = device == "cpu"
-        allowed_cpu = name == "cpu_only"
+            tools = dict(calls)
+
+            def own(cid: str, m: ToolMessage, tools: dict[str, str] = tools, k: int = k) -> bool:
+                return str(m.content).startswith(f"{tools[cid]}:k{k}:{cid}@")
+
+            ok &= check_answered(result, out, [c for c, _ in calls], f"step {k}", expect=own)
+    for name, payload, device in seen:  # the device: GPU only if GPU-capable, CPU only if allowed
+        spec = ToolDeviceSpec(**REUSED_HINTS[name])
         ok &= result.check(
-            on_cpu == allowed_cpu,
+            spec.cpu_allowed if device == "cpu" else spec.gpu_capable,
             f"tool {name} ({payload}) ran on {device}; its hints allow "
-            f"{', '.join(ToolDeviceSpec(**REUSED_HINTS[name]).allowed_options())}",
+            f"{', '.join(spec.allowed_options())}"
+            + ("" if spec.cpu_allowed else " (never the CPU)"),
         )
     ok &= result.check(len(seen) == parties, f"{len(seen)} tool runs for {parties} calls")
     specs = {n: ToolDeviceSpec(**h) for n, h in REUSED_HINTS.items()}
@@ -221,7 +223,9 @@ def reused_ids(ctx: ProbeContext) -> ProbeResult:
                 f"CallRecord {rec.call_id} ({rec.tool}) has option {rec.option}; allowed: "
                 f"{', '.join(allowed)}",
             )
-    ok &= result.check(len(reports) == len(REUSED_STEPS), f"{len(reports)} step reports for 3 steps")
+    ok &= result.check(
+        len(reports) == len(REUSED_STEPS), f"{len(reports)} step reports for 3 steps"
+    )
     idle = asyncio.run(wait_until(lambda: ledger_idle(ledger), 2.0))
     ok &= result.check(idle, "local ledger not back at 0 after the steps")
     result.case(ok)
@@ -250,7 +254,9 @@ def max_concurrency(ctx: ProbeContext) -> ProbeResult:
     gauge = Gauge()
     k = ctx.rng.choice((1, 2, 3))
     run_async = ctx.rng.random() < 0.5
-    hints = {"mc": {"vram_mb": 100, "gpu_share": 0.2}, "mcc": {"gpu_capable": False}}
+    hints: dict[str, dict[str, Any]] = {
+        "mc": {"vram_mb": 100, "gpu_share": 0.2}, "mcc": {"gpu_capable": False},
+    }
     node, _ = node_for(ctx, [_sleeper("mc", 0.01, gauge), _sleeper("mcc", 0.01, gauge)], hints)
     graph = graph_of(node)
     ids = [f"m{ctx.index}c{j}" for j in range(k + 3)]
@@ -267,7 +273,8 @@ def max_concurrency(ctx: ProbeContext) -> ProbeResult:
         ok &= check_answered(result, out, ids, f"{mode} step")
     ok &= result.check(
         gauge.max_count <= k,
-        f"{mode} step with max_concurrency={k} ran {gauge.max_count} of its {len(ids)} calls at once",
+        f"{mode} step with max_concurrency={k} ran {gauge.max_count} of its {len(ids)} calls "
+        "at once",
     )
     result.case(ok)
     return result
@@ -326,7 +333,9 @@ def timeout(ctx: ProbeContext) -> ProbeResult:
     else:
         kwargs["call_timeout_s"] = deadline
     reports: list[StepReport] = []
-    tools = [make_tool("slowgpu", slow), _sleeper("quick", 0.0), make_tool("grab", grab_run, grab_arun)]
+    tools = [
+        make_tool("slowgpu", slow), _sleeper("quick", 0.0), make_tool("grab", grab_run, grab_arun)
+    ]
     node, ledger = node_for(
         ctx, tools, hints, budget_mb=budget, scheduler="static",
         on_step=reports_into(reports), **kwargs,
@@ -349,7 +358,9 @@ def timeout(ctx: ProbeContext) -> ProbeResult:
 
     if why is None:
         ok &= check_answered(result, out, ids, f"{mode} step", expect=timed_out)
-        ok &= result.check(elapsed <= deadline + 2.0, f"answered after {elapsed:.2f} s ({deadline} s deadline)")
+        ok &= result.check(
+            elapsed <= deadline + 2.0, f"answered after {elapsed:.2f} s ({deadline} s deadline)"
+        )
     if ledger is not None and entered.is_set() and not release.is_set():
         in_use = ledger.in_use_mb
         ok &= result.check(
@@ -358,7 +369,7 @@ def timeout(ctx: ProbeContext) -> ProbeResult:
             "its 600 MB (released at the deadline, not when its thread returned)",
         )
         gid = f"to{ctx.index}g"
-        g_out, g_why = call_within(lambda: graph.invoke(step_input([(gid, "grab")])), STEP_LIMIT_S)
+        _, g_why = call_within(lambda: graph.invoke(step_input([(gid, "grab")])), STEP_LIMIT_S)
         ok &= result.check(g_why is None, f"second step: {g_why}")
         ok &= result.check(
             vram.peak <= budget + 1e-6,

@@ -77,7 +77,8 @@ class StressReport(BaseModel):
         default_factory=dict, description="violations by fault kind ('invariant': no fault)"
     )
     violation_examples: list[str] = Field(
-        default_factory=list, description="the first violations: 20 invariants, 3 per fault kind (60 at most)"
+        default_factory=list,
+        description="the first violations: 20 invariants, 3 per fault kind (60 at most)",
     )
     wall_s: float = 0.0
     stopped_early: bool = Field(default=False, description="--max-seconds ended the run first")

@@ -27,7 +27,9 @@ from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, S
 from langgraph_devsched.stress.faults import StepFault, Tally
 
 LLM_FAULTS: tuple[StepFault, ...] = ("llm_garbage", "llm_error", "llm_hang")
-MALFORMED_RETURNS: tuple[str, ...] = ("none", "dict", "mapping_none", "mapping_list", "predicted_none")
+MALFORMED_RETURNS: tuple[str, ...] = (
+    "none", "dict", "mapping_none", "mapping_list", "predicted_none",
+)
 """What a ``scheduler_returns`` fault answers (see `malformed_returns`)."""
 HANG_LIMIT_S = 5.0
 """A hanging chat model gives up after this long if the harness never releases it."""
@@ -194,7 +196,7 @@ class FaultyScheduler(SchedulerBase):
         if fault == "scheduler_returns":
             self.tally.add("scheduler_returns")
             self.returned = self._rng.choice(MALFORMED_RETURNS)
-            return malformed_returns(batch, self.returned)  # type: ignore[no-any-return]
+            return malformed_returns(batch, self.returned)
         if fault == "scheduler_error":
             self.tally.add("scheduler_error")
             raise RuntimeError("injected scheduler error (devsched stress)")
