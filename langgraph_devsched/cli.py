@@ -184,5 +184,9 @@ def stress(
     if not report.ok:
         raise typer.Exit(code=1)
 
+from langgraph_devsched.perf.command import perf_command  # noqa: E402
+
+app.command(name="perf")(perf_command)
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -145,3 +145,55 @@ def test_monitor_hook_sees_every_step_and_feeds_the_view(monkeypatch: pytest.Mon
     skipped: dict[str, str] = {}
     assert "spy" not in default_schedulers(skipped=skipped)
     assert "needs argument(s) monitor" in skipped["spy"]
+
+
+class _TickingClock:
+    """A fake clock: every reading is ``step`` seconds after the previous one."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_wall_time_is_decision_time_plus_makespan() -> None:
+    # each decision reads the clock twice: 10 ms apart on the fake clock
+    s = scenario()
+    result = run_scenario(s, ["all_gpu", "oracle"], clock=_TickingClock(0.010))
+    r = result.results["all_gpu"]
+    assert r.decision_ms == pytest.approx([10.0] * 6)  # 3 rounds x 2 batches
+    assert r.round_wall_ms == pytest.approx([m + 20.0 for m in r.round_makespans_ms])
+    best = result.optimal_makespan_ms
+    assert r.wall_regret_ms == pytest.approx(sum(w - best for w in r.round_wall_ms))
+    assert r.wall_regret_ms == pytest.approx(r.regret_ms + 60.0)
+    oracle = result.results["oracle"]
+    assert oracle.regret_ms == 0.0 and oracle.wall_regret_ms == pytest.approx(60.0)
+    assert (r.decision_ms_p50, r.decision_ms_p95) == (pytest.approx(10.0), pytest.approx(10.0))
+
+
+def test_decision_cost_none_counts_the_makespan_only() -> None:
+    result = run_scenario(scenario(), ["all_gpu"], clock=_TickingClock(0.010),
+                          decision_cost="none")
+    r = result.results["all_gpu"]
+    assert r.round_wall_ms == r.round_makespans_ms
+    assert r.wall_regret_ms == pytest.approx(r.regret_ms)
+    assert r.decision_ms == pytest.approx([10.0] * 6)  # still measured, just not counted
+    with pytest.raises(ValueError, match="valid: measured, none"):
+        run_scenario(scenario(), ["all_gpu"], decision_cost="free")  # type: ignore[arg-type]
+
+
+def test_report_carries_wall_regret_and_decision_percentiles() -> None:
+    from langgraph_devsched.bench.report import markdown_summary, to_json
+
+    bench = run_benchmark([scenario()], ["all_gpu", "oracle"], clock=_TickingClock(0.005))
+    doc = to_json(bench)
+    assert doc["config"]["decision_cost"] == "measured"
+    row = doc["scenarios"][0]["results"]["all_gpu"]
+    assert row["decision_ms_p50"] == pytest.approx(5.0)
+    assert len(row["round_wall_ms"]) == 3
+    summ = doc["summary"]["all_gpu"]
+    assert summ["wall_regret_ms"] == pytest.approx(summ["regret_ms"] + 30.0)
+    assert {"decision_ms_p50", "decision_ms_p95"} <= set(summ)
+    assert "| wall regret ms |" in markdown_summary(bench)

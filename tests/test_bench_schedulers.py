@@ -97,3 +97,37 @@ def test_ucb_keeps_one_bandit_per_batch_shape() -> None:
     d = ucb.decide(two, IDLE)
     assert d.mapping["b"] == "cpu"
     assert "of 3)" in d.reason  # x has 3 options, y only the CPU
+
+
+def test_ucb_builds_arms_incrementally_for_large_batches() -> None:
+    # 20 calls have 3^20 (3.5 billion) mappings: never enumerated, at most max_arms tried
+    batch = Batch.of([(f"c{i}", f"t{i % 7}", spec(100 + 10 * i, 30 + i)) for i in range(20)])
+    ucb = UcbScheduler(max_arms=5)
+    seen = []
+    for _ in range(12):
+        d = ucb.decide(batch, IDLE)
+        seen.append(tuple(d.options_for(batch)))
+        ucb.observe(batch, d, _record(batch, dict(d.mapping),
+                                      {c: 10.0 for c in batch.call_ids}))
+    assert len(set(seen[:5])) == 5  # five distinct arms first ...
+    assert set(seen[5:]) <= set(seen[:5])  # ... then UCB1 among them only
+    sizes = ucb.state_sizes()
+    assert sizes["max_arms_tried"] == 5 and sizes["max_arms_built"] <= 6
+    assert "of 3486784401)" in UcbScheduler().decide(batch, IDLE).reason
+
+
+def test_ucb_keeps_the_most_recent_shapes_only() -> None:
+    ucb = UcbScheduler(max_shapes=2)
+    for k in range(5):
+        ucb.decide(Batch.of([("a", f"tool{k}", spec(10, 5))]), IDLE)
+    assert ucb.state_sizes()["bandits"] == 2
+
+
+def test_dmda_history_is_a_bounded_window() -> None:
+    batch = Batch.of([("a", "ocr", spec(300, 50))])
+    dmda = DmdaScheduler(history_window=3, calibration_samples=1)
+    for ms in (100.0, 200.0, 30.0, 40.0, 50.0):
+        d = dmda.decide(batch, IDLE)
+        dmda.observe(batch, d, _record(batch, {"a": "cpu"}, {"a": ms}))
+    assert dmda.expected_length("ocr", "cpu", 300.0, 0.0) == 40.0  # mean of 30, 40, 50
+    assert dmda.state_sizes() == {"pairs": 1, "max_samples": 3}

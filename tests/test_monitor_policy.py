@@ -148,3 +148,117 @@ def test_without_a_gpu_everything_allowed_runs_on_the_cpu() -> None:
     batch = Batch.of([("c0", "asr", declared(T(cpu_ms=900, gpu_ms=50)))])
     d = MonitorPolicy().decide(batch, SchedulerView(DeviceState.cpu_only("no GPU here")))
     assert dict(d.mapping) == {"c0": "cpu"}
+
+
+# -- decision cost: reuse, bounded search, bounded state ---------------------------------------
+
+STEADY = {
+    "asr": T(cpu_ms=300, gpu_ms=60, vram_mb=2000, gpu_share=1.0),
+    "emb": T(cpu_ms=90, gpu_ms=40, vram_mb=800, gpu_share=1.0),
+    "ocr": T(cpu_ms=120, gpu_ms=50, vram_mb=1000, gpu_share=1.0),
+}
+
+
+def steady_run(
+    policy: MonitorPolicy, bed: SimulatedTestbed, batch: Batch, rounds: int
+) -> list[object]:
+    out = []
+    for _ in range(rounds):
+        d = policy.decide(batch, SchedulerView(bed.device_state()))
+        calls = list(zip(batch.call_ids, [c.tool for c in batch.calls], d.options_for(batch),
+                         strict=True))
+        policy.observe(batch, d, bed.run_step(calls))
+        out.append(d)
+    return out
+
+
+def steady_batch(params: dict[str, ToolParams] = STEADY) -> Batch:
+    return Batch.of([(f"c{i}", t, declared(p)) for i, (t, p) in enumerate(params.items())])
+
+
+def test_a_decision_is_reused_while_nothing_changed_and_says_so() -> None:
+    bed = SimulatedTestbed(STEADY, vram_budget_mb=8000, cpu_cores=4)
+    batch = steady_batch()
+    decisions = steady_run(MonitorPolicy(), bed, batch, 15)
+    reused = [d.reused for d in decisions]  # type: ignore[attr-defined]
+    assert not reused[0]
+    assert all(reused[-5:])
+    last = decisions[-1]
+    assert last.mapping == decisions[-6].mapping  # type: ignore[attr-defined]
+    assert last.reason.startswith("reused: nothing changed")  # type: ignore[attr-defined]
+    assert not any(d.probe for d, r in zip(decisions, reused, strict=True) if r)  # type: ignore[attr-defined]
+
+
+def test_reuse_ends_when_hints_telemetry_or_latencies_move() -> None:
+    bed = SimulatedTestbed(STEADY, vram_budget_mb=8000, cpu_cores=4)
+    batch = steady_batch()
+    policy = MonitorPolicy()
+    steady_run(policy, bed, batch, 15)
+    view = SchedulerView(bed.device_state())
+    assert policy.decide(batch, view).reused
+    # new hints for one tool
+    lied = Batch.of([(c.call_id, c.tool, c.spec.model_copy(update={"vram_mb": 2500.0})
+                      if c.tool == "emb" else c.spec) for c in batch.calls])
+    assert not policy.decide(lied, view).reused
+    # another telemetry bucket: an LLM server now holds memory and GPU share
+    busy = SimulatedTestbed(STEADY, vram_budget_mb=8000, cpu_cores=4,
+                            background=BackgroundLoad(vram_mb=3000, gpu_share=0.5))
+    assert not policy.decide(batch, SchedulerView(busy.device_state())).reused
+    assert not policy.decide(batch, view).reused  # back: decided again (one slot per batch)
+    assert policy.decide(batch, view).reused  # and then it stands
+    # a latency far outside its noise: ocr became 3x slower on the GPU
+    slow = dict(STEADY, ocr=T(cpu_ms=120, gpu_ms=150, vram_mb=1000, gpu_share=1.0))
+    drifted = SimulatedTestbed(slow, vram_budget_mb=8000, cpu_cores=4)
+    d = policy.decide(batch, view)
+    calls = list(zip(batch.call_ids, [c.tool for c in batch.calls], d.options_for(batch),
+                     strict=True))
+    policy.observe(batch, d, drifted.run_step(calls))
+    assert not policy.decide(batch, view).reused
+
+
+def test_reuse_can_be_turned_off() -> None:
+    bed = SimulatedTestbed(STEADY, vram_budget_mb=8000, cpu_cores=4)
+    decisions = steady_run(MonitorPolicy(reuse=False), bed, steady_batch(), 12)
+    assert not any(d.reused for d in decisions)  # type: ignore[attr-defined]
+
+
+def test_large_batches_search_within_the_budget_and_beat_their_seeds() -> None:
+    from langgraph_devsched.schedulers.dmda import DmdaScheduler
+    from langgraph_devsched.schedulers.heft import HeftScheduler
+
+    params = {f"t{i}": T(cpu_ms=40 + 37 * (i % 7), gpu_ms=10 + 9 * (i % 5),
+                          transfer_ms=3 * (i % 4), vram_mb=300 + 200 * (i % 6))
+              for i in range(12)}
+    bed = SimulatedTestbed(params, vram_budget_mb=6000, cpu_cores=4)
+    tools = [f"t{i % 12}" for i in range(24)]
+    batch = Batch.of([(f"c{i}", t, declared(params[t])) for i, t in enumerate(tools)])
+    view = SchedulerView(bed.device_state())
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 0.002  # every reading of the clock is 2 ms later
+        return now[0]
+
+    policy = MonitorPolicy(max_decision_ms=60.0, clock=clock)
+    d = policy.decide(batch, view)
+    assert "local search" in d.reason
+    assert now[0] < 0.5  # the fake clock bounded the search (it did not run to exhaustion)
+
+    def truth(mapping: dict[str, DeviceOption]) -> float:
+        return bed.makespan([(c.call_id, c.tool, mapping[c.call_id]) for c in batch.calls])
+
+    seeds = [HeftScheduler().decide(batch, view).mapping,
+             DmdaScheduler().decide(batch, view).mapping,
+             {c: "cpu" for c in batch.call_ids}, {c: "gpu_queued" for c in batch.call_ids}]
+    assert truth(dict(d.mapping)) <= min(truth(dict(m)) for m in seeds)
+
+
+def test_per_shape_tables_are_bounded() -> None:
+    params = {f"t{i}": T(cpu_ms=50 + i, gpu_ms=20, vram_mb=100) for i in range(8)}
+    bed = SimulatedTestbed(params, vram_budget_mb=8000, cpu_cores=4)
+    policy = MonitorPolicy(max_shapes=3)
+    for k in range(1, 8):  # seven shapes: t0; t0,t1; ...
+        batch = Batch.of([(f"c{i}", f"t{i}", declared(params[f"t{i}"])) for i in range(k)])
+        steady_run(policy, bed, batch, 3)
+    sizes = policy.state_sizes()
+    assert sizes["fits"] <= 3 and sizes["last_decisions"] == 3

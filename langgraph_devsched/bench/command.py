@@ -10,6 +10,7 @@ from langgraph_devsched.bench.report import tables, write_json
 from langgraph_devsched.bench.runner import (
     BenchResult,
     StepRunner,
+    check_decision_cost,
     default_schedulers,
     run_benchmark,
     validate_scheduler_names,
@@ -45,8 +46,13 @@ def run_bench_command(
     plots: Path | None = None,
     backend: str = "local",
     real: bool = False,
+    decision_cost: str = "measured",
 ) -> BenchResult:
-    """What ``devsched bench`` does; raises `ValueError` on bad scenarios or names."""
+    """What ``devsched bench`` does; raises `ValueError` on bad scenarios or names.
+
+    ``decision_cost``: ``measured`` (a round's wall time is its decision time plus its
+    makespan) or ``none`` (makespan only)."""
+    cost = check_decision_cost(decision_cost)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -81,7 +87,7 @@ def run_bench_command(
 
         result = run_benchmark(
             loaded, names, rounds=rounds, seed=seed, noise=noise, on_round=tick,
-            step_runner=runner,
+            step_runner=runner, decision_cost=cost,
         )
     result.skipped.update(skipped)
     return report(result, console, json_path=json_path, plots=plots)

@@ -6,7 +6,9 @@ match), then R rounds. In a round each batch of the workload is decided on
 noise by `SimulatedTestbed.run_step`, and fed back through ``observe`` (and the monitor's
 ``record``). The round pays the noise-free makespan of the executed mappings; regret is that
 minus the brute-force optimum, summed over rounds (probes included: every executed mapping
-counts).
+counts). Decision time is cost too: each decision is timed (``clock``), and a round's
+``wall_ms`` is its decision time plus its makespan (``decision_cost="measured"``, the
+default) or its makespan alone (``"none"``); ``wall_regret_ms`` is the regret on wall time.
 
 >>> from langgraph_devsched.bench.scenario import Scenario
 >>> s = Scenario.model_validate({"name": "fft", "category": "serial",
@@ -22,11 +24,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
@@ -39,6 +42,31 @@ from langgraph_devsched.testbed import SimulatedTestbed
 OPTIMAL_TOLERANCE = 0.01
 """A mapping is optimal when its noise-free makespan is within 1% of the optimum."""
 DEFAULT_ROUNDS = 20
+DecisionCost = Literal["measured", "none"]
+"""Whether measured decision time counts in a round's wall time (``none``: makespan only)."""
+DECISION_COSTS: tuple[str, ...] = get_args(DecisionCost)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) by linear interpolation; 0.0 for no values.
+
+    >>> percentile([1.0, 2.0, 3.0, 4.0], 50), percentile([5.0], 95)
+    (2.5, 5.0)
+    """
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def check_decision_cost(value: str) -> DecisionCost:
+    """``value`` if it is a `DecisionCost`, else `ValueError` listing the valid ones."""
+    if value not in DECISION_COSTS:
+        raise ValueError(
+            f"unknown decision cost {value!r}; valid: {', '.join(DECISION_COSTS)}")
+    return value  # type: ignore[return-value]
 
 
 class BenchMonitor(Protocol):
@@ -75,6 +103,22 @@ class SchedulerResult:
     """Makespan each round actually took on the noisy testbed."""
     probes: int = 0
     fallbacks: int = 0
+    decision_ms: list[float] = field(default_factory=list)
+    """Measured time of every decision, in order."""
+    round_wall_ms: list[float] = field(default_factory=list)
+    """Each round's decision time (unless ``decision_cost="none"``) plus its makespan."""
+    wall_regret_ms: float = 0.0
+    """Regret on wall time: sum over rounds of wall time minus the optimum makespan."""
+    reused: int = 0
+    """Decisions the scheduler reused unchanged (`Decision.reused`)."""
+
+    @property
+    def decision_ms_p50(self) -> float:
+        return percentile(self.decision_ms, 50)
+
+    @property
+    def decision_ms_p95(self) -> float:
+        return percentile(self.decision_ms, 95)
 
 
 @dataclass
@@ -226,9 +270,15 @@ def run_scenario(
     monitor_factory: MonitorFactory | None = None,
     on_round: Callable[[str, int], None] | None = None,
     step_runner: StepRunner | None = None,
+    decision_cost: DecisionCost = "measured",
+    clock: Callable[[], float] = time.perf_counter,
 ) -> ScenarioResult:
-    """Run each scheduler for ``rounds`` (default: the scenario's) and collect the metrics."""
+    """Run each scheduler for ``rounds`` (default: the scenario's) and collect the metrics.
+
+    ``clock`` (seconds) times each decision; ``decision_cost`` says whether that time counts
+    in the rounds' wall time."""
     names = validate_scheduler_names(schedulers)
+    check_decision_cost(decision_cost)
     rounds = scenario.workload.rounds if rounds is None else rounds
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -237,7 +287,8 @@ def run_scenario(
     out = ScenarioResult(scenario.name, scenario.category, best, best_mapping, rounds)
     for name in names:
         out.results[name] = _run_one(
-            scenario, name, rounds, seed, noise, monitor_factory, best, on_round, step_runner
+            scenario, name, rounds, seed, noise, monitor_factory, best, on_round, step_runner,
+            counted=decision_cost == "measured", clock=clock,
         )
     return out
 
@@ -252,6 +303,9 @@ def _run_one(
     best: float,
     on_round: Callable[[str, int], None] | None,
     step_runner: StepRunner | None = None,
+    *,
+    counted: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> SchedulerResult:
     bed = scenario.make_testbed(noise=noise, seed=seed)
     monitor = monitor_factory(scenario) if monitor_factory is not None else None
@@ -261,20 +315,23 @@ def _run_one(
     round_spans: list[float] = []
     measured: list[float] = []
     decision_ms: list[float] = []
-    llm_calls = probes = fallbacks = 0
+    walls: list[float] = []
+    llm_calls = probes = fallbacks = reused = 0
     final: dict[str, DeviceOption] = {}
     limit = best * (1 + OPTIMAL_TOLERANCE) + 1e-9
     first_optimal = None
     for r in range(1, rounds + 1):
-        noise_free = took = 0.0
+        noise_free = took = deciding = 0.0
         for b, batch in enumerate(batches):
             view = SchedulerView(
                 device=bed.device_state(),
                 observations=monitor.snapshot() if monitor is not None else None,
             )
-            t0 = time.perf_counter()
+            t0 = clock()
             decision = scheduler.decide(batch, view)
-            decision_ms.append((time.perf_counter() - t0) * 1000)
+            spent = (clock() - t0) * 1000
+            decision_ms.append(spent)
+            deciding += spent
             options = _check(decision, batch, name)
             calls = list(zip(batch.call_ids, _tools(batch), options, strict=True))
             record = bed.run_step(calls) if step_runner is None else step_runner(bed, batch, calls)
@@ -288,9 +345,11 @@ def _run_one(
             took += record.makespan_ms
             llm_calls += decision.llm_calls
             probes += int(decision.probe)
+            reused += int(getattr(decision, "reused", False))
             fallbacks += sum(1 for c in record.calls if c.fell_back)
             final.update(zip(batch.call_ids, options, strict=True))
         round_spans.append(noise_free)
+        walls.append(noise_free + (deciding if counted else 0.0))
         measured.append(took)
         if first_optimal is None and noise_free <= limit:
             first_optimal = r
@@ -310,6 +369,10 @@ def _run_one(
         measured_makespans_ms=measured,
         probes=probes,
         fallbacks=fallbacks,
+        decision_ms=decision_ms,
+        round_wall_ms=walls,
+        wall_regret_ms=sum(max(0.0, w - best) for w in walls),
+        reused=reused,
     )
 
 
@@ -324,6 +387,7 @@ class BenchResult:
     noise: float | None
     skipped: dict[str, str] = field(default_factory=dict)
     """Schedulers left out, with why (e.g. ``agentic`` without a configured LLM)."""
+    decision_cost: DecisionCost = "measured"
 
 
 def run_benchmark(
@@ -336,8 +400,11 @@ def run_benchmark(
     monitor_factory: MonitorFactory | None = None,
     on_round: Callable[[Scenario, str, int], None] | None = None,
     step_runner: StepRunner | None = None,
+    decision_cost: DecisionCost = "measured",
+    clock: Callable[[], float] = time.perf_counter,
 ) -> BenchResult:
     """Every scheduler (default: `default_schedulers`) on every scenario."""
+    check_decision_cost(decision_cost)
     names = (
         default_schedulers(with_monitor=monitor_factory is not None)
         if schedulers is None
@@ -350,6 +417,7 @@ def run_benchmark(
             run_scenario(
                 scenario, names, rounds=rounds, seed=seed, noise=noise,
                 monitor_factory=monitor_factory, on_round=hook, step_runner=step_runner,
+                decision_cost=decision_cost, clock=clock,
             )
         )
-    return BenchResult(results, names, rounds, seed, noise)
+    return BenchResult(results, names, rounds, seed, noise, decision_cost=decision_cost)

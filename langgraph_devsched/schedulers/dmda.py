@@ -81,6 +81,11 @@ class DmdaScheduler(SchedulerBase):
         self.history_window = history_window
         self._history: LruTable[tuple[str, Arch], _Window] = LruTable(2 * max_tools)
 
+    def state_sizes(self) -> dict[str, int]:
+        """History pairs kept and the most samples one holds (both bounded)."""
+        windows = self._history.values()
+        return {"pairs": len(windows), "max_samples": max((len(w) for w in windows), default=0)}
+
     def expected_length(self, tool: str, arch: Arch, declared: float, transfer: float) -> float:
         """History mean once calibrated, else the declared cost (GPU: compute only)."""
         samples = self._history.get((tool, arch))

@@ -290,7 +290,7 @@ def fit_contention(
         values = grid if deadline is None or current in grid else [current, *grid]
         if deadline is not None and current in grid:
             values = [current, *(v for v in grid if v != current)]
-        scored = []
+        scored: list[tuple[float, Any, Any]] = []
         for v in values:
             if scored and late():
                 break

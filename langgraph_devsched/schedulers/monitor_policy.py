@@ -136,6 +136,11 @@ class MonitorPolicy(SchedulerBase):
         self._snapshot_takes_tools = "tools" in inspect.signature(
             self.monitor.snapshot).parameters
 
+    def state_sizes(self) -> dict[str, int]:
+        """How many entries each of the policy's own tables holds (all bounded)."""
+        return {"fits": len(self._fits), "last_decisions": len(self._last),
+                "change_keys": len(self._changes)}
+
     # -- protocol --------------------------------------------------------------------------
 
     def decide(self, batch: Batch, view: SchedulerView) -> Decision:

@@ -11,6 +11,8 @@ True
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from langgraph_devsched.schedulers.base import Scheduler
@@ -52,3 +54,22 @@ def scheduler_factory(name: str) -> Any:
         raise ValueError(f"unknown scheduler {name!r}; valid schedulers: {valid}")
     module_name, _, attr = _FACTORIES[name].partition(":")
     return getattr(importlib.import_module(module_name), attr)
+
+
+@contextmanager
+def registered(name: str, target: str) -> Iterator[None]:
+    """Register ``name`` (a ``"module:attr"`` factory) for the duration of a ``with`` block.
+
+    >>> with registered("gpu_again", f"{_PKG}.static:AllGpuScheduler"):
+    ...     make_scheduler("gpu_again").name
+    'all_gpu'
+    >>> "gpu_again" in scheduler_names()
+    False
+    """
+    if name in _FACTORIES:
+        raise ValueError(f"scheduler {name!r} is already registered")
+    _FACTORIES[name] = target
+    try:
+        yield
+    finally:
+        _FACTORIES.pop(name, None)

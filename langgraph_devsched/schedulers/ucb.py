@@ -121,6 +121,13 @@ class UcbScheduler(SchedulerBase):
         self.enumerate_limit = enumerate_limit
         self._bandits: LruTable[tuple[str, ...], _Bandit] = LruTable(max_shapes)
 
+    def state_sizes(self) -> dict[str, int]:
+        """Bandits kept, and the most arms built and tried in one of them (all bounded)."""
+        bandits = self._bandits.values()
+        return {"bandits": len(bandits),
+                "max_arms_built": max((len(b.arms) for b in bandits), default=0),
+                "max_arms_tried": max((len(b.pulls) for b in bandits), default=0)}
+
     @staticmethod
     def _order(batch: Batch) -> list[int]:
         return sorted(range(len(batch.calls)), key=lambda i: (batch.calls[i].tool, i))

@@ -1,0 +1,154 @@
+"""``devsched perf``: decision time and memory per scheduler and batch size, per-step time and
+RSS through the node over many steps, and (optionally) quality on generated scenarios.
+
+`run_perf` returns the JSON document (keys: ``config``, ``decisions`` — one row per
+scheduler and size —, ``steps``, ``quality``); `perf_command` is the typer command that
+``devsched`` registers.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+DEFAULT_SIZES = "1,2,4,8,16,32,64"
+
+
+def run_perf(
+    *,
+    schedulers: Sequence[str] | None = None,
+    sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
+    samples: int = 5,
+    warmup: int = 30,
+    steps: int = 50_000,
+    every: int = 1000,
+    quality: int = 0,
+    seed: int = 0,
+    say: Any = None,
+) -> dict[str, Any]:
+    """Measure and return the JSON document (see the module docstring)."""
+    from langgraph_devsched.bench.runner import default_schedulers, validate_scheduler_names
+    from langgraph_devsched.perf.decisions import measure_decisions
+    from langgraph_devsched.perf.steps import measure_steps
+
+    names = default_schedulers() if schedulers is None else validate_scheduler_names(schedulers)
+    if any(n < 1 for n in sizes):
+        raise ValueError(f"sizes must be >= 1, got {list(sizes)}")
+    note = say or (lambda text: None)
+    doc: dict[str, Any] = {
+        "config": {
+            "schedulers": names, "sizes": list(sizes), "samples": samples, "warmup": warmup,
+            "steps": steps, "every": every, "quality": quality, "seed": seed,
+            "python": platform.python_version(), "machine": platform.machine(),
+        },
+    }
+    doc["decisions"] = measure_decisions(
+        names, sizes=sizes, samples=samples, warmup=warmup, seed=seed,
+        on_row=lambda r: note(f"decisions: {r['scheduler']} n={r['n']}"),
+    )
+    doc["steps"] = measure_steps(
+        steps=steps, every=every, seed=seed,
+        on_progress=lambda k: note(f"steps: {k}/{steps}"),
+    ) if steps > 0 else None
+    if quality > 0:
+        from langgraph_devsched.perf.quality import measure_quality
+
+        note(f"quality: {quality} generated scenarios")
+        doc["quality"] = measure_quality(count=quality, seed=seed)
+    else:
+        doc["quality"] = None
+    return doc
+
+
+def tables(doc: dict[str, Any]) -> list[Any]:
+    """Rich tables of a `run_perf` document."""
+    from rich.table import Table
+
+    dec = Table(title="Decision time (ms) and peak extra memory (MB)")
+    for col in ("scheduler", "n", "fresh p50", "fresh p95", "repeated p50", "repeated p95",
+                "reused", "peak MB"):
+        dec.add_column(col, justify="left" if col == "scheduler" else "right")
+    for r in doc["decisions"]:
+        if r.get("error"):
+            dec.add_row(r["scheduler"], str(r["n"]), f"[dim]{r['error'][:60]}[/]", "", "", "",
+                        "", "")
+            continue
+        dec.add_row(r["scheduler"], str(r["n"]), f"{r['fresh_p50_ms']:.3f}",
+                    f"{r['fresh_p95_ms']:.3f}", f"{r['repeated_p50_ms']:.3f}",
+                    f"{r['repeated_p95_ms']:.3f}", str(r["reused"]), f"{r['peak_mb']:.2f}")
+    out = [dec]
+    s = doc.get("steps")
+    if s:
+        st = Table(title=f"Node steps ({s['steps']:,} steps, {s['tools']} tools)")
+        for col in ("step p50 ms", "step p95 ms", "last window p50", "RSS start MB",
+                    "RSS end MB", "RSS growth MB"):
+            st.add_column(col, justify="right")
+        st.add_row(f"{s['step_p50_ms']:.3f}", f"{s['step_p95_ms']:.3f}",
+                   f"{s['last_window']['p50_ms']:.3f}", f"{s['rss_mb'][1]:.1f}"
+                   if len(s["rss_mb"]) > 1 else "", f"{s['rss_mb'][-1]:.1f}",
+                   f"{s['rss_growth_mb']:.1f}")
+        out.append(st)
+    q = doc.get("quality")
+    if q:
+        qt = Table(title=f"Quality on {len(q['scenarios'])} generated scenarios "
+                         f"(final makespan / optimum)")
+        for col in ("scenario", "calls", "monitor", "monitor_local", "ucb"):
+            qt.add_column(col, justify="left" if col == "scenario" else "right")
+        for r in q["scenarios"]:
+            qt.add_row(r["name"], str(r["calls"]), f"{r['monitor_ratio']:.4f}",
+                       f"{r['monitor_local_ratio']:.4f}", f"{r['ucb_ratio']:.4f}")
+        out.append(qt)
+    return out
+
+
+def perf_command(
+    schedulers: Annotated[
+        str | None, typer.Option(help="comma-separated names (default: every scheduler "
+                                 "buildable without arguments, and the oracle)")
+    ] = None,
+    sizes: Annotated[str, typer.Option(help="batch sizes n, comma-separated")] = DEFAULT_SIZES,
+    samples: Annotated[int, typer.Option(min=1, help="timed decisions per case")] = 5,
+    warmup: Annotated[
+        int, typer.Option(min=0, help="rounds before the repeated shape is timed")
+    ] = 30,
+    steps: Annotated[
+        int, typer.Option(min=0, help="node steps for per-step time and RSS (0: skip)")
+    ] = 50_000,
+    every: Annotated[int, typer.Option(min=1, help="steps per RSS reading and window")] = 1000,
+    quality: Annotated[
+        int, typer.Option(min=0, help="generated 9-10 call scenarios checked against the "
+                          "oracle (0: skip)")
+    ] = 0,
+    seed: Annotated[int, typer.Option(help="seed of the generated tools and scenarios")] = 0,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write the results as JSON here")
+    ] = None,
+) -> None:
+    """Measure decision time per scheduler and batch size, and the node's per-step cost."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    try:
+        names = None if schedulers is None else [
+            n.strip() for n in schedulers.split(",") if n.strip()]
+        size_list = [int(x) for x in sizes.split(",") if x.strip()]
+        doc = run_perf(
+            schedulers=names, sizes=size_list, samples=samples, warmup=warmup, steps=steps,
+            every=every, quality=quality, seed=seed,
+            say=lambda text: console.log(text, highlight=False),
+        )
+    except ValueError as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    out = Console()
+    for table in tables(doc):
+        out.print(table)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        out.print(f"JSON: {json_path}")

@@ -1,0 +1,54 @@
+"""``devsched perf`` with tiny sizes: the JSON document's shape (never its times)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from langgraph_devsched.cli import app
+from langgraph_devsched.perf.generate import generate_scenario
+
+pytest.importorskip("numpy")
+
+ROW_KEYS = {"scheduler", "n", "error", "fresh_p50_ms", "fresh_p95_ms", "repeated_p50_ms",
+            "repeated_p95_ms", "peak_mb", "reused"}
+
+
+def test_perf_command_writes_the_json_document(tmp_path: Path) -> None:
+    out = tmp_path / "perf.json"
+    result = CliRunner().invoke(app, [
+        "perf", "--schedulers", "monitor,ucb,oracle", "--sizes", "1,3,15", "--samples", "2",
+        "--warmup", "3", "--steps", "12", "--every", "5", "--json", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert set(doc) == {"config", "decisions", "steps", "quality"}
+    assert doc["config"]["sizes"] == [1, 3, 15]
+    rows = {(r["scheduler"], r["n"]): r for r in doc["decisions"]}
+    assert set(rows) == {(s, n) for s in ("monitor", "ucb", "oracle") for n in (1, 3, 15)}
+    for key, row in rows.items():
+        if key == ("oracle", 15):  # over the oracle's limit: the reason, no times
+            assert "over its limit" in row["error"]
+            continue
+        assert set(row) == ROW_KEYS and row["error"] is None
+        assert row["fresh_p50_ms"] <= row["fresh_p95_ms"]
+        assert row["peak_mb"] >= 0
+    steps = doc["steps"]
+    assert steps["steps"] == 12 and steps["tools"] == 30
+    assert len(steps["windows"]) == 3 and len(steps["rss_mb"]) == 4  # 5, 10, 12; and start
+    assert doc["quality"] is None
+
+
+def test_perf_command_rejects_unknown_schedulers() -> None:
+    result = CliRunner().invoke(app, ["perf", "--schedulers", "nope", "--steps", "0"])
+    assert result.exit_code == 2
+    assert "valid schedulers" in result.output
+
+
+def test_generated_scenarios_are_reproducible_and_oracle_checkable() -> None:
+    a, b = generate_scenario(5, calls=10), generate_scenario(5, calls=10)
+    assert a == b and a != generate_scenario(6, calls=10)
+    assert len(a.batches()) == 1 and len(a.batches()[0]) == 10
