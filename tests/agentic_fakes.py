@@ -20,6 +20,7 @@ class ToolScriptModel(BaseChatModel):
     script: list[AIMessage]
     received: list[list[BaseMessage]] = Field(default_factory=list)
     bindings: list[tuple[tuple[str, ...], Any]] = Field(default_factory=list)
+    call_kwargs: list[dict[str, Any]] = Field(default_factory=list)
     bound_names: tuple[str, ...] = ()
     tool_choice: Any = None
     error: str | None = None
@@ -40,6 +41,7 @@ class ToolScriptModel(BaseChatModel):
     ) -> ChatResult:
         self.received.append(list(messages))
         self.bindings.append((self.bound_names, self.tool_choice))
+        self.call_kwargs.append(dict(kw))
         if self.error is not None:
             raise RuntimeError(self.error)
         reply = self.script[min(len(self.received) - 1, len(self.script) - 1)]

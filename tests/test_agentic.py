@@ -55,6 +55,13 @@ OBS = Observations(
     ),
 )
 VIEW = SchedulerView(GPU, OBS)
+# hint fields added after this test was written, at their defaults (e.g. timeout_s)
+LATER_HINT_FIELDS = {
+    k: v
+    for k, v in ToolDeviceSpec().model_dump(mode="json", exclude={"cpu_impl", "gpu_impl"}).items()
+    if k not in {"gpu_capable", "cpu_allowed", "vram_mb", "gpu_share", "pinned", "preferred",
+                 "profile"}
+}
 
 
 class ByTool(SchedulerBase):
@@ -133,6 +140,7 @@ def test_observation_calls_then_answer_with_exact_messages() -> None:
                 "pinned": None,
                 "preferred": None,
                 "profile": None,
+                **LATER_HINT_FIELDS,
             },
         },
         {
@@ -147,6 +155,7 @@ def test_observation_calls_then_answer_with_exact_messages() -> None:
                 "pinned": None,
                 "preferred": None,
                 "profile": {"cpu_ms": 50.0, "gpu_ms": 40.0, "transfer_ms": 0.0},
+                **LATER_HINT_FIELDS,
             },
         },
     ]

@@ -160,7 +160,9 @@ async def test_the_json_schema_channel_keeps_the_tools_and_sends_a_response_form
     assert forced["tool_choice"] == "none"
     fmt = forced["response_format"]
     assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == "submit_mapping"
-    assert fmt["json_schema"]["schema"]["required"] == ["assignments", "reason"]
+    schema = fmt["json_schema"]["schema"]
+    assert schema["required"] == ["assignments", "reason"]
+    assert schema["properties"]["assignments"]["required"] == ["c1", "c2"]
 
 
 def test_openai_model_never_retries_by_default() -> None:

@@ -381,6 +381,8 @@ class AgenticScheduler(SchedulerBase):
             clock=self.clock,
             on_llm_call=count,
         )
+        consultation.graph()  # compiled outside the consultation's time
+        consultation.deadline = self.clock() + self.timeout_s
         return consultation, twin_view
 
     def _config(self, config: RunnableConfig | None) -> RunnableConfig:

@@ -68,8 +68,8 @@ Hard constraints, enforced after you answer: {constraints}"""
 
 FORCE_PROMPT = "Submit your answer now: call submit_mapping with one option per call id."
 JSON_PROMPT = (
-    'Answer now with only this JSON object: {"assignments": [{"call_id": "<id>", "option": '
-    '"gpu_now|gpu_queued|cpu"}, ...], "reason": "<one sentence>"}, one entry per call id.'
+    'Answer now with only a JSON object: {"assignments": {"<call id>": "<gpu_now, gpu_queued '
+    'or cpu>", ...}, "reason": "<one sentence>"}, one entry per call id of this step.'
 )
 MAX_FORCED = len(CHANNEL_CHAIN) + 1
 """Forced turns in one consultation at most (one per channel, one more after observations)."""
@@ -160,6 +160,7 @@ class Consultation:
     clock: Callable[[], float] = time.monotonic
     on_llm_call: Callable[[], None] | None = None
     tally: Tally = field(default_factory=Tally)
+    _compiled: Any = None
 
     # -- prompt --------------------------------------------------------------------------------
 
@@ -194,8 +195,12 @@ class Consultation:
 
     # -- turns ---------------------------------------------------------------------------------
 
-    def _tools(self) -> list[BaseTool]:
-        return [*self.observations, answer_tool()] if self.mode == "agent" else [answer_tool()]
+    def _tools(self, channel: AnswerChannel | None) -> list[BaseTool]:
+        """Agent turns: always every tool. One-shot: the answer tool for a tool channel, no
+        tool at all for json_schema and text."""
+        if self.mode == "agent":
+            return [*self.observations, answer_tool()]
+        return [answer_tool()] if channel is not None and channel.startswith("tool") else []
 
     def _remaining(self) -> float:
         left = self.deadline - self.clock()
@@ -226,10 +231,11 @@ class Consultation:
             self.tally.channels_tried.append(channel)
         model = bind_turn(
             self.model,
-            self._tools(),
+            self._tools(channel),
             channel=channel,
             max_tokens=self.max_tokens,
             timeout_s=self._remaining(),
+            call_ids=list(self.batch.call_ids),
         )
         self.tally.llm_calls += 1
         if self.on_llm_call is not None:
@@ -302,6 +308,12 @@ class Consultation:
         return END
 
     def graph(self) -> Any:
+        """The compiled sub-agent graph (compiled once, before the deadline starts)."""
+        if self._compiled is None:
+            self._compiled = self._build()
+        return self._compiled
+
+    def _build(self) -> Any:
         builder = StateGraph(_State)
         builder.add_node("agent", RunnableLambda(self._agent, afunc=self._aagent, name="agent"))
         builder.add_node("observe", ToolNode(self.observations, handle_tool_errors=True))

@@ -32,6 +32,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from pydantic import SecretStr
 
+from langgraph_devsched.options import DEVICE_OPTIONS
 from langgraph_devsched.schedulers.agentic_answer import MappingAnswer
 from langgraph_devsched.schedulers.agentic_text import ANSWER_TOOL
 
@@ -136,11 +137,39 @@ def is_openai_wire(model: Any) -> bool:
     return type(model).__module__.startswith("langchain_openai")
 
 
-def answer_schema() -> dict[str, Any]:
-    """The answer's JSON schema, inline (no ``$defs``), for ``response_format``."""
-    from langchain_core.utils.function_calling import convert_to_openai_tool
+REASON_MAX_CHARS = 160
 
-    return dict(convert_to_openai_tool(MappingAnswer)["function"]["parameters"])
+
+def answer_schema(call_ids: Sequence[str] | None = None) -> dict[str, Any]:
+    """The answer's JSON schema for ``response_format``, inline (no ``$defs``).
+
+    For a known step (``call_ids``), ``assignments`` is an object with exactly one required
+    property per call id whose value is one of the options, and the reason is bounded: a
+    server that constrains decoding to the schema then cannot repeat entries, invent ids or
+    run on until the token cap (what small models do with the open list form).
+
+    >>> answer_schema(["a"])["properties"]["assignments"]["required"]
+    ['a']
+    """
+    if not call_ids:
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
+        return dict(convert_to_openai_tool(MappingAnswer)["function"]["parameters"])
+    option = {"type": "string", "enum": list(DEVICE_OPTIONS)}
+    return {
+        "type": "object",
+        "properties": {
+            "assignments": {
+                "type": "object",
+                "properties": {c: option for c in call_ids},
+                "required": list(call_ids),
+                "additionalProperties": False,
+            },
+            "reason": {"type": "string", "maxLength": REASON_MAX_CHARS},
+        },
+        "required": ["assignments", "reason"],
+        "additionalProperties": False,
+    }
 
 
 def bind_turn(
@@ -150,11 +179,13 @@ def bind_turn(
     channel: AnswerChannel | None,
     max_tokens: int | None,
     timeout_s: float | None,
+    call_ids: Sequence[str] | None = None,
 ) -> Runnable[Any, AIMessage]:
     """``model`` bound for one turn: ``channel`` None for a free turn, else a forced one.
 
-    The tool list is the same whatever the turn (the forced turn changes only
-    ``tool_choice``), so the system prompt a server renders from it stays the same.
+    The caller passes the same tool list whatever the turn (the forced turn changes only
+    ``tool_choice``), so the system prompt a server renders from it stays the same; an
+    empty list binds no tools (servers such as llama.cpp decode much slower with tools).
     """
     choice: str | None = None
     extra: dict[str, Any] = {}
@@ -167,7 +198,7 @@ def bind_turn(
         choice = "none"
         response_format = {
             "type": "json_schema",
-            "json_schema": {"name": ANSWER_TOOL, "schema": answer_schema()},
+            "json_schema": {"name": ANSWER_TOOL, "schema": answer_schema(call_ids)},
         }
         # through extra_body: langchain-openai would switch to its parse() path, which
         # rejects non-strict tools
@@ -176,9 +207,13 @@ def bind_turn(
         )
     elif channel == "text":
         choice = "none"
-    bound: Runnable[Any, AIMessage] = model.bind_tools(
-        list(tools), **({"tool_choice": choice} if choice is not None else {})
-    )
+    bound: Runnable[Any, AIMessage]
+    if tools:
+        bound = model.bind_tools(
+            list(tools), **({"tool_choice": choice} if choice is not None else {})
+        )
+    else:  # no tools at all (a one-shot turn answering in JSON or text)
+        bound = model
     if max_tokens is not None:
         extra["max_tokens"] = max_tokens
     if openai_wire and timeout_s is not None:
