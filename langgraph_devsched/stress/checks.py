@@ -10,6 +10,7 @@ graph run raised or overran its time limit (its calls count as lost).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,15 @@ from langgraph_devsched.stress.faults import Tally
 from langgraph_devsched.stress.report import LedgerFigures
 from langgraph_devsched.stress.schedulers import LLM_FAULTS, FaultyScheduler, invalid_applied
 from langgraph_devsched.stress.tools import TOOL_HINTS, VRAM_BUDGET_MB
+
+
+def _shape(text: str) -> str:
+    """A violation's message with call ids, payloads and numbers blanked out.
+
+    >>> _shape("call s12c3 (asr, fault hang): unexpected answer 'asr:s12c3@cpu' after 0.52 s")
+    "call # (asr, fault hang): unexpected answer 'asr:#@cpu' after # s"
+    """
+    return re.sub(r"\d+(\.\d+)?|\b[a-z]*\d+[a-z\d]*\b", "#", text)[:80]
 
 
 @dataclass
@@ -52,16 +62,23 @@ class Checker:
         self.violations = 0
         self.violation_examples: list[str] = []
         self.violations_by_kind = Tally()
+        self._shapes = Tally()
         self.calls = self.answered = self.lost = self.duplicated = self.stray = 0
         self.error_answers = 0
 
     def violation(self, text: str, kind: str = "invariant") -> None:
         """Count one violation under ``kind`` (a fault kind, or "invariant"); the first
-        examples of each kind are kept (20 invariants, 3 per fault kind, 60 in all)."""
+        examples of each kind are kept (20 invariants, 3 per fault kind, 60 in all), and the
+        first of each new shape of message (ids and numbers aside) past that."""
         self.violations += 1
         self.violations_by_kind.add(kind)
         cap = 20 if kind == "invariant" else 3
-        if self.violations_by_kind.get(kind) <= cap and len(self.violation_examples) < 60:
+        shape = f"{kind}:{_shape(text)}"  # a new kind of failure is kept even past the cap
+        self._shapes.add(shape)
+        new_shape = self._shapes.get(shape) == 1
+        if len(self.violation_examples) < 60 and (
+            self.violations_by_kind.get(kind) <= cap or new_shape
+        ):
             self.violation_examples.append(text)
 
     def check_answers(
