@@ -30,7 +30,7 @@ HINTS_METADATA_KEY = "devsched"
 class SoloProfile(BaseModel):
     """A tool's declared solo latencies, as a profiler measures them (one call, idle machine)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     cpu_ms: float | None = Field(default=None, ge=0, description="median latency on the CPU")
     gpu_ms: float | None = Field(
@@ -42,7 +42,9 @@ class SoloProfile(BaseModel):
 class ToolDeviceSpec(BaseModel):
     """What the scheduler may do with one tool (every field optional)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, arbitrary_types_allowed=True, allow_inf_nan=False
+    )
 
     gpu_capable: bool = Field(default=True, description="the tool can run on a GPU")
     cpu_allowed: bool = Field(
@@ -55,6 +57,12 @@ class ToolDeviceSpec(BaseModel):
     pinned: DeviceOption | None = Field(default=None, description="always use this option")
     preferred: DeviceOption | None = Field(default=None, description="option for static policies")
     profile: SoloProfile | None = Field(default=None, description="declared solo profile")
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="answer the call with an error after this many seconds (overrides the "
+        "node's call_timeout_s)",
+    )
     cpu_impl: Callable[..., Any] | None = Field(
         default=None, exclude=True, description="tool or callable to run when placed on the CPU"
     )

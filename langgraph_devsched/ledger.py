@@ -73,7 +73,18 @@ class _Waiter:
 class VramLedger:
     """Thread- and asyncio-safe reservation ledger for one GPU's VRAM budget."""
 
-    def __init__(self, budget_mb: float, *, reserved_mb: float = 0.0, reserved_share: float = 0.0):
+    def __init__(
+        self,
+        budget_mb: float,
+        *,
+        reserved_mb: float = 0.0,
+        reserved_share: float = 0.0,
+        max_active: int | None = None,
+    ):
+        if max_active is not None and max_active < 1:
+            raise ValueError(f"max_active must be >= 1 or None, got {max_active}")
+        self.max_active = max_active
+        """At most this many reservations at once (a GPU concurrency cap), or None."""
         if budget_mb < 0:
             raise ValueError(f"budget_mb must be >= 0, got {budget_mb}")
         if not 0 <= reserved_mb <= budget_mb:
@@ -128,7 +139,12 @@ class VramLedger:
     def admissible(self, mb: float, share: float) -> bool:
         """True if a queued call of this size would be admitted now (ignoring the queue)."""
         not_oversubscribed = self._active == 0 or self._share + share <= 1.0 + _EPS
-        return self.fits(mb) and not_oversubscribed
+        return self.fits(mb) and not_oversubscribed and not self.at_cap
+
+    @property
+    def at_cap(self) -> bool:
+        """True when ``max_active`` reservations are held (no more until one ends)."""
+        return self.max_active is not None and self._active >= self.max_active
 
     # -- reserve / release -----------------------------------------------------------------
     def _check_size(self, mb: float) -> None:
@@ -157,7 +173,7 @@ class VramLedger:
         """Reserve now if the VRAM fits (the `gpu_now` rule), else return None."""
         self._check_size(mb)
         with self._lock:
-            if not self.fits(mb):
+            if not self.fits(mb) or self.at_cap:
                 return None
             return self._grant_locked(mb, share)
 

@@ -20,6 +20,7 @@ GPU_OPTIONS: tuple[DeviceOption, ...] = ("gpu_now", "gpu_queued")
 
 FallbackCause = Literal[
     "oom",
+    "gpu_busy",
     "no_gpu",
     "vram_over_budget",
     "queue_timeout",

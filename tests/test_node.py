@@ -293,4 +293,4 @@ def test_two_conversations_reusing_call_ids_at_once_get_their_own_steps():
     }
     assert len(reports) == 2  # one step per conversation, each closed with its own record
     assert all(r.record is not None and len(r.record.calls) == 1 for r in reports)
-    assert not node._steps
+    assert node.planner.open_steps == 0

@@ -164,7 +164,7 @@ def test_simulated_node_answers_each_call_once_within_budget(
             assert report.record is not None
             assert report.record.vram_peak_mb <= BUDGET_MB
             assert report.record.extra["vram_end_mb"] == 0
-    assert not node._steps  # every step closed
+    assert node.planner.open_steps == 0  # every step closed
 
 
 @PROPS
@@ -208,7 +208,7 @@ def test_local_backend_ledger_stays_within_budget_and_returns_to_zero(
             check_report(reports[-1], scheduler)
         assert ledger.in_use_mb == 0 and ledger.active == 0 and ledger.queued == 0
         assert ledger.peak_mb <= ledger.capacity_mb
-    assert not node._steps
+    assert node.planner.open_steps == 0
 
 
 def test_unplaceable_call_is_recorded_and_its_step_reported() -> None:
@@ -241,7 +241,7 @@ def test_unplaceable_call_is_recorded_and_its_step_reported() -> None:
     assert record is not None
     assert [c.call_id for c in record.calls] == ["a", "b"]
     assert "forbid the CPU" in (record.by_id()["a"].error or "")
-    assert not node._steps
+    assert node.planner.open_steps == 0
 
 
 async def test_queue_timeout_on_a_gpu_only_tool_still_closes_the_step() -> None:
@@ -282,7 +282,7 @@ async def test_queue_timeout_on_a_gpu_only_tool_still_closes_the_step() -> None:
     assert answers["a"].content == "a"
     assert answers["b"].status == "error"
     assert "not admitted to the GPU within 0.01s" in str(answers["b"].content)
-    assert len(reports) == 1 and not node._steps
+    assert len(reports) == 1 and node.planner.open_steps == 0
 
 
 # -- gaps the stress harness found, fixed -----------------------------------------------------

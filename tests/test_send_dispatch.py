@@ -71,7 +71,7 @@ def test_send_dispatched_calls_share_one_plan(mode: str) -> None:
     assert report.record is not None
     # queued one after another on the GPU, in call order: one simulated step, not three
     assert [c.end_ms for c in report.record.calls] == [70.0, 115.0, 155.0]
-    assert not node._steps
+    assert node.planner.open_steps == 0
 
 
 def test_calls_already_answered_are_left_out_of_the_plan() -> None:
@@ -88,4 +88,4 @@ def test_calls_already_answered_are_left_out_of_the_plan() -> None:
     tool_ids = [m.tool_call_id for m in result["messages"] if isinstance(m, ToolMessage)]
     assert sorted(tool_ids) == ["c1", "c2", "c3"]
     assert scheduler.batches == [("c2", "c3")]
-    assert not node._steps  # the step closed: it did not wait for c1
+    assert node.planner.open_steps == 0  # the step closed: it did not wait for c1

@@ -9,10 +9,13 @@ cannot run anywhere allowed; the node turns it into an error ToolMessage.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
+
+from langgraph.prebuilt.tool_node import ToolInvocationError
 
 from langgraph_devsched.device import Placement
 from langgraph_devsched.hints import ToolDeviceSpec
@@ -40,6 +43,38 @@ class PlacementError(RuntimeError):
     """The call cannot run on any device its hints allow (e.g. OOM and the CPU is not allowed)."""
 
 
+def describe_failure(exc: BaseException) -> str:
+    """A call's ``CallRecord.error`` for what ended it (``timeout: ...``, ``cancelled``, ...)."""
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    if isinstance(exc, CallTimeoutError):
+        return f"timeout: {exc.args[0]}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class CallTimeoutError(ToolInvocationError):
+    """A call ran past its deadline (``call_timeout_s`` or its ``timeout_s`` hint).
+
+    A `ToolInvocationError`, so `ToolNode`'s default ``handle_tool_errors`` answers the model
+    with its message; ``handle_tool_errors=False`` raises it.
+    """
+
+    def __init__(self, tool: str, timeout_s: float, args: dict[str, Any] | None = None) -> None:
+        Exception.__init__(self, f"tool {tool!r} timed out after {timeout_s:g} s")
+        self.tool_name = tool
+        self.tool_kwargs = args or {}
+        self.source = TimeoutError(f"timed out after {timeout_s:g} s")  # type: ignore[assignment]
+        self.filtered_errors = None
+        self.timeout_s = timeout_s
+        self.message = (
+            f"Error: tool {tool!r} timed out after {timeout_s:g} s; it was stopped waiting for "
+            "(a sync tool's thread runs on until it returns, holding its device)."
+        )
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class StepExecution(Protocol):
     """One step's calls in flight on a backend."""
 
@@ -52,6 +87,11 @@ class StepExecution(Protocol):
 
     def observed_ms(self, call_id: str) -> float | None:
         """The call's latency if already known when it starts (simulated), else None."""
+        ...
+
+    def close_unstarted(self, call_ids: Sequence[str], why: str) -> None:
+        """Record the calls among ``call_ids`` that never started (their run was cancelled
+        before it began), so the step can close."""
         ...
 
     def record(self) -> StepRecord: ...
@@ -91,6 +131,14 @@ class RecordBook:
         with self._lock:
             self._records[record.call_id] = record
 
+    def add_missing(self, record: CallRecord) -> None:
+        """Add ``record`` unless its call already has one."""
+        with self._lock:
+            self._records.setdefault(record.call_id, record)
+
+    def has(self, call_id: str) -> bool:
+        return call_id in self._records
+
     @property
     def done(self) -> bool:
         return self._expected.issubset(self._records)
@@ -115,6 +163,7 @@ class BookedStep:
         self._clock = clock
         self._t0 = clock()
         self._peak = 0.0
+        self._started: set[str] = set()
 
     def _cpu_or_fail(self, call: PlannedCall, cause: FallbackCause, why: str) -> Placement:
         """The CPU instead of the GPU (recorded as ``cause``), unless the hints forbid it."""
@@ -122,14 +171,28 @@ class BookedStep:
             return Placement(call.option, "cpu", None if call.option == "cpu" else cause)
         raise PlacementError(f"tool {call.tool!r} cannot run: {why}, and its hints forbid the CPU")
 
-    def _unplaced(self, call: PlannedCall, exc: PlacementError) -> None:
-        """Record a call that could run nowhere (its answer is an error message)."""
+    def _unplaced(self, call: PlannedCall, exc: BaseException) -> None:
+        """Record a call that ran nowhere: it could not be placed (its answer is an error
+        message) or was cancelled before it started. Its device is ``none``."""
         now = (self._clock() - self._t0) * 1000.0
+        error = str(exc) if isinstance(exc, PlacementError) else describe_failure(exc)
         self._book.add(
-            CallRecord(
-                call.call_id, call.tool, call.option, "cpu", None, now, now, 0.0, 0, error=str(exc)
-            )
+            CallRecord(call.call_id, call.tool, call.option, "none", None, now, now, 0.0, 0, error)
         )
+
+    def _start(self, call_id: str) -> PlannedCall:
+        self._started.add(call_id)
+        return self._calls[call_id]
+
+    def close_unstarted(self, call_ids: Sequence[str], why: str) -> None:
+        now = (self._clock() - self._t0) * 1000.0
+        for call_id in call_ids:
+            call = self._calls.get(call_id)
+            if call is None or call_id in self._started:
+                continue
+            self._book.add_missing(
+                CallRecord(call_id, call.tool, call.option, "none", None, now, now, 0.0, 0, why)
+            )
 
     def observed_ms(self, call_id: str) -> float | None:
         return None  # measured when the call ends; see CallRecord

@@ -1,7 +1,8 @@
 """This machine: a CPU pool and (when CUDA is there) one GPU behind a `VramLedger`.
 
-* ``cpu``: runs on the CPU (at most ``cpu_workers`` at once when set).
-* ``gpu_now``: reserves its VRAM now if it fits, else falls back to the CPU (``oom``).
+* ``cpu``: runs on the CPU (at most ``cpu_workers`` at once when set, OOM reruns included).
+* ``gpu_now``: reserves its VRAM now if it fits, else falls back to the CPU (``oom``; with
+  ``gpu_concurrency`` set and that many calls on the GPU: ``gpu_busy``).
 * ``gpu_queued``: waits in FIFO order for admission (``queue_timeout_s`` → CPU).
 * A ``torch.cuda.OutOfMemoryError`` raised by the tool on the GPU releases the reservation,
   empties the CUDA cache and reruns the call on the CPU (``oom``).
@@ -11,7 +12,6 @@ forbid the CPU gets a `PlacementError` instead of a CPU fallback.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +25,9 @@ from langgraph_devsched.executors.base import (
     PlacementError,
     PlannedCall,
     RunOnce,
+    describe_failure,
 )
+from langgraph_devsched.executors.lease import Lease, leased
 from langgraph_devsched.ledger import QueueTimeoutError, Reservation, VramLedger
 from langgraph_devsched.records import CallRecord
 from langgraph_devsched.telemetry import DeviceState, cuda_status, local_device_state
@@ -45,12 +47,6 @@ def _empty_cuda_cache() -> None:
         torch.cuda.empty_cache()
     except Exception:
         pass
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.CancelledError):
-        return "cancelled"
-    return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass(frozen=True)
@@ -77,10 +73,16 @@ class LocalBackend:
         gpu: GpuConfig | bool | None = None,
         vram_budget_mb: float | None = None,
         cpu_workers: int | None = None,
+        gpu_concurrency: int | None = None,
         queue_timeout_s: float | None = None,
         telemetry_ttl_s: float = 1.0,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        if cpu_workers is not None and cpu_workers < 1:
+            raise ValueError(f"cpu_workers must be >= 1 or None, got {cpu_workers}")
+        if gpu_concurrency is not None and gpu_concurrency < 1:
+            raise ValueError(f"gpu_concurrency must be >= 1 or None, got {gpu_concurrency}")
+        self.gpu_concurrency = gpu_concurrency
         self._clock = clock
         self.queue_timeout_s = queue_timeout_s
         self.telemetry_ttl_s = telemetry_ttl_s
@@ -115,7 +117,9 @@ class LocalBackend:
                     self._no_gpu_reason = reason
             if self._gpu is not None:
                 self._ledger = VramLedger(
-                    self._gpu.vram_budget_mb, reserved_mb=self._gpu.background_mb
+                    self._gpu.vram_budget_mb,
+                    reserved_mb=self._gpu.background_mb,
+                    max_active=self.gpu_concurrency,
                 )
             self._detected = True
 
@@ -197,6 +201,9 @@ class _LocalStep(BookedStep):
         spec = call.spec
         if call.option == "gpu_now":
             res = ledger.try_reserve(spec.vram_mb, spec.gpu_share)
+            if res is None and ledger.at_cap:
+                why = f"the GPU already runs its cap of {ledger.max_active} calls"
+                return self._cpu_or_fail(call, "gpu_busy", why), None
             if res is None:
                 why = f"{spec.vram_mb:.0f} MB of VRAM do not fit now ({ledger.free_mb:.0f} MB free)"
                 return self._cpu_or_fail(call, "oom", why), None
@@ -262,80 +269,112 @@ class _LocalStep(BookedStep):
         return max(0, ledger.active - 1) if ledger is not None else 0
 
     # -- running ---------------------------------------------------------------------------
+    def _end(self, call: PlannedCall, run: _Run) -> None:
+        end = self._clock()  # the call ended before its VRAM went back
+        run.held.release_all()
+        self._record(call, run.placement, run.start, run.peers, run.error, end)
+
     def run_sync(self, call_id: str, run: RunOnce[T]) -> T:
-        call = self._calls[call_id]
+        call = self._start(call_id)
         try:
             placement, res = self._place(call)
-        except PlacementError as err:
+        except BaseException as err:
             self._unplaced(call, err)
             raise
-        cpu_slot = None
-        start = self._clock()
-        peers = self._peers(placement)
-        error: str | None = None
+        state = _Run(placement, _Held(self._b, res), self._clock(), self._peers(placement))
+        lease = Lease()
         try:
-            if not placement.on_gpu and self._b.cpu_slots is not None:
-                cpu_slot = self._b.cpu_slots.reserve(1)
-            try:
-                result, oom = run(placement)
-                if not (oom and placement.on_gpu):
-                    return result
-                exc: BaseException | None = None
-            except Exception as raised:
-                if not (placement.on_gpu and is_gpu_oom(raised)):
-                    raise
-                exc = raised
-            if res is not None:
-                self._b.ledger.release(res)  # type: ignore[union-attr]
-            placement = self._oom_fallback(call, exc)
-            result, _ = run(placement)
-            return result
+            state.held.take_cpu_slot(placement)
+            with leased(lease):
+                try:
+                    result, oom = run(placement)
+                    if not (oom and placement.on_gpu):
+                        return result
+                    exc: BaseException | None = None
+                except Exception as raised:
+                    if not (placement.on_gpu and is_gpu_oom(raised)):
+                        raise
+                    exc = raised
+                state.held.release_gpu()
+                state.placement = placement = self._oom_fallback(call, exc)
+                state.held.take_cpu_slot(placement)  # every CPU run takes a slot
+                result, _ = run(placement)
+                return result
         except BaseException as failed:
-            error = _describe(failed)
+            state.error = describe_failure(failed)
             raise
         finally:
-            end = self._clock()  # the call ended before its VRAM went back
-            if res is not None:
-                self._b.ledger.release(res)  # type: ignore[union-attr]
-            if cpu_slot is not None:
-                self._b.cpu_slots.release(cpu_slot)  # type: ignore[union-attr]
-            self._record(call, placement, start, peers, error, end)
+            lease.end(lambda: self._end(call, state))
 
     async def run_async(self, call_id: str, run: ARunOnce[T]) -> T:
-        call = self._calls[call_id]
+        call = self._start(call_id)
         try:
             placement, res = await self._aplace(call)
-        except PlacementError as err:
+        except BaseException as err:  # cancelled while queued for the GPU included
             self._unplaced(call, err)
             raise
-        cpu_slot = None
-        start = self._clock()
-        peers = self._peers(placement)
-        error: str | None = None
+        state = _Run(placement, _Held(self._b, res), self._clock(), self._peers(placement))
+        lease = Lease()
         try:
-            if not placement.on_gpu and self._b.cpu_slots is not None:
-                cpu_slot = await self._b.cpu_slots.areserve(1)
-            try:
-                result, oom = await run(placement)
-                if not (oom and placement.on_gpu):
-                    return result
-                exc: BaseException | None = None
-            except Exception as raised:
-                if not (placement.on_gpu and is_gpu_oom(raised)):
-                    raise
-                exc = raised
-            if res is not None:
-                self._b.ledger.release(res)  # type: ignore[union-attr]
-            placement = self._oom_fallback(call, exc)
-            result, _ = await run(placement)
-            return result
+            await state.held.atake_cpu_slot(placement)
+            with leased(lease):
+                try:
+                    result, oom = await run(placement)
+                    if not (oom and placement.on_gpu):
+                        return result
+                    exc: BaseException | None = None
+                except Exception as raised:
+                    if not (placement.on_gpu and is_gpu_oom(raised)):
+                        raise
+                    exc = raised
+                state.held.release_gpu()
+                state.placement = placement = self._oom_fallback(call, exc)
+                await state.held.atake_cpu_slot(placement)  # every CPU run takes a slot
+                result, _ = await run(placement)
+                return result
         except BaseException as failed:
-            error = _describe(failed)
+            state.error = describe_failure(failed)
             raise
         finally:
-            end = self._clock()  # the call ended before its VRAM went back
-            if res is not None:
-                self._b.ledger.release(res)  # type: ignore[union-attr]
-            if cpu_slot is not None:
-                self._b.cpu_slots.release(cpu_slot)  # type: ignore[union-attr]
-            self._record(call, placement, start, peers, error, end)
+            lease.end(lambda: self._end(call, state))
+
+
+@dataclass
+class _Run:
+    """One call's run so far: where it runs, what it holds, when it started."""
+
+    placement: Placement
+    held: _Held
+    start: float
+    peers: int
+    error: str | None = None
+
+
+class _Held:
+    """A call's GPU reservation and CPU slot, each given back once."""
+
+    def __init__(self, backend: LocalBackend, gpu: Reservation | None) -> None:
+        self._b = backend
+        self._gpu = gpu
+        self._cpu: Reservation | None = None
+
+    def take_cpu_slot(self, placement: Placement) -> None:
+        slots = self._b.cpu_slots
+        if slots is not None and not placement.on_gpu and self._cpu is None:
+            self._cpu = slots.reserve(1)
+
+    async def atake_cpu_slot(self, placement: Placement) -> None:
+        slots = self._b.cpu_slots
+        if slots is not None and not placement.on_gpu and self._cpu is None:
+            self._cpu = await slots.areserve(1)
+
+    def release_gpu(self) -> None:
+        if self._gpu is not None and self._b.ledger is not None:
+            self._b.ledger.release(self._gpu)
+        self._gpu = None
+
+    def release_all(self) -> None:
+        self.release_gpu()
+        if self._cpu is not None and self._b.cpu_slots is not None:
+            self._b.cpu_slots.release(self._cpu)
+        self._cpu = None

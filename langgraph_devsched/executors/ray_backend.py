@@ -39,6 +39,7 @@ from langgraph_devsched.executors.base import (
     PlannedCall,
     RunOnce,
 )
+from langgraph_devsched.executors.lease import Lease, leased
 from langgraph_devsched.executors.local import is_gpu_oom
 from langgraph_devsched.executors.ray_cluster import (
     NodeView,
@@ -235,6 +236,16 @@ class _Dispatch:
         return self._answer(answer)
 
 
+@dataclass
+class _RayRun:
+    """One call's run so far: where it runs, the GPU slot it holds, when it started."""
+
+    placement: Placement
+    held: tuple[GpuSlot, Reservation] | None
+    start: float
+    peers: int
+
+
 class _RayStep(BookedStep):
     def __init__(self, backend: RayBackend, calls: Sequence[PlannedCall]) -> None:
         super().__init__(calls, backend._clock)
@@ -411,68 +422,79 @@ class _RayStep(BookedStep):
     def _peers(held: tuple[GpuSlot, Reservation] | None) -> int:
         return max(0, held[0].ledger.active - 1) if held is not None else 0
 
+    def _end(self, call: PlannedCall, run: _RayRun) -> None:
+        self._release(run.held)
+        run.held = None
+        self._record(call, run.placement, run.start, run.peers)
+
     def run_sync(self, call_id: str, run: RunOnce[T]) -> T:
-        call = self._calls[call_id]
+        call = self._start(call_id)
         try:
             placement, held = self._place(call)
-        except PlacementError as err:
+        except BaseException as err:
             self._unplaced(call, err)
             raise
-        start, peers = self._clock(), self._peers(held)
+        state = _RayRun(placement, held, self._clock(), self._peers(held))
+        lease = Lease()
         try:
             for attempt in itertools.count():
                 exc: BaseException | None = None
                 try:
-                    result, oom = run(placement)
+                    with leased(lease):
+                        result, oom = run(state.placement)
                 except Exception as raised:
                     exc, oom = raised, False
-                self._release(held)
-                held = None
+                if lease.outlived:  # its thread still waits on the task: keep what it holds
+                    raise exc if exc is not None else AssertionError("outlived without error")
+                self._release(state.held)
+                state.held = None
                 if self._retry_lost(call, attempt):
-                    placement, held = self._place(call)
-                    peers = max(peers, self._peers(held))
+                    state.placement, state.held = self._place(call)
+                    state.peers = max(state.peers, self._peers(state.held))
                     continue
                 oom = oom or call_id in self.oom or (exc is not None and is_gpu_oom(exc))
-                if placement.on_gpu and oom and call_id not in self.lost:
-                    placement = self._after_oom(call, exc)
+                if state.placement.on_gpu and oom and call_id not in self.lost:
+                    state.placement = self._after_oom(call, exc)
                     continue
                 if exc is not None:
                     raise exc
                 return result
             raise AssertionError("unreachable")  # pragma: no cover
         finally:
-            self._release(held)
-            self._record(call, placement, start, peers)
+            lease.end(lambda: self._end(call, state))
 
     async def run_async(self, call_id: str, run: ARunOnce[T]) -> T:
-        call = self._calls[call_id]
+        call = self._start(call_id)
         try:
             placement, held = await self._aplace(call)
-        except PlacementError as err:
+        except BaseException as err:  # cancelled while queued included
             self._unplaced(call, err)
             raise
-        start, peers = self._clock(), self._peers(held)
+        state = _RayRun(placement, held, self._clock(), self._peers(held))
+        lease = Lease()
         try:
             for attempt in itertools.count():
                 exc: BaseException | None = None
                 try:
-                    result, oom = await run(placement)
+                    with leased(lease):
+                        result, oom = await run(state.placement)
                 except Exception as raised:
                     exc, oom = raised, False
-                self._release(held)
-                held = None
+                if lease.outlived:  # its thread still waits on the task: keep what it holds
+                    raise exc if exc is not None else AssertionError("outlived without error")
+                self._release(state.held)
+                state.held = None
                 if self._retry_lost(call, attempt):
-                    placement, held = await self._aplace(call)
-                    peers = max(peers, self._peers(held))
+                    state.placement, state.held = await self._aplace(call)
+                    state.peers = max(state.peers, self._peers(state.held))
                     continue
                 oom = oom or call_id in self.oom or (exc is not None and is_gpu_oom(exc))
-                if placement.on_gpu and oom and call_id not in self.lost:
-                    placement = self._after_oom(call, exc)
+                if state.placement.on_gpu and oom and call_id not in self.lost:
+                    state.placement = self._after_oom(call, exc)
                     continue
                 if exc is not None:
                     raise exc
                 return result
             raise AssertionError("unreachable")  # pragma: no cover
         finally:
-            self._release(held)
-            self._record(call, placement, start, peers)
+            lease.end(lambda: self._end(call, state))

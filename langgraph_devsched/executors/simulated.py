@@ -52,6 +52,7 @@ class _SimulatedStep:
         self._oom_reruns: set[str] = set()
         self._by_id = outcome.by_id()
         self._book = RecordBook(list(self._by_id))
+        self._started: set[str] = set()
 
     def _placement(self, call_id: str) -> Placement:
         rec = self._by_id[call_id]
@@ -73,7 +74,13 @@ class _SimulatedStep:
         self._oom_reruns.add(call_id)
         return Placement(placement.option, "cpu", "oom")
 
+    def close_unstarted(self, call_ids: Sequence[str], why: str) -> None:
+        for call_id in call_ids:
+            if call_id in self._by_id and call_id not in self._started:
+                self._book.add_missing(self._by_id[call_id])
+
     def run_sync(self, call_id: str, run: RunOnce[T]) -> T:
+        self._started.add(call_id)
         self._refused(call_id)
         placement = self._placement(call_id)
         try:
@@ -90,6 +97,7 @@ class _SimulatedStep:
             self._book.add(self._by_id[call_id])
 
     async def run_async(self, call_id: str, run: ARunOnce[T]) -> T:
+        self._started.add(call_id)
         self._refused(call_id)
         placement = self._placement(call_id)
         try:
