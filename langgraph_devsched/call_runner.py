@@ -243,9 +243,9 @@ class CallRunner:
         async def run(placement: Placement) -> tuple[Any, bool]:
             req, cfg, watcher = self._prepared(step, request, config, placement)
             with placed(placement):
-                threaded = sync_execute is not None and (
-                    timeout is not None or (placement.on_gpu and current_lease() is not None)
-                )
+                lease = current_lease()
+                holds = lease is not None and (lease.holding or placement.on_gpu)
+                threaded = sync_execute is not None and (timeout is not None or holds)
                 if threaded:
                     assert sync_execute is not None
                     fn = sync_execute

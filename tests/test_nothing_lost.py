@@ -251,6 +251,38 @@ def test_cancelling_ainvoke_keeps_a_sync_gpu_tools_vram_until_its_thread_returns
     assert heavy_reports[0].record.calls[0].error == "cancelled"
 
 
+def test_cancelling_ainvoke_keeps_a_sync_cpu_tools_slot_until_its_thread_returns() -> None:
+    started, release = threading.Event(), threading.Event()
+
+    @device_hints(gpu_capable=False)
+    @tool
+    def crunch(text: str) -> str:
+        """Holds a CPU slot until released."""
+        started.set()
+        release.wait(WAIT_S)
+        return "done"
+
+    backend = LocalBackend(gpu=False, cpu_workers=1)
+    node = DeviceToolNode([crunch], backend=backend)
+    graph = graph_of(node)
+
+    async def cancel_crunch() -> None:
+        task = asyncio.ensure_future(graph.ainvoke(step(("crunch", "c"))))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, WAIT_S)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_crunch())
+    slots = backend.cpu_slots
+    assert slots is not None and slots.in_use_mb == 1  # the thread still holds its slot
+    release.set()
+    deadline = time.monotonic() + WAIT_S
+    while slots.in_use_mb and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert slots.in_use_mb == 0
+
+
 def test_a_step_cancelled_while_queued_for_the_gpu_is_closed_and_reported() -> None:
     @device_hints(pinned="gpu_queued", vram_mb=6000)
     @tool

@@ -38,6 +38,8 @@ class Lease:
         self._work: Future[Any] | None = None
         self._then: list[Callable[[], object]] = []
         self._ended = False
+        self.holding = False
+        """True while the call holds a device resource (VRAM, a CPU slot) the executor set."""
 
     @property
     def outlived(self) -> bool:

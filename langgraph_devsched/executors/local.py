@@ -285,6 +285,7 @@ class _LocalStep(BookedStep):
         lease = Lease()
         try:
             state.held.take_cpu_slot(placement)
+            lease.holding = state.held.holding
             with leased(lease):
                 try:
                     result, oom = run(placement)
@@ -298,6 +299,7 @@ class _LocalStep(BookedStep):
                 state.held.release_gpu()
                 state.placement = placement = self._oom_fallback(call, exc)
                 state.held.take_cpu_slot(placement)  # every CPU run takes a slot
+                lease.holding = state.held.holding
                 result, _ = run(placement)
                 return result
         except BaseException as failed:
@@ -317,6 +319,7 @@ class _LocalStep(BookedStep):
         lease = Lease()
         try:
             await state.held.atake_cpu_slot(placement)
+            lease.holding = state.held.holding
             with leased(lease):
                 try:
                     result, oom = await run(placement)
@@ -330,6 +333,7 @@ class _LocalStep(BookedStep):
                 state.held.release_gpu()
                 state.placement = placement = self._oom_fallback(call, exc)
                 await state.held.atake_cpu_slot(placement)  # every CPU run takes a slot
+                lease.holding = state.held.holding
                 result, _ = await run(placement)
                 return result
         except BaseException as failed:
@@ -357,6 +361,10 @@ class _Held:
         self._b = backend
         self._gpu = gpu
         self._cpu: Reservation | None = None
+
+    @property
+    def holding(self) -> bool:
+        return self._gpu is not None or self._cpu is not None
 
     def take_cpu_slot(self, placement: Placement) -> None:
         slots = self._b.cpu_slots

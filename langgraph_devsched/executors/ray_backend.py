@@ -440,6 +440,7 @@ class _RayStep(BookedStep):
             for attempt in itertools.count():
                 exc: BaseException | None = None
                 try:
+                    lease.holding = state.held is not None
                     with leased(lease):
                         result, oom = run(state.placement)
                 except Exception as raised:
@@ -476,6 +477,7 @@ class _RayStep(BookedStep):
             for attempt in itertools.count():
                 exc: BaseException | None = None
                 try:
+                    lease.holding = state.held is not None
                     with leased(lease):
                         result, oom = await run(state.placement)
                 except Exception as raised:
