@@ -68,6 +68,11 @@ def _numpy() -> Any:
     return numpy
 
 
+def require_numpy() -> Any:
+    """numpy, or an `ImportError` that says how to install it."""
+    return _numpy()
+
+
 def product_codes(choices: Sequence[Sequence[DeviceOption]]) -> Any:
     """Every mapping of ``itertools.product(*choices)`` as a row of option codes (same order)."""
     np = _numpy()
@@ -187,6 +192,37 @@ def lower_bounds(
     return bound * (1.0 - 1e-9) - 1e-6
 
 
+ROW_FIELDS = ("cpu_ms", "gpu_ms", "gpu_share", "cpu_threads")
+"""Parameters that `call_times` may vary per row (one value per row and call)."""
+
+
+def call_times(
+    params: Sequence[ToolParams],
+    codes: Any,
+    *,
+    vram_budget_mb: float,
+    cpu_cores: int,
+    background: BackgroundLoad,
+    oom_detect_ms: float,
+    rows: dict[str, Any] | None = None,
+) -> tuple[Any, Any]:
+    """Start and end time (ms from the step's start) of every call of every row of
+    ``codes``, as two (m, n) arrays; ``rows`` may give any of `ROW_FIELDS` per row and call
+    (an (m, n) array), overriding ``params`` there. Bit-identical to
+    `SimulatedTestbed.simulate`'s ``start_ms``/``end_ms`` for the same parameters."""
+    np = _numpy()
+    codes = np.asarray(codes, dtype=np.int8)
+    if codes.ndim != 2 or codes.shape[1] != len(params):
+        raise ValueError(f"codes must have shape (m, {len(params)}), got {codes.shape}")
+    unknown = set(rows or {}) - set(ROW_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown row fields {sorted(unknown)}; valid: {', '.join(ROW_FIELDS)}")
+    times = (np.zeros(codes.shape), np.zeros(codes.shape))
+    _run(np, params, codes, float(vram_budget_mb), cpu_cores, background,
+         float(oom_detect_ms), rows=rows, times=times)
+    return times
+
+
 def _run(
     np: Any,
     params: Sequence[ToolParams],
@@ -195,35 +231,47 @@ def _run(
     cpu_cores: int,
     bg: BackgroundLoad,
     oom_ms: float,
+    *,
+    rows: dict[str, Any] | None = None,
+    times: tuple[Any, Any] | None = None,
 ) -> Any:
     """The lockstep simulation; mirrors `testbed._Simulation` operation by operation."""
     m, n = codes.shape
     if n == 0:
         return np.zeros(m)
-    cpu_ms = np.array([p.cpu_ms for p in params], dtype=np.float64)
-    gpu_ms = np.array([p.gpu_ms for p in params], dtype=np.float64)
+    given = rows or {}
+
+    def per_row(field: str, dtype: Any) -> Any:
+        if field in given:
+            return np.asarray(given[field], dtype=dtype).reshape(m, n)
+        column = np.array([getattr(p, field) for p in params], dtype=dtype)
+        return np.broadcast_to(column, (m, n))
+
     transfer = [p.transfer_ms for p in params]
     vram = [p.vram_mb for p in params]
-    share = [p.gpu_share for p in params]
-    threads = np.array([p.cpu_threads for p in params], dtype=np.int64)
     base_mb = float(bg.vram_mb)
     base_share = float(bg.gpu_share)
     capacity = budget - base_mb
     free_cores = max(1, cpu_cores - bg.cpu_threads)
 
     st = _State(np, m, n, base_mb, base_share)
+    st.cpu_ms = per_row("cpu_ms", np.float64)
+    st.gpu_ms = per_row("gpu_ms", np.float64)
+    st.share = per_row("gpu_share", np.float64)
+    st.threads = per_row("cpu_threads", np.int64)
 
     def start_gpu(rows: Any, j: int) -> None:
+        st.start[rows, j] = st.now[rows]
         if transfer[j] > 0:
             st.phase[rows, j] = _TRANSFER
             st.remaining[rows, j] = transfer[j] * 1.0
         else:
             st.phase[rows, j] = _GPU
-            st.remaining[rows, j] = gpu_ms[j] * 1.0
+            st.remaining[rows, j] = st.gpu_ms[rows, j] * 1.0
 
     def grant(rows: Any, j: int) -> None:
         st.in_use[rows] = st.in_use[rows] + vram[j]
-        st.used_share[rows] = st.used_share[rows] + share[j]
+        st.used_share[rows] = st.used_share[rows] + st.share[rows, j]
         st.active_n[rows] += 1
 
     # launch: cpu and gpu_now in call order, then gpu_queued in call order, then admission
@@ -231,7 +279,7 @@ def _run(
         col = codes[:, j]
         is_cpu = col == 2
         st.phase[is_cpu, j] = _CPU
-        st.remaining[is_cpu, j] = cpu_ms[j] * 1.0
+        st.remaining[is_cpu, j] = st.cpu_ms[is_cpu, j] * 1.0
         now_rows = col == 0
         if vram[j] > capacity:
             fits = np.zeros(m, dtype=bool)
@@ -246,12 +294,11 @@ def _run(
         queued = codes[:, j] == 1
         if vram[j] > capacity:
             st.phase[queued, j] = _CPU
-            st.remaining[queued, j] = cpu_ms[j] * 1.0
+            st.remaining[queued, j] = st.cpu_ms[queued, j] * 1.0
         else:
             st.phase[queued, j] = _QUEUED
 
     vram_arr = np.array(vram, dtype=np.float64)
-    share_arr = np.array(share, dtype=np.float64)
 
     def admit() -> None:
         rows_left = np.ones(len(st.rows), dtype=bool)
@@ -264,7 +311,8 @@ def _run(
             ok = (
                 has
                 & (st.in_use + vram_arr[head] <= budget + _EPS)
-                & ((st.active_n == 0) | (st.used_share + share_arr[head] <= 1.0 + _EPS))
+                & ((st.active_n == 0)
+                   | (st.used_share + st.share[np.arange(len(head)), head] <= 1.0 + _EPS))
             )
             if not ok.any():
                 return
@@ -285,6 +333,9 @@ def _run(
         if not live.all():
             dead = ~live
             out[st.rows[dead]] = st.end[dead].max(axis=1)
+            if times is not None:
+                times[0][st.rows[dead]] = st.start[dead]
+                times[1][st.rows[dead]] = st.end[dead]
             if not live.any():
                 break
             st.keep(live)
@@ -293,11 +344,11 @@ def _run(
         in_gpu = phase == _GPU
         on_cpu = phase == _CPU
         # a running sum in call order (as the event simulation adds): bit-identical
-        demand_sum = np.cumsum(np.where(in_gpu, share_arr, 0.0), axis=1)[:, -1]
+        demand_sum = np.cumsum(np.where(in_gpu, st.share, 0.0), axis=1)[:, -1]
         demand = base_share + demand_sum
         over = demand > 1.0
         gpu_rate = np.where(over, 1.0 / np.where(over, demand, 1.0), 1.0)
-        used_threads = (np.where(on_cpu, threads, 0)).sum(axis=1)
+        used_threads = (np.where(on_cpu, st.threads, 0)).sum(axis=1)
         cpu_rate = np.where(
             used_threads > free_cores, free_cores / np.maximum(used_threads, 1), 1.0
         )
@@ -313,11 +364,11 @@ def _run(
         if waiting.any():
             start_cpu = waiting & (st.ready_at <= (now + _EPS)[:, None])
             phase[start_cpu] = _CPU
-            remaining = np.where(start_cpu, cpu_ms[None, :] * 1.0, remaining)
+            remaining = np.where(start_cpu, st.cpu_ms * 1.0, remaining)
         finished = active & ~(remaining > (_EPS * np.maximum(1.0, now))[:, None])
         to_gpu = finished & (phase == _TRANSFER)
         phase[to_gpu] = _GPU
-        remaining = np.where(to_gpu, gpu_ms[None, :] * 1.0, remaining)
+        remaining = np.where(to_gpu, st.gpu_ms * 1.0, remaining)
         st.remaining = remaining
         done = finished & ~to_gpu
         if done.any():
@@ -327,7 +378,7 @@ def _run(
             for j in np.flatnonzero(released.any(axis=0)):
                 rows = released[:, j]
                 st.in_use[rows] = st.in_use[rows] - vram[j]
-                st.used_share[rows] = st.used_share[rows] - share[j]
+                st.used_share[rows] = st.used_share[rows] - st.share[rows, j]
                 st.active_n[rows] -= 1
                 idle = rows & (st.active_n == 0)
                 st.in_use[idle] = base_mb
@@ -345,6 +396,11 @@ class _State:
         self.remaining = np.zeros((m, n))
         self.ready_at = np.zeros((m, n))
         self.end = np.zeros((m, n))
+        self.start = np.zeros((m, n))
+        self.cpu_ms: Any = None
+        self.gpu_ms: Any = None
+        self.share: Any = None
+        self.threads: Any = None
         self.in_use = np.full(m, base_mb)
         self.used_share = np.full(m, base_share)
         self.active_n = np.zeros(m, dtype=np.int64)
@@ -352,8 +408,8 @@ class _State:
 
     def keep(self, live: Any) -> None:
         """Drop the rows whose simulation has ended."""
-        for name in ("rows", "phase", "remaining", "ready_at", "end", "in_use", "used_share",
-                     "active_n", "now"):
+        for name in ("rows", "phase", "remaining", "ready_at", "end", "start", "in_use",
+                     "used_share", "active_n", "now", "cpu_ms", "gpu_ms", "share", "threads"):
             setattr(self, name, getattr(self, name)[live])
 
 

@@ -196,6 +196,21 @@ class SimulatedTestbed:
             prune=prune,
         )
 
+    def call_times(
+        self, tools: Sequence[str], codes: Any, *, rows: dict[str, Any] | None = None
+    ) -> tuple[Any, Any]:
+        """Noise-free start and end times of every call of every row of option codes, with
+        ``rows`` overriding parameters per row and call (see `batchsim.call_times`)."""
+        return batchsim.call_times(
+            [self._require(t) for t in tools],
+            codes,
+            vram_budget_mb=self.vram_budget_mb,
+            cpu_cores=self.cpu_cores,
+            background=self._background,
+            oom_detect_ms=self._oom_detect_ms,
+            rows=rows,
+        )
+
     def lower_bounds(self, tools: Sequence[str], codes: Any) -> Any:
         """An admissible lower bound on the noise-free makespan of each row of option codes
         (see `batchsim.lower_bounds`)."""

@@ -179,10 +179,12 @@ def steady_batch(params: dict[str, ToolParams] = STEADY) -> Batch:
 def test_a_decision_is_reused_while_nothing_changed_and_says_so() -> None:
     bed = SimulatedTestbed(STEADY, vram_budget_mb=8000, cpu_cores=4)
     batch = steady_batch()
-    decisions = steady_run(MonitorPolicy(), bed, batch, 15)
+    decisions = steady_run(MonitorPolicy(), bed, batch, 40)
     reused = [d.reused for d in decisions]  # type: ignore[attr-defined]
     assert not reused[0]
-    assert all(reused[-5:])
+    # once settled (fit done, past the first runs), decided again only when the evidence
+    # doubled: at most one full decision in the last 15 steps
+    assert sum(reused[25:]) >= 14 and reused[-1]
     last = decisions[-1]
     assert last.mapping == decisions[-6].mapping  # type: ignore[attr-defined]
     assert last.reason.startswith("reused: nothing changed")  # type: ignore[attr-defined]
@@ -193,7 +195,7 @@ def test_reuse_ends_when_hints_telemetry_or_latencies_move() -> None:
     bed = SimulatedTestbed(STEADY, vram_budget_mb=8000, cpu_cores=4)
     batch = steady_batch()
     policy = MonitorPolicy()
-    steady_run(policy, bed, batch, 15)
+    steady_run(policy, bed, batch, 30)
     view = SchedulerView(bed.device_state())
     assert policy.decide(batch, view).reused
     # new hints for one tool

@@ -128,3 +128,27 @@ def test_explicit_mappings_and_bounds_match_the_event_simulation() -> None:
     all_spans = b.product_makespans(tools, choices).tolist()
     assert all(lo <= s for lo, s in zip(lb, all_spans, strict=True))
     assert len(lb) == len(list(itertools.product(*choices)))
+
+
+def test_call_times_per_row_overrides_match_a_testbed_with_those_parameters() -> None:
+    import numpy as np
+
+    from langgraph_devsched.batchsim import mapping_codes
+
+    params = {"a": ToolParams(cpu_ms=90, gpu_ms=40, vram_mb=500, gpu_share=0.7),
+              "b": ToolParams(cpu_ms=60, gpu_ms=30, transfer_ms=5, vram_mb=800, gpu_share=0.6),
+              "c": ToolParams(cpu_ms=50, gpu_ms=20, vram_mb=900, cpu_threads=2)}
+    tools = ["a", "b", "c", "a"]
+    mapping = ("gpu_now", "gpu_now", "cpu", "gpu_queued")
+    base = SimulatedTestbed(params, vram_budget_mb=1800, cpu_cores=2)
+    shares = [0.3, 0.9]
+    rows = {"gpu_share": np.array([[s, 0.6, 1.0, s] for s in shares])}
+    starts, ends = base.call_times(tools, np.tile(mapping_codes([mapping], 4), (2, 1)),
+                                   rows=rows)
+    for r, share in enumerate(shares):
+        changed = dict(params, a=params["a"].model_copy(update={"gpu_share": share}))
+        rec = SimulatedTestbed(changed, vram_budget_mb=1800, cpu_cores=2).simulate(
+            [(str(i), t, o) for i, (t, o) in enumerate(zip(tools, mapping, strict=True))])
+        assert starts[r].tolist() == [c.start_ms for c in rec.calls]
+        assert ends[r].tolist() == [c.end_ms for c in rec.calls]
+    assert ends[0].tolist() != ends[1].tolist()  # the share mattered

@@ -230,9 +230,11 @@ def fit_contention(
     makespans, which under noise are maxima and biased upwards).
 
     Coordinate descent over `SHARE_GRID` and `THREAD_GRID`; a parameter that no executed
-    placement exercises (the tool never shared its device) keeps its start value. When
-    ``deadline()`` turns true the fit stops between two tools (``complete=False``; each step
-    only lowers the loss, so what it has is consistent); ``offset`` rotates the tool order
+    placement exercises (the tool never shared its device) keeps its start value. A tool's
+    whole grid is scored in one batch (every executed placement under every grid value, by
+    the batched simulator). When ``deadline()`` turns true the fit stops between two tools
+    (``complete=False``; each step only lowers the loss, so what it has is consistent);
+    ``offset`` rotates the tool order
     and ``visits`` (default: ``passes`` times the tools) bounds the tool updates, so that a
     fit resumed later with its ``resume_at`` and ``visits_left`` finishes the work.
     """
@@ -261,44 +263,58 @@ def fit_contention(
 
     params = {t: estimate(t) for t in distinct}
 
-    def loss(tool: str) -> float:
-        params[tool] = estimate(tool)  # only the tool being fitted changed
+    from langgraph_devsched.batchsim import mapping_codes, require_numpy
+
+    np = require_numpy()
+    n = len(tools)
+    plan_codes = mapping_codes([[o for _, _, o, _ in calls] for _, calls in plans], n)
+    seen_run = np.array([[o.run_ms[k] for _, _, _, k in calls] for o, calls in plans])
+    seen_lat = np.array([[o.latency_ms[k] if len(o.latency_ms) > k else 0.0
+                          for _, _, _, k in calls] for o, calls in plans])
+    weight = np.array([min(o.count, 5) for o, _ in plans], dtype=np.float64)
+    fields = ("cpu_ms", "gpu_ms", "gpu_share", "cpu_threads")
+
+    def losses(tool: str, table: dict[str, Any], values: Sequence[Any]) -> list[float]:
+        """The loss with ``table[tool]`` set to each of ``values``: every plan under every
+        value simulated in one batch (`SimulatedTestbed.call_times`)."""
+        saved = table.get(tool)
+        variants = []
+        for v in values:
+            table[tool] = v
+            variants.append(estimate(tool))
+        if saved is None:
+            table.pop(tool, None)
+        else:
+            table[tool] = saved
         bed = twin(params, device, oom_ms=oom_ms)
-        total = 0.0
-        for outcome, calls in plans:
-            rec = bed.simulate([(cid, t, o) for cid, t, o, _ in calls])
-            weight = min(outcome.count, 5)
-            for (_, _, _, k), c in zip(calls, rec.calls, strict=True):
-                seen = outcome.run_ms[k]
-                if seen > 0:
-                    total += weight * (c.run_ms / seen - 1.0) ** 2
-                if len(outcome.latency_ms) > k and outcome.latency_ms[k] > 0:
-                    total += weight * (c.latency_ms / outcome.latency_ms[k] - 1.0) ** 2
-            if not outcome.run_ms and outcome.makespan_ms > 0:  # (a max of noisy times)
-                total += weight * (rec.makespan_ms / outcome.makespan_ms - 1.0) ** 2
-        return total
+        g, pn = len(values), len(plans)
+        cols = [i for i, t in enumerate(tools) if t == tool]
+        rows: dict[str, Any] = {}
+        for f in fields:
+            base = np.array([getattr(params[t], f) for t in tools], dtype=np.float64)
+            grid = np.tile(base, (g * pn, 1))
+            per_value = np.repeat([float(getattr(p, f)) for p in variants], pn)
+            grid[:, cols] = per_value[:, None]
+            rows[f] = grid
+        starts, ends = bed.call_times(tools, np.tile(plan_codes, (g, 1)), rows=rows)
+        run = (ends - starts).reshape(g, pn, n)
+        lat = ends.reshape(g, pn, n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            err_run = np.where(seen_run > 0, (run / seen_run - 1.0) ** 2, 0.0)
+            err_lat = np.where(seen_lat > 0, (lat / seen_lat - 1.0) ** 2, 0.0)
+        total = ((err_run + err_lat).sum(axis=2) * weight).sum(axis=1)
+        return [float(x) for x in total]
 
     def late() -> bool:
         return deadline is not None and deadline()
 
-    def best_of(
-        tool: str, table: dict[str, Any], current: Any, grid: Sequence[Any]
-    ) -> tuple[Any, bool]:
-        """The grid value with the lowest loss (ties: nearest ``current``), and whether
-        the deadline cut the grid short; with a deadline, ``current`` is scored first, so
-        a cut never raises the loss."""
-        values = grid if deadline is None or current in grid else [current, *grid]
-        if deadline is not None and current in grid:
-            values = [current, *(v for v in grid if v != current)]
-        scored: list[tuple[float, Any, Any]] = []
-        for v in values:
-            if scored and late():
-                break
-            table[tool] = v
-            scored.append((round(loss(tool), 9), abs(v - current), v))
+    def best_of(tool: str, table: dict[str, Any], current: Any, grid: Sequence[Any]) -> None:
+        """Set ``table[tool]`` to the grid value with the lowest loss (ties: nearest
+        ``current``)."""
+        scored = [(round(x, 9), abs(v - current), v)
+                  for x, v in zip(losses(tool, table, grid), grid, strict=True)]
         table[tool] = min(scored)[2]
         params[tool] = estimate(tool)
-        return table[tool], len(scored) < len(values)
 
     cores = max(1, device.cpu_cores)
     total = passes * len(distinct) if visits is None else visits
@@ -308,13 +324,8 @@ def fit_contention(
         if done and late():
             return ContentionFit(shares, threads, complete=False, resume_at=position,
                                  visits_left=total - done)
-        cut = False
         if tool in gpu_shared:
-            _, cut = best_of(tool, shares, shares.get(tool, specs[tool].gpu_share), SHARE_GRID)
-        if tool in cpu_shared and not cut:
-            grid = [n for n in THREAD_GRID if n <= cores]
-            _, cut = best_of(tool, threads, threads.get(tool, 1), grid)
-        if cut and done + 1 < total:
-            return ContentionFit(shares, threads, complete=False, resume_at=position + 1,
-                                 visits_left=total - done - 1)
+            best_of(tool, shares, shares.get(tool, specs[tool].gpu_share), SHARE_GRID)
+        if tool in cpu_shared:
+            best_of(tool, threads, threads.get(tool, 1), [n for n in THREAD_GRID if n <= cores])
     return ContentionFit(shares, threads)

@@ -13,7 +13,8 @@ prediction (which pools every call's samples) is trusted.
 
 **Reuse.** While nothing the decision was made from has moved — the calls' hints, the
 telemetry bucket, the tools' latency evidence (`reuse.ChangeDetector`: no sample outside
-its noise), no probe pending, the contention fit settled — the last decision of the batch
+its noise, and fewer than twice the samples the decision was made from), no probe pending,
+the contention fit settled — the last decision of the batch
 (its tools in call order) is taken again at once, marked ``Decision(reused=True)``; it is
 refreshed after ``refresh_after`` reuses. Per-shape tables (fits, last decisions) keep the
 ``max_shapes`` most recently used shapes.
@@ -75,6 +76,7 @@ from langgraph_devsched.schedulers.reuse import (
 from langgraph_devsched.schedulers.search import (
     BOUND_LIMIT,
     EXACT_LIMIT,
+    count_mappings,
     demand,
     search_mappings,
 )
@@ -90,6 +92,8 @@ MAX_DECISION_MS = 100.0
 """Default time budget of one decision's search (and contention fit), in ms."""
 MAX_SHAPES = 1024
 """Default number of batch shapes whose fits and last decisions are kept."""
+EVERY_RUN_UNTIL = 20
+"""A shape's contention fit is refitted after each of its first runs, then when they double."""
 
 
 class MonitorPolicy(SchedulerBase):
@@ -152,14 +156,16 @@ class MonitorPolicy(SchedulerBase):
         specs = tuple(c.spec for c in batch.calls)
         bucket = telemetry_bucket(view.device)
         versions = self._changes.versions(tools)
+        samples = self._changes.samples(tools)
         last = self._last.get(key)
         if self.reuse and last is not None and reusable(
-                last, specs, bucket, versions, refresh_after=self.refresh_after):
+                last, specs, bucket, versions, refresh_after=self.refresh_after,
+                samples=samples):
             last.reuses += 1
             return self._again(batch, last)
         decision, settled = self._full(batch, view, started, last)
         self._last[key] = LastDecision(specs, bucket, versions, decision.options_for(batch),
-                                       decision, settled)
+                                       decision, samples, settled)
         return decision
 
     def _again(self, batch: Batch, last: LastDecision) -> Decision:
@@ -204,7 +210,9 @@ class MonitorPolicy(SchedulerBase):
             limit = started + share * budget / 1000.0
             return lambda: self.clock() >= limit
 
-        fit = self._fit(tools, specs, obs, device, outcomes, deadline(0.5))
+        # a batch enumerated exactly needs little of the budget: the fit may take most of it
+        cheap = count_mappings(choices) <= self.exact_limit
+        fit = self._fit(tools, specs, obs, device, outcomes, deadline(0.8 if cheap else 0.5))
         params = {
             t: estimate_params(t, s, obs, bg_share=device.gpu_utilization,
                                share=fit.shares.get(t), threads=fit.threads.get(t, 1))
@@ -249,7 +257,10 @@ class MonitorPolicy(SchedulerBase):
             reason = (f"best predicted makespan {scores[best]:.1f} ms {how} "
                       f"{len(scores)} mappings")
         decision = self._decision(mapping, reason, predicted_ms=predicted, probe=bool(probe))
-        return decision, fit.complete
+        # settled: the fit is done, and past the runs after each of which it is refitted
+        learning = bool(fit.shares or fit.threads) and sum(
+            o.count for o in outcomes) < EVERY_RUN_UNTIL
+        return decision, fit.complete and not learning
 
     def _seeds(
         self, batch: Batch, view: SchedulerView, tools: list[str],
@@ -275,11 +286,15 @@ class MonitorPolicy(SchedulerBase):
         device: DeviceState, outcomes: Sequence[PlacementOutcome], deadline: Callable[[], bool],
     ) -> ContentionFit:
         """The contention fit for this shape, refitted (warm) when its evidence moved (a new
-        placement executed, or a placement's first samples) or the last fit ran out of time
-        (then it resumes where it stopped)."""
+        placement executed, a placement's first samples, each of the shape's first
+        `EVERY_RUN_UNTIL` runs, then twice the runs of the last fit: the means it fits are
+        sharper) or the last fit ran out of time (then it resumes where it stopped)."""
         shape = tuple(sorted(tools))
-        evidence = tuple(
-            sorted((_canon(o.placement), min(o.count, RESAMPLE_BELOW)) for o in outcomes))
+        seen = sum(o.count for o in outcomes)
+        evidence = (
+            tuple(sorted((_canon(o.placement), min(o.count, RESAMPLE_BELOW)) for o in outcomes)),
+            seen if seen < EVERY_RUN_UNTIL else int(math.log2(seen)),
+        )
         cached = self._fits.get(shape)
         if cached is not None and cached[0] == evidence and cached[1].complete:
             return cached[1]

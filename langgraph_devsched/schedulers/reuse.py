@@ -5,15 +5,17 @@ batch's tools. `ChangeDetector` sees every executed step (a scheduler's ``observ
 gives each tool a *version* that moves only when a sample of it is surprising: its
 (option, device, GPU peers) key is new or barely sampled, or the sample lies more than
 ``sigmas`` standard deviations (at least ``floor`` of the mean) from that key's running
-mean. `reusable` then says whether a remembered decision still stands: same hints, same
-telemetry bucket (`telemetry_bucket`), same tool versions, not a probe, not refreshed for
-too long. Both tables are `LruTable`\\ s.
+mean. It also counts each tool's samples: the noise band of an estimate narrows as its
+samples grow, so a decision is also made again once the batch's tools have twice the samples
+they had when it was made. `reusable` then says whether a remembered decision still stands:
+same hints, same telemetry bucket (`telemetry_bucket`), same tool versions, fewer than twice
+the samples, not a probe, not refreshed for too long. The tables are `LruTable`\\ s.
 
 >>> from langgraph_devsched.records import CallRecord, StepRecord
 >>> det = ChangeDetector()
 >>> def step(ms):
-...     call = CallRecord(call_id="c", tool="ocr", option="cpu", device="cpu", start_ms=0,
-...                       end_ms=ms)
+...     call = CallRecord("c", "ocr", "cpu", "cpu", None, start_ms=0, end_ms=ms,
+...                       vram_reserved_mb=0, gpu_peers=0)
 ...     return StepRecord(calls=(call,), makespan_ms=ms)
 >>> for ms in (100, 101, 99):  # the first samples of a key are news
 ...     det.observe(step(ms))
@@ -84,6 +86,7 @@ class ChangeDetector:
         self.floor = floor
         self._stats: LruTable[tuple[object, ...], _Welford] = LruTable(max_keys)
         self._versions: LruTable[str, int] = LruTable(max_keys)
+        self._samples: LruTable[str, int] = LruTable(max_keys)
         self._counter = itertools.count(1)
 
     def observe(self, record: StepRecord) -> None:
@@ -91,6 +94,7 @@ class ChangeDetector:
             if call.error is not None:
                 continue
             key = (call.tool, call.option, call.device, call.gpu_peers, call.fallback)
+            self._samples[call.tool] = (self._samples.get(call.tool, 0) or 0) + 1
             stat = self._stats.setdefault_with(key, _Welford)
             if stat.surprising(call.run_ms, self.sigmas, self.floor):
                 self._versions[call.tool] = next(self._counter)
@@ -99,6 +103,10 @@ class ChangeDetector:
     def versions(self, tools: Iterable[str]) -> tuple[int, ...]:
         """Each tool's version, sorted by tool name (0: never seen, or forgotten)."""
         return tuple(self._versions.get(t, 0) or 0 for t in sorted(set(tools)))
+
+    def samples(self, tools: Iterable[str]) -> int:
+        """How many samples of these tools were seen (each tool once)."""
+        return sum(self._samples.get(t, 0) or 0 for t in set(tools))
 
     def __len__(self) -> int:
         return len(self._stats)
@@ -113,6 +121,8 @@ class LastDecision:
     versions: tuple[int, ...]
     options: tuple[str, ...]
     decision: Decision
+    samples: int = 0
+    """The batch's tools' samples when it was decided (it stands for less than twice that)."""
     settled: bool = True
     """False while the model behind the decision is still being fitted."""
     reuses: int = 0
@@ -120,13 +130,15 @@ class LastDecision:
 
 def reusable(
     last: LastDecision | None, specs: Sequence[ToolDeviceSpec], bucket: tuple[object, ...],
-    versions: tuple[int, ...], *, refresh_after: int,
+    versions: tuple[int, ...], *, refresh_after: int, samples: int = 0,
 ) -> bool:
-    """Whether ``last`` stands: nothing it was made from moved, it probed nothing, and it
-    was not taken again ``refresh_after`` times already."""
+    """Whether ``last`` stands: nothing it was made from moved, its evidence has not doubled
+    (``samples``: the batch's tools' samples now), it probed nothing, and it was not taken
+    again ``refresh_after`` times already."""
     return (
         last is not None
         and last.settled
+        and samples < 2 * max(last.samples, 1)
         and not last.decision.probe
         and last.reuses < refresh_after
         and last.bucket == bucket

@@ -148,9 +148,9 @@ def _bound(
     tie: float,
 ) -> SearchResult | None:
     """Branch and bound in one level; None when the budget ran out first."""
-    from langgraph_devsched.batchsim import _numpy, product_codes
+    from langgraph_devsched.batchsim import product_codes, require_numpy
 
-    np = _numpy()
+    np = require_numpy()
     codes = product_codes(choices)
     lb = np.asarray(lower_bounds(codes), dtype=np.float64)
     order = np.argsort(lb, kind="stable")
