@@ -29,6 +29,7 @@ from langgraph_devsched import (
     current_device,
 )
 from langgraph_devsched.schedulers import scheduler_names
+from langgraph_devsched.step_text import format_step_report
 
 
 @tool
@@ -107,22 +108,11 @@ def build_graph(node: DeviceToolNode, rounds: int) -> Any:
 
 
 def print_step(report: StepReport, budget_mb: float) -> None:
+    print()
+    print(format_step_report(report, budget_mb=budget_mb))
     record = report.record
-    assert record is not None
-    print(f"\nstep: scheduler={report.scheduler} reason={report.decision.reason!r}")
-    header = f"{'call':<8} {'tool':<11} {'option':<11} {'device':<7} {'start':>8} {'end':>8}"
-    print(f"  {header}  vram  note")
-    for c in record.calls:
-        note = f"fallback: {c.fallback}" if c.fallback else ""
-        print(
-            f"  {c.call_id:<8} {c.tool:<11} {c.option:<11} {c.device:<7} "
-            f"{c.start_ms:>6.1f}ms {c.end_ms:>6.1f}ms {c.vram_reserved_mb:>5.0f}  {note}"
-        )
-    print(
-        f"  makespan {record.makespan_ms:.1f} ms | VRAM ledger peak {record.vram_peak_mb:.0f}"
-        f" of {budget_mb:.0f} MB (background excluded)"
-        f" | ledger at end {record.extra.get('vram_end_mb', 0.0):.0f} MB"
-    )
+    ledger_end = record.extra.get("vram_end_mb", 0.0) if record is not None else 0.0
+    print(f"  ledger at end {ledger_end:.0f} MB (background excluded)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scheduler", default=None, help=f"one of {', '.join(scheduler_names())}")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
+    print(
+        "Simulated testbed: an 8 GB GPU (2 GB held by the agent's LLM server) and 8 CPU cores;"
+        " devices and times below are simulated, the tools' answers are real."
+    )
     budget = TESTBED.device_state().vram_budget_mb - TESTBED.device_state().vram_used_mb
     node = DeviceToolNode(
         [transcribe, read_text, embed, caption],

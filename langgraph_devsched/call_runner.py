@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.runnables.config import patch_config
+from langchain_core.runnables.config import get_callback_manager_for_config, patch_config
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
@@ -201,7 +201,7 @@ class CallRunner:
         try:
             return step.execution.run_sync(call["id"] or "", run)
         except PlacementError as exc:
-            return placement_error_message(call, exc)
+            return self.refused(step, call, config, exc)
         except CallTimeoutError as exc:
             return self.timeout_answer(call, exc)
 
@@ -261,7 +261,7 @@ class CallRunner:
         try:
             return await step.execution.run_async(call["id"] or "", run)
         except PlacementError as exc:
-            return placement_error_message(call, exc)
+            return self.refused(step, call, config, exc)
         except CallTimeoutError as exc:
             return self.timeout_answer(call, exc)
 
@@ -282,6 +282,35 @@ class CallRunner:
         return waited.result()
 
     # -- answers --------------------------------------------------------------------------
+    def refused(
+        self, step: PlannedStep, call: ToolCall, config: RunnableConfig, exc: PlacementError
+    ) -> ToolMessage:
+        """The answer for a call that can run nowhere; traced as a failed tool run with the
+        same ``devsched.*`` keys (device ``none``, its cause as ``devsched.fallback``)."""
+        message = placement_error_message(call, exc)
+        if step.ambient_tracing is None:
+            step.ambient_tracing = ambient_tracing()
+        if has_observers(config, ambient=step.ambient_tracing):
+            decision = step.report.decision
+            option = step.planned[call["id"] or ""].option
+            meta, tags = decision_metadata(
+                Placement(option, "none", exc.cause),
+                scheduler=decision.scheduler or step.report.scheduler,
+                reason=decision.reason,
+                predicted_ms=decision.predicted_ms.get(call["id"] or ""),
+                observed_ms=0.0,
+                extra={"devsched.probe": decision.probe, "devsched.refused": str(exc)},
+            )
+            manager = get_callback_manager_for_config(with_decision(config, meta, tags))
+            run = manager.on_tool_start(
+                {"name": call["name"]},
+                str(call.get("args")),
+                name=call["name"],
+                inputs=call.get("args"),
+            )
+            run.on_tool_error(exc)
+        return message
+
     def timeout_answer(self, call: ToolCall, exc: CallTimeoutError) -> ToolMessage:
         """The error answer for a call past its deadline, as ``handle_tool_errors`` says
         (``False``, or error types that exclude it: raised)."""

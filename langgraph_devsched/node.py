@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import warnings
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -84,6 +85,35 @@ def pending_step_calls(messages: Sequence[Any], call_id: str | None) -> list[Too
                 if c.get("id") == call_id or c.get("id") not in answered
             ]
     return None
+
+
+def warn_never_fitting(specs: Mapping[str, ToolDeviceSpec], backend: Backend) -> list[str]:
+    """Warn (and return the warnings) for GPU-capable tools whose ``vram_mb`` exceeds what
+    the backend's GPU can ever give a call; only where the budget is known without probing."""
+    if isinstance(backend, SimulatedBackend):
+        state = backend.testbed.device_state()
+        capacity: float | None = state.vram_budget_mb - state.vram_used_mb
+    else:
+        declared = getattr(backend, "declared_capacity_mb", None)
+        capacity = declared() if callable(declared) else None
+    if capacity is None:
+        return []
+    found = []
+    for name, spec in specs.items():
+        if not spec.gpu_capable or spec.vram_mb <= capacity:
+            continue
+        then = (
+            "its calls will run on the CPU (fallback vram_over_budget)"
+            if spec.cpu_allowed
+            else "its hints forbid the CPU, so every call will be answered with an error"
+        )
+        found.append(
+            f"tool {name!r} declares vram_mb={spec.vram_mb:.0f} but a call can get at most "
+            f"{capacity:.0f} MB of this GPU: {then}"
+        )
+    for text in found:
+        warnings.warn(text, UserWarning, stacklevel=3)
+    return found
 
 
 class DeviceToolNode(ToolNode):
@@ -162,6 +192,7 @@ class DeviceToolNode(ToolNode):
         )
         self.monitor = monitor
         self.call_timeout_s = call_timeout_s
+        warn_never_fitting(self.device_specs, self.backend)
         self._on_step = on_step
         self.history: deque[StepReport] = deque(maxlen=history)
         self._device_args = {n: injected_device_args(t) for n, t in self.tools_by_name.items()}

@@ -18,6 +18,7 @@ falls back to the static hints, so the step is never lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import logging
@@ -31,6 +32,13 @@ from typing import Any, get_args
 
 from langchain_core.runnables import RunnableConfig
 
+from langgraph_devsched.decision_trace import (
+    aclose_decide_run,
+    aopen_decide_run,
+    close_decide_run,
+    log_decision,
+    open_decide_run,
+)
 from langgraph_devsched.executors.base import Backend, PlannedCall, StepExecution
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import StepRecord
@@ -291,14 +299,20 @@ class StepPlanner:
         if forced is not None:
             return self._start(batch, forced, {}, key)
         view: SchedulerView | None = None
+        run = None
         try:
             view = self._view(batch)
             decision = forced_decision(batch, view.device.gpu_available, self.scheduler.name)
             if decision is None:
+                config, run = open_decide_run(batch, view, config)
                 decision = self._decide(batch, view, config)
-            return self._checked_start(batch, decision, view, key)
+            step = self._checked_start(batch, decision, view, key)
         except Exception as exc:
-            return self._fallback_step(batch, view, exc, key)
+            step = self._fallback_step(batch, view, exc, key)
+        with contextlib.suppress(Exception):  # tracing must not lose the step
+            close_decide_run(run, step.report.decision)
+        log_decision(self.scheduler.name, step.report.decision)
+        return step
 
     async def _anew_step(
         self, batch: Batch, config: RunnableConfig | None, key: StepKey | None
@@ -307,14 +321,20 @@ class StepPlanner:
         if forced is not None:
             return self._start(batch, forced, {}, key)
         view: SchedulerView | None = None
+        run = None
         try:
             view = self._view(batch)
             decision = forced_decision(batch, view.device.gpu_available, self.scheduler.name)
             if decision is None:
+                config, run = await aopen_decide_run(batch, view, config)
                 decision = await self._adecide(batch, view, config)
-            return self._checked_start(batch, decision, view, key)
+            step = self._checked_start(batch, decision, view, key)
         except Exception as exc:
-            return self._fallback_step(batch, view, exc, key)
+            step = self._fallback_step(batch, view, exc, key)
+        with contextlib.suppress(Exception):  # tracing must not lose the step
+            await aclose_decide_run(run, step.report.decision)
+        log_decision(self.scheduler.name, step.report.decision)
+        return step
 
     def _view(self, batch: Batch) -> SchedulerView:
         observations = None

@@ -221,6 +221,6 @@ def test_scheduler_runs_nest_under_the_agents_tools_step(mode: str) -> None:
     wrap = "DeviceSchedulingMiddleware." + (
         "wrap_tool_call" if mode == "sync" else "awrap_tool_call"
     )
-    assert chain[:3] == ["scheduler_subagent", wrap, "tools"], chain
+    assert chain[:4] == ["scheduler_subagent", "devsched.decide", wrap, "tools"], chain
     ends = {u["name"]: u for u in client.updated if u.get("run_type") == "tool"}
     assert ends["asr"]["extra"]["metadata"]["devsched.scheduler"] == "consulting"

@@ -190,7 +190,8 @@ def test_scheduler_runs_are_children_of_the_tools_step(scheduler: Any, mode: str
     tracer.wait_for_futures()
     runs = {c["id"]: c for c in client.created}
     (sub,) = [c for c in client.created if c["name"] == "scheduler_subagent"]
-    assert parent_chain(runs, sub["id"]) == ["scheduler_subagent", "tools", "LangGraph"]
+    chain = parent_chain(runs, sub["id"])
+    assert chain == ["scheduler_subagent", "devsched.decide", "tools", "LangGraph"], chain
 
 
 def test_config_is_only_passed_to_schedulers_that_accept_it() -> None:

@@ -40,7 +40,13 @@ class PlannedCall:
 
 
 class PlacementError(RuntimeError):
-    """The call cannot run on any device its hints allow (e.g. OOM and the CPU is not allowed)."""
+    """The call cannot run on any device its hints allow (e.g. OOM and the CPU is not allowed).
+
+    ``cause`` says why the GPU was out of the question (``vram_over_budget``, ``oom``, ...)."""
+
+    def __init__(self, message: str, cause: FallbackCause | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -169,15 +175,18 @@ class BookedStep:
         """The CPU instead of the GPU (recorded as ``cause``), unless the hints forbid it."""
         if call.option == "cpu" or call.spec.cpu_allowed:
             return Placement(call.option, "cpu", None if call.option == "cpu" else cause)
-        raise PlacementError(f"tool {call.tool!r} cannot run: {why}, and its hints forbid the CPU")
+        raise PlacementError(
+            f"tool {call.tool!r} cannot run: {why}, and its hints forbid the CPU", cause
+        )
 
     def _unplaced(self, call: PlannedCall, exc: BaseException) -> None:
         """Record a call that ran nowhere: it could not be placed (its answer is an error
         message) or was cancelled before it started. Its device is ``none``."""
         now = (self._clock() - self._t0) * 1000.0
         error = str(exc) if isinstance(exc, PlacementError) else describe_failure(exc)
+        cause = exc.cause if isinstance(exc, PlacementError) else None
         self._book.add(
-            CallRecord(call.call_id, call.tool, call.option, "none", None, now, now, 0.0, 0, error)
+            CallRecord(call.call_id, call.tool, call.option, "none", cause, now, now, 0.0, 0, error)
         )
 
     def _start(self, call_id: str) -> PlannedCall:

@@ -123,6 +123,14 @@ class LocalBackend:
                 )
             self._detected = True
 
+    def declared_capacity_mb(self) -> float | None:
+        """The most VRAM a call could get when the GPU was declared (`GpuConfig`); None when
+        it is detected (not probed here) or absent."""
+        gpu = self._gpu_arg
+        if isinstance(gpu, GpuConfig):
+            return gpu.vram_budget_mb - gpu.background_mb
+        return None
+
     @property
     def gpu(self) -> GpuConfig | None:
         """The GPU this backend drives, or None (detected on first use)."""
@@ -233,7 +241,7 @@ class _LocalStep(BookedStep):
             if exc is not None:
                 raise exc
             raise PlacementError(
-                f"tool {call.tool!r} ran out of GPU memory and may not use the CPU"
+                f"tool {call.tool!r} ran out of GPU memory and may not use the CPU", "oom"
             )
         return Placement(call.option, "cpu", "oom")
 

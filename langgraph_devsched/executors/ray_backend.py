@@ -392,7 +392,7 @@ class _RayStep(BookedStep):
             if exc is not None:
                 raise exc
             raise PlacementError(
-                f"tool {call.tool!r} ran out of GPU memory and may not use the CPU"
+                f"tool {call.tool!r} ran out of GPU memory and may not use the CPU", "oom"
             )
         return Placement(call.option, "cpu", "oom")
 

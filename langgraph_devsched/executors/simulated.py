@@ -3,12 +3,22 @@
 The whole step is simulated when it starts (all options are known then), so each call's
 placement, fallback and latency are exact virtual times; the tool's own code still runs, on
 the device string the simulation placed it on, so its answer is real.
+
+``run_tools_on="cpu"`` keeps the simulation (placement, VRAM ledger, latency, records) but
+runs the tool's own code on this machine's CPU: an `InjectedDevice` argument and
+`current_device()` say ``"cpu"``, so a PyTorch tool runs where no CUDA exists. The step's
+records still say where the simulation placed each call (``cuda:0`` or ``cpu``).
+
+>>> from langgraph_devsched.testbed import SimulatedTestbed
+>>> bed = SimulatedTestbed({"asr": {"cpu_ms": 800, "gpu_ms": 60}}, vram_budget_mb=8000)
+>>> SimulatedBackend(bed, run_tools_on="cpu").run_tools_on
+'cpu'
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Literal, TypeVar, get_args
 
 from langgraph_devsched.device import Placement
 from langgraph_devsched.executors.base import (
@@ -25,14 +35,31 @@ from langgraph_devsched.testbed import SimulatedTestbed
 
 T = TypeVar("T")
 
+RunToolsOn = Literal["simulated", "cpu"]
+"""Where a tool's own code runs: on the simulated device string, or always on the CPU."""
+
 
 class SimulatedBackend:
-    """Backend over a `SimulatedTestbed` (virtual clock, no waiting)."""
+    """Backend over a `SimulatedTestbed` (virtual clock, no waiting).
+
+    ``run_tools_on``: ``"simulated"`` (default) hands the tool the device the simulation
+    placed it on (``cuda:0`` for a GPU option); ``"cpu"`` hands it ``"cpu"`` while the
+    simulation still decides placement and time. When not given, a ``run_tools_on``
+    attribute of the testbed is used, if it has one.
+    """
 
     name = "simulated"
 
-    def __init__(self, testbed: SimulatedTestbed) -> None:
+    def __init__(
+        self, testbed: SimulatedTestbed, *, run_tools_on: RunToolsOn | None = None
+    ) -> None:
+        chosen = run_tools_on or getattr(testbed, "run_tools_on", None) or "simulated"
+        if chosen not in get_args(RunToolsOn):
+            raise ValueError(
+                f"unknown run_tools_on {chosen!r}; valid: {', '.join(get_args(RunToolsOn))}"
+            )
         self.testbed = testbed
+        self.run_tools_on: RunToolsOn = chosen
 
     def device_state(self) -> DeviceState:
         return self.testbed.device_state()
@@ -42,13 +69,24 @@ class SimulatedBackend:
             [(c.call_id, c.tool, c.option) for c in calls],
             cpu_forbidden={c.call_id for c in calls if not c.spec.cpu_allowed},
         )
-        return _SimulatedStep(outcome, {c.call_id: c.spec.cpu_allowed for c in calls})
+        return _SimulatedStep(
+            outcome,
+            {c.call_id: c.spec.cpu_allowed for c in calls},
+            on_host=self.run_tools_on == "cpu",
+        )
 
 
 class _SimulatedStep:
-    def __init__(self, outcome: StepRecord, cpu_allowed: dict[str, bool] | None = None) -> None:
+    def __init__(
+        self,
+        outcome: StepRecord,
+        cpu_allowed: dict[str, bool] | None = None,
+        *,
+        on_host: bool = False,
+    ) -> None:
         self._outcome = outcome
         self._cpu_allowed = cpu_allowed or {}
+        self._on_host = on_host
         self._oom_reruns: set[str] = set()
         self._by_id = outcome.by_id()
         self._book = RecordBook(list(self._by_id))
@@ -56,7 +94,8 @@ class _SimulatedStep:
 
     def _placement(self, call_id: str) -> Placement:
         rec = self._by_id[call_id]
-        return Placement(rec.option, rec.device, rec.fallback, rec.vram_reserved_mb)
+        device = "cpu" if self._on_host and rec.device != "none" else rec.device
+        return Placement(rec.option, device, rec.fallback, rec.vram_reserved_mb)
 
     def _refused(self, call_id: str) -> None:
         """A call the simulation could place nowhere: recorded, answered with an error."""
