@@ -17,6 +17,7 @@ records still say where the simulation placed each call (``cuda:0`` or ``cpu``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Literal, TypeVar, get_args
 
@@ -27,9 +28,10 @@ from langgraph_devsched.executors.base import (
     PlannedCall,
     RecordBook,
     RunOnce,
+    describe_failure,
 )
 from langgraph_devsched.executors.local import is_gpu_oom
-from langgraph_devsched.records import StepRecord
+from langgraph_devsched.records import CallRecord, StepRecord
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import SimulatedTestbed
 
@@ -91,6 +93,7 @@ class _SimulatedStep:
         self._by_id = outcome.by_id()
         self._book = RecordBook(list(self._by_id))
         self._started: set[str] = set()
+        self._errors: dict[str, str] = {}
 
     def _placement(self, call_id: str) -> Placement:
         rec = self._by_id[call_id]
@@ -132,8 +135,11 @@ class _SimulatedStep:
             if oom and placement.on_gpu:
                 result, _ = run(self._cpu_rerun(call_id, placement))
             return result
+        except BaseException as failed:  # a timeout, a cancellation, the tool's own error
+            self._errors[call_id] = describe_failure(failed)
+            raise
         finally:
-            self._book.add(self._by_id[call_id])
+            self._book.add(self._recorded(call_id))
 
     async def run_async(self, call_id: str, run: ARunOnce[T]) -> T:
         self._started.add(call_id)
@@ -149,8 +155,11 @@ class _SimulatedStep:
             if oom and placement.on_gpu:
                 result, _ = await run(self._cpu_rerun(call_id, placement))
             return result
+        except BaseException as failed:  # a timeout, a cancellation, the tool's own error
+            self._errors[call_id] = describe_failure(failed)
+            raise
         finally:
-            self._book.add(self._by_id[call_id])
+            self._book.add(self._recorded(call_id))
 
     def observed_ms(self, call_id: str) -> float | None:
         return self._by_id[call_id].latency_ms
@@ -159,5 +168,14 @@ class _SimulatedStep:
     def done(self) -> bool:
         return self._book.done
 
+    def _recorded(self, call_id: str) -> CallRecord:
+        """The simulated record, with the error that ended the real run (if one did)."""
+        rec = self._by_id[call_id]
+        error = self._errors.get(call_id)
+        return rec if error is None else dataclasses.replace(rec, error=error)
+
     def record(self) -> StepRecord:
-        return self._outcome
+        if not self._errors:
+            return self._outcome
+        calls = tuple(self._recorded(c.call_id) for c in self._outcome.calls)
+        return dataclasses.replace(self._outcome, calls=calls)
