@@ -67,6 +67,30 @@ def answer_budget(calls: int) -> int:
     return TOKENS_BASE + TOKENS_PER_CALL * max(1, calls)
 
 
+def apply_llm_options(
+    *,
+    timeout_s: float | None = None,
+    max_tokens: int | None = None,
+    mode: str | None = None,
+    answer: str | None = None,
+) -> None:
+    """Set the agentic scheduler's options for this process (``$DEVSCHED_LLM_TIMEOUT``,
+    ``_MAX_TOKENS``, ``_MODE``, ``_ANSWER``), as ``devsched bench --llm-*`` does; each is
+    checked first (`ValueError` naming the valid values)."""
+    if timeout_s is not None:
+        if timeout_s <= 0:
+            raise ValueError(f"--llm-timeout must be > 0, got {timeout_s}")
+        os.environ[ENV_TIMEOUT] = str(timeout_s)
+    if max_tokens is not None:
+        if max_tokens < 1:
+            raise ValueError(f"--llm-max-tokens must be >= 1, got {max_tokens}")
+        os.environ[ENV_MAX_TOKENS] = str(max_tokens)
+    if mode is not None:
+        os.environ[ENV_MODE] = check_choice(mode, CONSULT_MODES, "--llm-mode")
+    if answer is not None:
+        os.environ[ENV_ANSWER] = check_choice(answer, ANSWER_CHANNELS, "--llm-answer")
+
+
 def check_choice(value: str, valid: Sequence[str], what: str) -> str:
     """``value`` if it is one of ``valid``, else a ValueError listing them."""
     if value not in valid:

@@ -1,0 +1,175 @@
+"""Bench-side counting for the agentic scheduler: what its decisions say about the LLM.
+
+`AgenticStats` is fed every decision of one scheduler's run (`AgenticStats.add`); decisions
+that carry no consultation record (other schedulers) are ignored. `AgenticStats.summary`
+gives an `AgenticSummary`: consultations, valid answers, whole-step fallbacks by cause,
+decisions with per-call repairs, LLM latency p50/p95 per consultation, the server's prompt
+cache hit rate (cached / prompt tokens), and the answer channels used. `format_agentic`
+renders one line of it for the report.
+
+>>> from langgraph_devsched.schedulers.agentic_record import AgenticDecision, ConsultationRecord
+>>> stats = AgenticStats()
+>>> stats.add(AgenticDecision(mapping={}, consultation=ConsultationRecord(
+...     channel="json_schema", via="text", latency_ms=800, prompt_tokens=600, cached_tokens=450)))
+>>> stats.add(AgenticDecision(mapping={}, fallback="scheduler_error",
+...     consultation=ConsultationRecord(cause="timeout", latency_ms=30000, prompt_tokens=600)))
+>>> stats.add(AgenticDecision(mapping={}, consultation=ConsultationRecord(cached=True)))
+>>> s = stats.summary()
+>>> s.consultations, s.valid_answers, s.fallbacks, s.cached_decisions, s.cache_hit_rate
+(2, 1, {'timeout': 1}, 1, 0.375)
+>>> print(format_agentic("agentic", s).replace(", LLM", ",\\nLLM"))
+agentic: 1/2 valid answers (50%), fallbacks timeout=1, 1 cached,
+LLM p50 15400 ms p95 28540 ms, prompt cache 38%, channels free=1, json_schema=1
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class AgenticSummary(BaseModel):
+    """What one agentic scheduler's decisions recorded over a run."""
+
+    decisions: int = Field(description="decisions that carry a consultation record")
+    consultations: int = Field(description="decisions that consulted the model")
+    cached_decisions: int = Field(description="decisions reused from the cache (no LLM call)")
+    valid_answers: int = Field(description="consultations whose answer was parsed and used")
+    valid_rate: float | None = Field(description="valid_answers / consultations")
+    fallbacks: dict[str, int] = Field(description="whole-step fallbacks by cause")
+    repaired: int = Field(description="used answers that needed per-call repairs")
+    llm_calls: int
+    latency_p50_ms: float | None
+    latency_p95_ms: float | None
+    prompt_tokens: int
+    cached_tokens: int
+    cache_hit_rate: float | None = Field(description="cached_tokens / prompt_tokens")
+    channels: dict[str, int] = Field(description="answer channel of each consultation")
+    answered_via: dict[str, int] = Field(description="where each valid answer was found")
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return cuts[max(0, min(98, round(q * 100) - 1))]
+
+
+class AgenticStats:
+    """Accumulates the consultation records of one scheduler's decisions."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+        self.repaired = 0
+
+    def add(self, decision: Any) -> None:
+        """Count ``decision`` if it carries a consultation record (else ignore it)."""
+        record = getattr(decision, "consultation", None)
+        if record is None:
+            return
+        self.records.append(record)
+        if not record.cached and record.cause is None and decision.fallback == "invalid_decision":
+            self.repaired += 1
+
+    def summary(self) -> AgenticSummary | None:
+        """None when no decision had a record (not an agentic scheduler)."""
+        if not self.records:
+            return None
+        asked = [r for r in self.records if not r.cached]
+        valid = [r for r in asked if r.valid]
+        latencies = [float(r.latency_ms) for r in asked]
+        prompt = sum(int(r.prompt_tokens) for r in asked)
+        cached = sum(int(r.cached_tokens) for r in asked)
+        return AgenticSummary(
+            decisions=len(self.records),
+            consultations=len(asked),
+            cached_decisions=len(self.records) - len(asked),
+            valid_answers=len(valid),
+            valid_rate=len(valid) / len(asked) if asked else None,
+            fallbacks=dict(Counter(str(r.cause) for r in asked if r.cause is not None)),
+            repaired=self.repaired,
+            llm_calls=sum(int(r.llm_calls) for r in asked),
+            latency_p50_ms=_percentile(latencies, 0.5),
+            latency_p95_ms=_percentile(latencies, 0.95),
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            cache_hit_rate=cached / prompt if prompt else None,
+            channels=dict(Counter(str(r.channel) for r in asked)),
+            answered_via=dict(Counter(str(r.via) for r in valid)),
+        )
+
+
+def summarize(decisions: Iterable[Any]) -> AgenticSummary | None:
+    """`AgenticStats.summary` of ``decisions``."""
+    stats = AgenticStats()
+    for decision in decisions:
+        stats.add(decision)
+    return stats.summary()
+
+
+def merge(summaries: Iterable[AgenticSummary | None]) -> AgenticSummary | None:
+    """One summary over several runs (e.g. every scenario); percentiles are not merged
+    exactly: the p50/p95 are the medians of the runs' values."""
+    found = [s for s in summaries if s is not None]
+    if not found:
+        return None
+
+    def total(name: str) -> int:
+        return sum(int(getattr(s, name)) for s in found)
+
+    def counts(name: str) -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for s in found:
+            out.update(getattr(s, name))
+        return dict(out)
+
+    def median(name: str) -> float | None:
+        values = [getattr(s, name) for s in found if getattr(s, name) is not None]
+        return statistics.median(values) if values else None
+
+    asked, prompt = total("consultations"), total("prompt_tokens")
+    return AgenticSummary(
+        decisions=total("decisions"),
+        consultations=asked,
+        cached_decisions=total("cached_decisions"),
+        valid_answers=total("valid_answers"),
+        valid_rate=total("valid_answers") / asked if asked else None,
+        fallbacks=counts("fallbacks"),
+        repaired=total("repaired"),
+        llm_calls=total("llm_calls"),
+        latency_p50_ms=median("latency_p50_ms"),
+        latency_p95_ms=median("latency_p95_ms"),
+        prompt_tokens=prompt,
+        cached_tokens=total("cached_tokens"),
+        cache_hit_rate=total("cached_tokens") / prompt if prompt else None,
+        channels=counts("channels"),
+        answered_via=counts("answered_via"),
+    )
+
+
+def format_agentic(name: str, s: AgenticSummary) -> str:
+    """One report line for scheduler ``name``."""
+
+    def kv(d: dict[str, int]) -> str:
+        return ", ".join(f"{k}={v}" for k, v in sorted(d.items())) or "none"
+
+    rate = f" ({s.valid_rate:.0%})" if s.valid_rate is not None else ""
+    parts = [
+        f"{name}: {s.valid_answers}/{s.consultations} valid answers{rate}",
+        f"fallbacks {kv(s.fallbacks)}",
+    ]
+    if s.repaired:
+        parts.append(f"{s.repaired} repaired")
+    parts.append(f"{s.cached_decisions} cached")
+    if s.latency_p50_ms is not None and s.latency_p95_ms is not None:
+        parts.append(f"LLM p50 {s.latency_p50_ms:.0f} ms p95 {s.latency_p95_ms:.0f} ms")
+    if s.cache_hit_rate is not None:
+        parts.append(f"prompt cache {s.cache_hit_rate:.0%}")
+    parts.append(f"channels {kv(s.channels)}")
+    return ", ".join(parts)

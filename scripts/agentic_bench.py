@@ -1,0 +1,83 @@
+"""``devsched bench`` with the agentic scheduler's consultation records counted.
+
+Runs the same benchmark as ``devsched bench --llm MODEL --llm-base-url URL`` (in process,
+through `run_bench_command`) and prints, per scenario, whether agentic and monitor ended
+optimal and what the agentic scheduler's consultations recorded (`bench.agentic_stats`).
+
+    python scripts/agentic_bench.py --llm qwen --llm-base-url http://127.0.0.1:8080/v1 \\
+        --schedulers agentic,monitor,oracle --llm-mode one_shot --llm-answer json_schema
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from langgraph_devsched.bench.agentic_stats import AgenticStats, format_agentic, merge
+from langgraph_devsched.bench.command import run_bench_command
+from langgraph_devsched.schedulers import agentic
+from langgraph_devsched.schedulers.agentic_model import ENV_BASE_URL, ENV_MODEL, apply_llm_options
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llm", required=True)
+    parser.add_argument("--llm-base-url", required=True)
+    parser.add_argument("--llm-timeout", type=float, default=None)
+    parser.add_argument("--llm-max-tokens", type=int, default=None)
+    parser.add_argument("--llm-mode", default=None)
+    parser.add_argument("--llm-answer", default=None)
+    parser.add_argument("--schedulers", default="agentic,monitor,oracle")
+    parser.add_argument("--scenarios", type=Path, default=None)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="write the summary here")
+    args = parser.parse_args()
+    os.environ[ENV_MODEL], os.environ[ENV_BASE_URL] = args.llm, args.llm_base_url
+    apply_llm_options(timeout_s=args.llm_timeout, max_tokens=args.llm_max_tokens,
+                      mode=args.llm_mode, answer=args.llm_answer)
+
+    runs: list[AgenticStats] = []
+    original = agentic.AgenticScheduler.decide
+
+    def counted(self: Any, batch: Any, view: Any, **kw: Any) -> Any:
+        stats = self.__dict__.get("_bench_stats")
+        if stats is None:
+            stats = self.__dict__["_bench_stats"] = AgenticStats()
+            runs.append(stats)
+        decision = original(self, batch, view, **kw)
+        stats.add(decision)
+        return decision
+
+    agentic.AgenticScheduler.decide = counted  # type: ignore[method-assign]
+    names = [n.strip() for n in args.schedulers.split(",") if n.strip()]
+    result = run_bench_command(scenarios=args.scenarios, schedulers=names, rounds=args.rounds)
+    rows = []
+    for scenario, stats in zip(result.scenarios, runs, strict=False):
+        summary = stats.summary()
+        res = scenario.results
+        rows.append({
+            "scenario": scenario.name,
+            "agentic_optimal": res["agentic"].optimal if "agentic" in res else None,
+            "monitor_optimal": res["monitor"].optimal if "monitor" in res else None,
+            "agentic": summary.model_dump() if summary else None,
+        })
+        print(f"{scenario.name}: optimal agentic={rows[-1]['agentic_optimal']} "
+              f"monitor={rows[-1]['monitor_optimal']}")
+        if summary is not None:
+            print("  " + format_agentic("agentic", summary))
+    total = merge(s.summary() for s in runs)
+    if total is not None:
+        print("ALL " + format_agentic("agentic", total))
+    optimal = sum(1 for r in rows if r["agentic_optimal"])
+    print(f"agentic optimal in {optimal}/{len(rows)} scenarios; monitor in "
+          f"{sum(1 for r in rows if r['monitor_optimal'])}/{len(rows)}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(
+            {"rows": rows, "total": total.model_dump() if total else None}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

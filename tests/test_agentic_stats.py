@@ -1,0 +1,71 @@
+"""Bench-side counting of the agentic scheduler's consultations (`bench.agentic_stats`)."""
+
+from __future__ import annotations
+
+import statistics
+
+from langchain_core.messages import AIMessage
+
+from langgraph_devsched.bench.agentic_stats import AgenticStats, format_agentic, merge
+from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.schedulers.agentic import AgenticScheduler
+from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerView
+from langgraph_devsched.telemetry import DeviceState
+from tests.agentic_fakes import ToolScriptModel
+from tests.test_agentic import ByTool
+
+VIEW = SchedulerView(DeviceState(True, "gpu", 8000, 0, 0.0, 8))
+
+
+def answer(ids: list[str], cached: int) -> AIMessage:
+    text = '{"assignments": {' + ", ".join(f'"{i}": "cpu"' for i in ids) + '}, "reason": "r"}'
+    usage = {"input_tokens": 100, "output_tokens": 10, "total_tokens": 110,
+             "input_token_details": {"cache_read": cached}}
+    return AIMessage(text, usage_metadata=usage)  # type: ignore[arg-type]
+
+
+def test_counts_valid_answers_fallbacks_latency_and_prompt_cache() -> None:
+    now = [0.0]
+    model = ToolScriptModel(script=[answer(["a"], 0), answer(["b"], 80), AIMessage("no idea")])
+
+    def clock() -> float:
+        now[0] += 0.25  # every reading of the clock is 250 ms later
+        return now[0]
+
+    scheduler = AgenticScheduler(model, fallback=ByTool({"asr": "cpu", "ocr": "cpu"}),
+                                 answer="text", clock=clock, guard_ratio=None)
+    stats = AgenticStats()
+    steps = [("a", "asr"), ("a2", "asr"), ("b", "ocr"), ("c", "ocr")]
+    for i, (cid, tool) in enumerate(steps):
+        if i == 3:
+            scheduler.clear_cache()
+        decision = scheduler.decide(Batch.of([(cid, tool, ToolDeviceSpec())]), VIEW)
+        stats.add(decision)
+    stats.add(Decision(mapping={"x": "cpu"}))  # another scheduler's: ignored
+
+    s = stats.summary()
+    assert s is not None
+    assert (s.decisions, s.consultations, s.cached_decisions, s.valid_answers) == (4, 3, 1, 2)
+    assert s.fallbacks == {"no_answer": 1} and s.channels == {"free": 2, "text": 1}
+    assert s.answered_via == {"text": 2}
+    latencies = [r.latency_ms for r in stats.records if not r.cached]
+    assert s.latency_p50_ms == statistics.median(latencies) and s.latency_p50_ms > 0
+    assert s.latency_p95_ms is not None and s.latency_p95_ms <= max(latencies)
+    # two answers read 100 prompt tokens each (80 cached once); "no idea" reports no usage
+    assert (s.prompt_tokens, s.cached_tokens) == (200, 80)
+    assert s.cache_hit_rate == 0.4
+    line = format_agentic("agentic", s)
+    assert line.startswith("agentic: 2/3 valid answers (67%), fallbacks no_answer=1, 1 cached")
+
+
+def test_no_records_no_summary_and_merge_adds_up() -> None:
+    assert AgenticStats().summary() is None and merge([None]) is None
+    stats = AgenticStats()
+    model = ToolScriptModel(script=[answer(["a"], 50)])
+    scheduler = AgenticScheduler(model, fallback=ByTool({"asr": "cpu"}), guard_ratio=None)
+    stats.add(scheduler.decide(Batch.of([("a", "asr", ToolDeviceSpec())]), VIEW))
+    one = stats.summary()
+    total = merge([one, one, None])
+    assert total is not None and one is not None
+    assert (total.consultations, total.valid_answers, total.prompt_tokens) == (2, 2, 200)
+    assert total.cache_hit_rate == one.cache_hit_rate == 0.5
