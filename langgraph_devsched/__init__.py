@@ -5,6 +5,8 @@
 ('gpu_now', 'gpu_queued', 'cpu')
 """
 
+from importlib import metadata as _metadata
+
 from langgraph_devsched.device import InjectedDevice, Placement, current_device, current_placement
 from langgraph_devsched.executors import GpuConfig, LocalBackend, SimulatedBackend
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec, device_hints, load_hints_file
@@ -15,6 +17,11 @@ from langgraph_devsched.records import CallRecord, StepRecord
 from langgraph_devsched.schedulers import Batch, Decision, Scheduler, SchedulerView, make_scheduler
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
 from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
+
+try:
+    __version__ = _metadata.version("langgraph-devsched")
+except _metadata.PackageNotFoundError:  # run from a source tree that is not installed
+    __version__ = "0.0.0+unknown"
 
 __all__ = [
     "DEVICE_OPTIONS",
@@ -39,6 +46,7 @@ __all__ = [
     "ToolDeviceSpec",
     "ToolParams",
     "VramLedger",
+    "__version__",
     "current_device",
     "current_placement",
     "device_hints",

@@ -17,8 +17,23 @@ app = typer.Typer(
 )
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from langgraph_devsched import __version__
+
+        typer.echo(f"devsched (langgraph-devsched) {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _main() -> None:
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_show_version, is_eager=True, help="print the version and exit"
+        ),
+    ] = False,
+) -> None:
     """langgraph_devsched command line."""
 
 
@@ -125,24 +140,48 @@ def profile(
         int | None, typer.Option(min=1, help="torch CPU threads (default: torch's)")
     ] = None,
     tools: Annotated[str | None, typer.Option(help="comma-separated subset of tool names")] = None,
+    example_args: Annotated[
+        str | None,
+        typer.Option(help="arguments to call each tool with: a JSON/YAML file or inline JSON, "
+                     "tool name -> {arg: value} (else tool.metadata['devsched_example_args'])"),
+    ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the profile here")] = None,
+    hints_out: Annotated[
+        Path | None,
+        typer.Option(help="write device hints from the profile here (YAML; JSON for *.json), "
+                     "for DeviceToolNode(hints=...)"),
+    ] = None,
     plots: Annotated[Path | None, typer.Option(help="write profile_scatter.png here")] = None,
     scenario_out: Annotated[
         Path | None, typer.Option(help="write bench scenarios built from the profile here")
     ] = None,
+    cpu_only: Annotated[
+        str,
+        typer.Option(help="tools measured on the CPU only, in --scenario-out: skip (leave out) "
+                     "or pin (keep, pinned to the CPU)"),
+    ] = "skip",
     budget_s: Annotated[
         float | None, typer.Option(min=0, help="stop measuring new tools after this many s")
     ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="no progress bar, no table: only errors")
+    ] = False,
 ) -> None:
-    """Profile tools on each device (median, IQR, transfer, VRAM) and classify them."""
-    from langgraph_devsched.profiling.command import run_profile_command
+    """Profile tools on each device (median, IQR, transfer, VRAM) and classify them.
+
+    Exit code 0 when at least one tool was measured, 1 when none was, 2 on a bad option."""
+    from langgraph_devsched.profiling.command import NothingMeasured, run_profile_command
 
     try:
         run_profile_command(
             suite=suite, devices=devices, size=size, repeats=repeats, warmup=warmup,
-            threads=threads, tools=tools, json_path=json_path, plots=plots,
-            scenario_out=scenario_out, budget_s=budget_s,
+            threads=threads, tools=tools, example_args=example_args, json_path=json_path,
+            hints_out=hints_out, plots=plots, scenario_out=scenario_out, cpu_only=cpu_only,
+            budget_s=budget_s, quiet=quiet,
         )
+    except NothingMeasured as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(code=1) from None
     except ValueError as exc:  # unknown device/size/tool, bad MODULE:ATTR, no GPU rows
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(code=2) from None

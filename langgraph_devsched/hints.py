@@ -123,14 +123,27 @@ def validate_spec(tool_name: str, raw: Mapping[str, Any] | ToolDeviceSpec) -> To
         raise HintsError(_describe(tool_name, exc)) from None
 
 
+def _fields_at(loc: tuple[int | str, ...]) -> str:
+    """The valid field names of the model that holds the field at ``loc`` (nested too)."""
+    model: type[BaseModel] = ToolDeviceSpec
+    for part in loc[:-1]:
+        info = model.model_fields.get(str(part))
+        annotation = info.annotation if info is not None else None
+        candidates = (annotation, *getattr(annotation, "__args__", ()))
+        nested = [a for a in candidates if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not nested:
+            break
+        model = nested[0]
+    return ", ".join(model.model_fields)
+
+
 def _describe(tool_name: str, exc: ValidationError) -> str:
-    valid_fields = ", ".join(ToolDeviceSpec.model_fields)
     lines = [f"invalid device hints for tool {tool_name!r}:"]
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"]) or "(spec)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = f"unknown field; valid fields: {valid_fields}"
+            msg = f"unknown field; valid fields: {_fields_at(tuple(err['loc']))}"
         elif err["type"] == "literal_error":
             msg = f"{msg} (valid options: {', '.join(DEVICE_OPTIONS)})"
         if not err["loc"]:
@@ -183,7 +196,9 @@ def code_hints(tool: object) -> Mapping[str, Any] | None:
 
 
 def load_hints_file(path: str | Path) -> dict[str, dict[str, Any]]:
-    """Read a hints file: ``{"tools": {name: {field: value}}}`` in YAML or JSON (safe loader)."""
+    """Read a hints file: ``{"tools": {name: {field: value}}}`` in YAML or JSON (safe loader),
+    or a profile JSON written by ``devsched profile --json`` (converted by
+    `langgraph_devsched.profiling.to_hints.profile_hints`)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -195,16 +210,35 @@ def load_hints_file(path: str | Path) -> dict[str, dict[str, Any]]:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise HintsError(f"hints file {path}: not valid YAML/JSON: {exc}") from None
+    from langgraph_devsched.profiling.to_hints import looks_like_profile
+
+    if looks_like_profile(data):
+        return _profile_file_hints(path, data)
     if not isinstance(data, dict) or not isinstance(data.get("tools"), dict):
         raise HintsError(
             f"hints file {path}: expected a mapping with a 'tools' mapping of "
-            "tool name -> hints, e.g. {'tools': {'ocr': {'vram_mb': 900}}}"
+            "tool name -> hints, e.g. {'tools': {'ocr': {'vram_mb': 900}}}, "
+            "or a profile JSON written by `devsched profile --json`"
         )
     tools = data["tools"]
     for name, fields in tools.items():
         if not isinstance(fields, dict):
             raise HintsError(f"hints file {path}: tools.{name} must be a mapping of fields")
     return {str(k): v for k, v in tools.items()}
+
+
+def _profile_file_hints(path: Path, data: Any) -> dict[str, dict[str, Any]]:
+    from langgraph_devsched.profiling.to_hints import profile_hints
+
+    try:
+        return profile_hints(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '(file)'}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise HintsError(
+            f"hints file {path}: looks like a profile but is invalid: {problems}"
+        ) from None
 
 
 def resolve_specs(

@@ -89,7 +89,8 @@ def example_args(tool: BaseTool, given: Mapping[str, Mapping[str, Any]] | None) 
     if required:
         raise ValueError(
             f"no example arguments for tool {tool.name!r} (it requires {', '.join(required)}): "
-            f"pass args={{{tool.name!r}: {{...}}}} or set tool.metadata[{EXAMPLE_ARGS_KEY!r}]"
+            f"pass args={{{tool.name!r}: {{...}}}} (CLI: --example-args) or set "
+            f"tool.metadata[{EXAMPLE_ARGS_KEY!r}]"
         )
     return {}
 

@@ -100,8 +100,9 @@ def profile_to_scenarios(
     if not tools:
         raise ValueError(
             "no tool in this profile was measured on both cpu and cuda, so no ground truth "
-            "can be built: profile with --devices cpu,cuda on a CUDA machine, or use "
-            "cpu_only='pin' to keep CPU-only tools pinned to the CPU"
+            "can be built: profile with --devices cpu,cuda on a CUDA machine, or keep CPU-only "
+            "tools pinned to the CPU with `devsched profile --cpu-only pin` "
+            "(Python: profile_to_scenarios(..., cpu_only='pin'))"
         )
     batch = _interleave(rows, MAX_BATCH)
     total_vram = sum(tools[t]["params"]["vram_mb"] for t in batch)
