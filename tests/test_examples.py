@@ -92,3 +92,26 @@ def test_an_example_runs_as_a_script() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "detect: allowed gpu_queued" in done.stdout.splitlines()
+
+
+def test_simulated_gpu_app_schedules_real_torch_tools_on_a_simulated_gpu(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch", reason="needs the 'suite' extra (torch)")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["simulated_gpu_app.py"])
+    runpy.run_path(str(EXAMPLES / "simulated_gpu_app.py"), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:6] == [
+        "one decision by 'monitor' for 4 calls:",
+        "  c1 classify_image: gpu_queued on cuda:0 (simulated), 85 ms",
+        "  c2 classify_image: gpu_now on cuda:0 (simulated), 55 ms",
+        "  c3 classify_image: gpu_now on cuda:0 (simulated), 55 ms",
+        "  c4 embed_text: cpu on cpu (simulated), 12 ms",
+        "simulated makespan: 85 ms, VRAM peak 6000 of 8000 MB",
+    ]
+    answers = lines[6:]
+    assert len(answers) == 4
+    assert all(a.startswith("classify_image: image ") for a in answers[:3])
+    assert all(a.endswith("(computed on cpu)") for a in answers)  # real torch code, here
+    assert answers[3] == "embed_text: embedding of 'hello': 32 numbers (computed on cpu)"

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_devsched import DeviceToolNode, ToolDeviceSpec, device_hints
-from langgraph_devsched.hints import HintsError
+from langgraph_devsched import DeviceToolNode, SoloProfile, ToolDeviceSpec, device_hints
+from langgraph_devsched.hints import HintsError, load_hints_file
+from langgraph_devsched.profiling import DeviceRun, Profile, ToolProfile, summarize
+from langgraph_devsched.profiling.to_hints import profile_hints
 from tests.fakes import TOOLS, embed
 
 
@@ -96,3 +98,51 @@ def test_code_hints_on_tools_and_plain_functions():
     assert node.device_specs["tokenize"].preferred == "cpu"
     with pytest.raises(HintsError, match="<decorated tool>"):
         device_hints(vram_mb=-1)
+
+
+def _run(device: str, samples: list[float], **extra: float) -> DeviceRun:
+    return DeviceRun(device=device, latency=summarize(samples), samples_ms=samples,
+                     cpu_threads=1, **extra)
+
+
+def test_a_profile_json_is_accepted_as_hints_and_converted(tmp_path: Path):
+    profile = Profile(
+        created="2026-01-01T00:00:00+00:00", repeats=3, warmup=0, cpu_threads=1,
+        devices_requested=["cpu", "cuda:0"], devices_measured=["cpu", "cuda:0"],
+        tools=[
+            ToolProfile(tool="asr", declared_vram_mb=900, declared_gpu_share=0.6, runs={
+                "cpu": _run("cpu", [100.0, 120.0, 110.0]),
+                "cuda": _run("cuda:0", [12.0, 10.0, 11.0], transfer_ms=2.5,
+                             peak_vram_mb=1234.56),
+            }),
+            ToolProfile(tool="embed", gpu_capable=False, runs={"cpu": _run("cpu", [4.0])}),
+            ToolProfile(tool="ocr", declared_vram_mb=300, skipped={"cpu": "failed: boom"}),
+        ],
+    )
+    path = profile.save(tmp_path / "prof.json")
+    node = DeviceToolNode(TOOLS, hints=path)
+    assert node.device_specs == {
+        "asr": ToolDeviceSpec(vram_mb=1234.6, gpu_share=0.6, profile=SoloProfile(
+            cpu_ms=110.0, gpu_ms=11.0, transfer_ms=2.5)),
+        "embed": ToolDeviceSpec(gpu_capable=False, profile=SoloProfile(cpu_ms=4.0)),
+        "ocr": ToolDeviceSpec(vram_mb=300),  # measured nowhere: what it declared
+    }
+    assert load_hints_file(path) == profile_hints(profile)
+
+
+def test_a_typo_inside_profile_lists_the_nested_fields():
+    with pytest.raises(HintsError) as err:
+        DeviceToolNode(TOOLS, hints={"asr": {"profile": {"gpu_msec": 3}}})
+    assert "profile.gpu_msec: unknown field; valid fields: cpu_ms, gpu_ms, transfer_ms (got 3)" in (
+        str(err.value)
+    )
+
+
+def test_neither_hints_nor_profile_says_both_formats(tmp_path: Path):
+    path = tmp_path / "p.json"
+    path.write_text('{"tools": [1, 2]}')
+    with pytest.raises(HintsError, match="or a profile JSON written by `devsched profile --json`"):
+        DeviceToolNode(TOOLS, hints=path)
+    path.write_text('{"tools": [{"tool": "asr"}], "devices_measured": []}')
+    with pytest.raises(HintsError, match="looks like a profile but is invalid: created: Field"):
+        DeviceToolNode(TOOLS, hints=path)
