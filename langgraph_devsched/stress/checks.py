@@ -134,6 +134,8 @@ class Checker:
             ok = error and "injected tool error" in text
         elif fired == "hang":
             ok = error and ("timed out" if self.node_timeout else "did not answer within") in text
+            # a cancelled step's retry may find no room for a GPU-only tool that hung before
+            ok = ok or (error and gpu_only and "cannot run" in text)
         elif fired == "gpu_oom":
             if gpu_only:
                 ok = error and "out of gpu memory" in text.lower()
@@ -174,10 +176,14 @@ class Checker:
         if cancelled and len(reports) == 2:
             self.counts.add("cancelled_steps_reported")
         for report in reports:
-            self.check_report(lane, report)
+            # a report closed by the cancellation records its running calls as cancelled
+            closed_by_cancel = cancelled and report is not reports[-1]
+            self.check_report(lane, report, closed_by_cancel=closed_by_cancel)
         self.check_step_fault(lane, reports[-1])
 
-    def check_report(self, lane: Lane, report: StepReport) -> None:
+    def check_report(
+        self, lane: Lane, report: StepReport, *, closed_by_cancel: bool = False
+    ) -> None:
         bad = invalid_applied(report.batch, report.decision)
         if bad:
             self.violation(f"applied options outside the hints: {bad}")
@@ -188,7 +194,10 @@ class Checker:
             for rec in record.calls:
                 if rec.fallback is not None:
                     self.counts.add(f"fallback:{rec.fallback}")
-                timed_out = (rec.error or "").startswith("timeout")
+                error = rec.error or ""
+                timed_out = error.startswith("timeout") or rec.device == "none"  # or unplaced
+                if closed_by_cancel and error == "cancelled":
+                    timed_out = True
                 if self.node_timeout and self.fired.get(rec.call_id) == "hang" and not timed_out:
                     self.violation(
                         f"hang {rec.call_id}: its CallRecord error is {rec.error!r}", "hang"
