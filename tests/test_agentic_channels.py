@@ -181,7 +181,8 @@ def test_one_shot_puts_the_observations_in_the_prompt_and_asks_once() -> None:
     assert model.bindings == [((), None)]  # no tools at all on a JSON one-shot turn
     task = model.received[0][1].content
     assert "step_calls: [" in task and "tool_estimates(asr): " in task and "device_state: {" in task
-    assert '"run_ms": 60' in task  # the monitor's estimate, inline
+    assert '"run_ms":60.0' in task  # the monitor's estimate, inline (compact, no nulls)
+    assert "null" not in task
     assert isinstance(model.received[0][-1], HumanMessage)
 
 

@@ -70,10 +70,12 @@ class StubServer:
 
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
+        self.timeouts: list[float] = []
 
     def __call__(self, request: Any) -> Any:
         assert request.url.path == "/v1/chat/completions"
         self.bodies.append(json.loads(request.content))
+        self.timeouts.append(request.extensions["timeout"]["read"])
         return httpx.Response(200, json=completion(REPLIES[len(self.bodies) - 1]))
 
 
@@ -93,7 +95,7 @@ async def test_the_wire_format_of_a_consultation(mode: str) -> None:
         http_async_client=httpx.AsyncClient(transport=transport),
     )
     scheduler = AgenticScheduler(
-        model, fallback=ByTool({"asr": "cpu", "embed": "cpu"}), guard_ratio=None
+        model, fallback=ByTool({"asr": "cpu", "embed": "cpu"}), guard_ratio=None, timeout_s=9
     )
 
     decision = (
@@ -120,6 +122,9 @@ async def test_the_wire_format_of_a_consultation(mode: str) -> None:
     assert all("response_format" not in body for body in server.bodies)
     assert all(body["max_completion_tokens"] == answer_budget(2) for body in server.bodies)
     assert all("timeout" not in body for body in server.bodies)
+    # each request may take only what is left of the consultation's 9 s (not the model's 60 s)
+    assert all(0 < t <= 9 for t in server.timeouts) and server.timeouts == sorted(
+        server.timeouts, reverse=True)
     assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "tool"]
     assert [m["role"] for m in last["messages"]][-2:] == ["assistant", "user"]
     schema = last["tools"][-1]["function"]["parameters"]

@@ -12,6 +12,7 @@ and, time permitting, is asked again through it. The answer is read from any tur
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -183,14 +184,16 @@ class Consultation:
         return [SystemMessage(system), HumanMessage(task)]
 
     def _inline_observations(self) -> str:
+        """Every observation tool's output, compacted (no nulls, no spaces): prompt tokens
+        are what a small model on a CPU pays most for."""
         lines = []
         tools = sorted({c.tool for c in self.batch.calls})
         for tool in self.observations:
             if tool.name == "tool_estimates":
                 for name in tools:
-                    lines.append(f"tool_estimates({name}): {tool.invoke({'tool': name})}")
+                    lines.append(f"tool_estimates({name}): {_compact(tool.invoke({'tool': name}))}")
             else:
-                lines.append(f"{tool.name}: {tool.invoke({})}")
+                lines.append(f"{tool.name}: {_compact(tool.invoke({}))}")
         return "\n".join(lines)
 
     # -- turns ---------------------------------------------------------------------------------
@@ -368,6 +371,22 @@ class Consultation:
             )
         args, via = found
         return Outcome(parse_answer(args), via=via, tally=self.tally, messages=list(messages))
+
+
+def _compact(text: str) -> str:
+    """JSON ``text`` without null fields and spaces (``text`` itself if it is not JSON)."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if v is not None}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    try:
+        return json.dumps(strip(json.loads(text)), separators=(",", ":"))
+    except ValueError:
+        return text
 
 
 def _has_nudge(messages: Sequence[AnyMessage], nudge: str) -> bool:
