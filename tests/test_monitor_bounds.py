@@ -135,6 +135,7 @@ def test_snapshot_of_some_tools_holds_exactly_those() -> None:
     assert part.outcomes == tuple(o for o in full.outcomes if set(o.shape) <= set(wanted))
     assert part.outcomes  # some shapes are made only of these tools
     assert mon.snapshot(tools=[]).estimates == () and mon.snapshot(tools=["nope"]).outcomes == ()
+    assert mon.snapshot(tools="t03") == mon.snapshot(tools=["t03"])  # a name, not letters
     assert mon.snapshot(tools=TOOLS) == full
 
 

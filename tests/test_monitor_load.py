@@ -7,6 +7,7 @@ raised FileNotFoundError.
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 
@@ -131,3 +132,41 @@ def test_a_failed_save_leaves_no_temp_file(tmp_path: Path, monkeypatch: pytest.M
         warm(2).save(path)
     assert [p.name for p in tmp_path.iterdir()] == ["stats.json"]
     assert load_file(path).step == 1
+
+
+def test_threads_may_share_one_monitor(tmp_path: Path) -> None:
+    before = sys.getswitchinterval()
+    mon = RuntimeMonitor(max_shapes=3, max_outcomes=4)
+    bed = SimulatedTestbed({f"t{i}": ToolParams(cpu_ms=9, gpu_ms=3) for i in range(6)},
+                           vram_budget_mb=8000)
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for j in range(60):
+                tools = [f"t{(i + j) % 6}", f"t{(i * j + 1) % 6}"]
+                calls = [(f"{i}-{j}-{k}", t, "cpu" if k else "gpu_now")
+                         for k, t in enumerate(tools)]
+                batch = Batch.of([(c, t, ToolDeviceSpec()) for c, t, _ in calls])
+                step = bed.run_step(calls)
+                mon.record_step(batch, Decision({c: o for c, _, o in calls}), step,
+                                bed.device_state())
+                mon.snapshot(batch)
+                mon.snapshot(tools=tools)
+                if j % 20 == 0:
+                    mon.save(tmp_path / "shared.json")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    try:
+        sys.setswitchinterval(1e-6)  # switch threads often: races show up at once
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(before)
+    assert errors == []
+    assert mon.state.step == 360 and mon.sizes().shapes <= 3
+    assert load_file(tmp_path / "shared.json").step > 0

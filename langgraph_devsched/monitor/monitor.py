@@ -25,6 +25,7 @@ Every table is bounded (`MonitorLimits`, keyword arguments of the constructor), 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Literal
@@ -39,7 +40,7 @@ from langgraph_devsched.monitor.observations import (
     OptionEstimate,
     PlacementOutcome,
 )
-from langgraph_devsched.monitor.persist import load_file, load_store, save_file, save_store
+from langgraph_devsched.monitor.persist import load_file, load_store, save_store, write_file
 from langgraph_devsched.monitor.state import (
     KeyStats,
     LastCall,
@@ -71,7 +72,8 @@ class RuntimeMonitor:
     ``probes_left=0``. ``telemetry`` (e.g. a `SimulatedTestbed`) supplies the device state
     when `record` is called without one. The ``max_*`` arguments cap the tables (see
     `MonitorLimits`; least recently updated entries go first); a ``state`` handed in (or
-    loaded) is trimmed to them.
+    loaded) is trimmed to them. Recording, snapshots and saves hold one lock, so threads may
+    share a monitor.
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class RuntimeMonitor:
         )
         self._tables = Tables(state if state is not None else MonitorState(), self.limits)
         self._device: DeviceState | None = None
+        self._lock = threading.RLock()
         self._memo_at: tuple[int, float | None] | None = None
         self._memo_estimates: dict[str, tuple[OptionEstimate, ...]] = {}
         self._memo_outcomes: dict[str, tuple[PlacementOutcome, ...]] = {}
@@ -113,7 +116,8 @@ class RuntimeMonitor:
 
     def sizes(self) -> MonitorSizes:
         """How full each table is; never above `limits`."""
-        return self._tables.sizes()
+        with self._lock:
+            return self._tables.sizes()
 
     # -- recording -------------------------------------------------------------------------
 
@@ -121,6 +125,12 @@ class RuntimeMonitor:
         self, batch: Any, decision: Any, step_record: StepRecord, device_state: DeviceState
     ) -> None:
         """Take one executed step: every call's latency under its context, the outcome."""
+        with self._lock:
+            self._record_step(batch, decision, step_record, device_state)
+
+    def _record_step(
+        self, batch: Any, decision: Any, step_record: StepRecord, device_state: DeviceState
+    ) -> None:
         tables = self._tables
         st = tables.state
         st.step += 1
@@ -198,7 +208,8 @@ class RuntimeMonitor:
     # -- reading ---------------------------------------------------------------------------
 
     def probes_left(self, shape: str, bg: str) -> int:
-        return max(0, self.probe_budget - self._tables.probes_used(shape, bg))
+        with self._lock:
+            return max(0, self.probe_budget - self._tables.probes_used(shape, bg))
 
     def snapshot(
         self, batch: Any | None = None, *, tools: Collection[str] | None = None
@@ -209,6 +220,12 @@ class RuntimeMonitor:
         and VRAM, and the outcomes of shapes made only of them, and costs only what they
         hold; without, it holds everything. Estimates are rebuilt once per step and clock
         reading: snapshots taken between two records share them."""
+        with self._lock:
+            return self._snapshot(batch, tools)
+
+    def _snapshot(self, batch: Any | None, tools: Collection[str] | None) -> Observations:
+        if isinstance(tools, str):  # one tool name, not its letters
+            tools = (tools,)
         tables = self._tables
         st = tables.state
         now = self.clock() if self.clock is not None else None
@@ -292,7 +309,9 @@ class RuntimeMonitor:
 
     def save(self, path: str | Path) -> None:
         """Write the stats as a JSON file (see `langgraph_devsched.monitor.persist`)."""
-        save_file(self.state, path)
+        with self._lock:
+            data = self.state.model_dump_json(indent=1).encode("utf-8")
+        write_file(data, path)  # the disk outside the lock
 
     @classmethod
     def load(cls, path: str | Path, **kwargs: Any) -> RuntimeMonitor:
@@ -302,7 +321,8 @@ class RuntimeMonitor:
 
     def save_to_store(self, store: Any) -> None:
         """Put the stats into a LangGraph `BaseStore` (one JSON item)."""
-        save_store(self.state, store)
+        with self._lock:
+            save_store(self.state, store)
 
     @classmethod
     def load_from_store(cls, store: Any, **kwargs: Any) -> RuntimeMonitor:

@@ -73,11 +73,15 @@ def state_from_data(data: Any, where: str) -> MonitorState:
 
 
 def save_file(state: MonitorState, path: str | Path) -> None:
-    """Write ``state`` to ``path`` atomically: a temp file unique to this call in the same
-    directory, then `os.replace`; the temp file is removed if anything fails."""
+    """Write ``state`` to ``path`` atomically (see `write_file`)."""
+    write_file(state.model_dump_json(indent=1).encode("utf-8"), path)
+
+
+def write_file(data: bytes, path: str | Path) -> None:
+    """Write ``data`` to ``path`` atomically: a temp file unique to this call in the same
+    directory, fsynced, then `os.replace`; the temp file is removed if anything fails."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = state.model_dump_json(indent=1).encode("utf-8")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
