@@ -95,6 +95,14 @@ def tables(doc: dict[str, Any]) -> list[Any]:
         out.append(st)
     q = doc.get("quality")
     if q:
+        sq = Table(title="Bounded search on the noise-free testbed (mapping / optimum)")
+        for col in ("scenario", "calls", "local search", "scored", "default", "method"):
+            sq.add_column(col, justify="left" if col == "scenario" else "right")
+        for r in q["search"]:
+            sq.add_row(r["name"], str(r["calls"]), f"{r['local_ratio']:.4f}",
+                       str(r["local_scored"]), f"{r['default_ratio']:.4f}",
+                       r["default_method"])
+        out.append(sq)
         qt = Table(title=f"Quality on {len(q['scenarios'])} generated scenarios "
                          f"(final makespan / optimum)")
         for col in ("scenario", "calls", "monitor", "monitor_local", "ucb"):

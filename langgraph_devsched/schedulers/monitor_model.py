@@ -179,6 +179,8 @@ def predict_makespans(
 SHARE_GRID: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(2, 21))
 THREAD_GRID: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16)
 MAX_FIT_OUTCOMES = 12
+FIT_CALLS = 96
+"""The most executed placements fitted are those whose calls add up to this (at least 2)."""
 
 
 @dataclass(frozen=True)
@@ -241,7 +243,7 @@ def fit_contention(
     outcomes = sorted(
         (o for o in obs.outcomes_for(tuple(tools)) if o.count and len(o.run_ms) == len(tools)),
         key=lambda o: (-o.count, o.steps_since),
-    )[:MAX_FIT_OUTCOMES]
+    )[:max(2, min(MAX_FIT_OUTCOMES, FIT_CALLS // max(1, len(tools))))]
     shares = dict(start.shares) if start else {}
     threads = dict(start.threads) if start else {}
     plans = [(o, c) for o in outcomes if (c := _ordered_calls(tools, o)) is not None]

@@ -5,13 +5,14 @@ and returns the best by the key ``(score, demand)`` (ties go to the least demand
 ``cpu``, then ``gpu_queued``, then ``gpu_now``). How it searches depends on the size:
 
 1. **exact** — at most ``exact_limit`` mappings: every one is scored.
-2. **bound** — at most ``bound_limit`` mappings and a ``lower_bounds`` function: the seeds,
-   then the mappings in increasing lower bound, a chunk at a time, until the next bound is
-   above the best score (plus ``tie``): the optimum and its near-ties are exact.
-3. **local** — otherwise (or once the budget runs out in 2): the seeds are scored, then the
-   best one improves by single-call changes and, when none helps, by exchanging the options
-   of two calls, until no move improves or ``budget_ms`` on ``clock`` is spent. The result is
-   never worse than the best seed.
+2. **local** — otherwise the seeds are scored, then the best one improves by single-call
+   changes and, when none helps, by changing two calls at once, until no move improves; then
+   the next seed, and so on, until ``budget_ms`` on ``clock`` is spent. The result is never
+   worse than the best seed.
+3. **bound** — then, with at most ``bound_limit`` mappings, a ``lower_bounds`` function and
+   time left: the mappings in increasing lower bound, a chunk at a time, until the next bound
+   is above the best score (plus ``tie``): the optimum and its near-ties are then exact. If
+   the budget runs out first, the local search's result stands.
 
 A mapping whose score may be *below* its lower bound (e.g. one whose observed makespan
 overrides a prediction) must be among the seeds.
@@ -124,13 +125,18 @@ def search_mappings(
 
         found = table.add(itertools.product(*options))
         return SearchResult(min(found)[2], table.values, "exact", True)
-    best = min(table.add(valid or [tuple(c[0] for c in options)]))
-    if lower_bounds is not None and total <= bound_limit:
+    starts = sorted(table.add(valid or [tuple(c[0] for c in options)]))
+    best, out = _local(table, options, starts[0], spent, chunk)
+    for other in starts[1:]:  # the other seeds, best first, while the budget lasts
+        if out:
+            break
+        found, out = _local(table, options, other, spent, chunk)
+        best = min(best, found)
+    if lower_bounds is not None and total <= bound_limit and not out:
         result = _bound(table, options, lower_bounds, best, spent, chunk, tie)
         if result is not None:
             return result
-        best = min(table.add(table.values))
-    best, out = _local(table, options, best, spent, chunk)
+        best, out = min(table.add(table.values)), True
     return SearchResult(best[2], table.values, "local", False, out)
 
 
@@ -174,11 +180,25 @@ def _neighbours(m: Mapping_, choices: list[tuple[DeviceOption, ...]]) -> Iterato
                 yield (*m[:i], o, *m[i + 1:])
 
 
+PAIR_MOVES_UP_TO = 16
+"""Up to this many calls the second neighbourhood changes any two calls' options; beyond,
+it only exchanges the options of two calls (quadratic either way, with a smaller factor)."""
+
+
 def _exchanges(m: Mapping_, choices: list[tuple[DeviceOption, ...]]) -> Iterator[Mapping_]:
-    """Every mapping with the options of two calls exchanged (both allowed there)."""
+    """Every mapping with two calls' options changed (beyond `PAIR_MOVES_UP_TO` calls: the
+    options of two calls exchanged, both allowed there)."""
     n = len(m)
     for i in range(n):
         for j in range(i + 1, n):
+            if n <= PAIR_MOVES_UP_TO:
+                for a in choices[i]:
+                    for b in choices[j]:
+                        if a != m[i] and b != m[j]:
+                            out = list(m)
+                            out[i], out[j] = a, b
+                            yield tuple(out)
+                continue
             a, b = m[i], m[j]
             if a != b and b in choices[i] and a in choices[j]:
                 out = list(m)
