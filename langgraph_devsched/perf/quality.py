@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph_devsched.bench.runner import run_scenario
+from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.perf.generate import generate_scenario
 from langgraph_devsched.schedulers.monitor_policy import MAX_DECISION_MS
 from langgraph_devsched.schedulers.registry import registered
@@ -58,9 +59,11 @@ def search_on_truth(scenario: Any, *, budget_ms: float = MAX_DECISION_MS) -> dic
     tools = [c.tool for c in batch.calls]
     choices = [c.spec.allowed_options() for c in batch.calls]
     view = SchedulerView(bed.device_state())
+    cpu: DeviceOption = "cpu"
+    queued: DeviceOption = "gpu_queued"
     seeds = [HeftScheduler().decide(batch, view).options_for(batch),
              DmdaScheduler().decide(batch, view).options_for(batch),
-             tuple("cpu" for _ in tools), tuple("gpu_queued" for _ in tools)]
+             tuple(cpu for _ in tools), tuple(queued for _ in tools)]
 
     def score(mappings: Any) -> Any:
         return bed.mapping_makespans(tools, mappings).tolist()

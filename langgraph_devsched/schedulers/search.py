@@ -130,8 +130,8 @@ def search_mappings(
     for other in starts[1:]:  # the other seeds, best first, while the budget lasts
         if out:
             break
-        found, out = _local(table, options, other, spent, chunk)
-        best = min(best, found)
+        local, out = _local(table, options, other, spent, chunk)
+        best = local if local < best else best
     if lower_bounds is not None and total <= bound_limit and not out:
         result = _bound(table, options, lower_bounds, best, spent, chunk, tie)
         if result is not None:
