@@ -209,6 +209,8 @@ def test_cpu_only_option_exists_and_the_message_names_it(
         "profiled_custom_serial.yaml"]
     wrong = CliRunner().invoke(app, [*base, "--cpu-only", "keep"])
     assert wrong.exit_code == 2 and "valid: skip, pin" in wrong.output
+    quiet = CliRunner().invoke(app, [*base, "--cpu-only", "pin", "--quiet"])
+    assert (quiet.exit_code, quiet.output) == (0, "")  # a flag: no table, no paths
 
 
 def test_progress_on_a_terminal_stderr_only_and_never_when_quiet(
