@@ -142,6 +142,7 @@ def node_for(
         cpu_workers=cpu_workers,
         queue_timeout_s=queue_timeout_s,
     )
+    local.device_state()  # torch is imported here, not inside a timed section of the probe
     return DeviceToolNode(tools, hints=dict(hints), backend=local, **kwargs), local.ledger
 
 
