@@ -40,7 +40,7 @@ def _joined(lines: list[str]) -> list[tuple[int, str]]:
     """Shell lines with backslash continuations joined, with the number of their first line."""
     out: list[tuple[int, str]] = []
     start, buf = 0, ""
-    for number, line in lines and enumerate(lines, 1) or ():
+    for number, line in enumerate(lines, 1):
         if not buf:
             start = number
         if line.rstrip().endswith("\\"):
