@@ -23,12 +23,15 @@ from langgraph_devsched.profiling.profiler import (
     parse_devices,
     profile_tools,
 )
+from langgraph_devsched.profiling.to_hints import profile_hints, write_hints
+from langgraph_devsched.profiling.to_testbed import HostRunTestbed, simulated_gpu
 from langgraph_devsched.profiling.transfer import recording_transfers, to_device
 
 __all__ = [
     "EXAMPLE_ARGS_KEY",
     "Classification",
     "DeviceRun",
+    "HostRunTestbed",
     "LatencyStats",
     "Profile",
     "Thresholds",
@@ -38,8 +41,11 @@ __all__ = [
     "load_tools",
     "measure",
     "parse_devices",
+    "profile_hints",
     "profile_tools",
     "recording_transfers",
+    "simulated_gpu",
     "summarize",
     "to_device",
+    "write_hints",
 ]
