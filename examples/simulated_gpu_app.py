@@ -22,8 +22,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from torch import nn
 
 from langgraph_devsched import DeviceToolNode, InjectedDevice
-from langgraph_devsched.profiling import EXAMPLE_ARGS_KEY
-from langgraph_devsched.profiling.to_testbed import simulated_gpu
+from langgraph_devsched.profiling import EXAMPLE_ARGS_KEY, simulated_gpu
 
 
 @cache
