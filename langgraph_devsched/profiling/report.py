@@ -95,7 +95,8 @@ def plot_profile(profile: Profile, path: str | Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise ImportError(
-            "plots need matplotlib: pip install 'langgraph-devsched[plots]'"
+            "plots need matplotlib: pip install matplotlib "
+            "(from a clone: pip install -e '.[plots]')"
         ) from exc
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
