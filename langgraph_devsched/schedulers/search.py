@@ -5,14 +5,15 @@ and returns the best by the key ``(score, demand)`` (ties go to the least demand
 ``cpu``, then ``gpu_queued``, then ``gpu_now``). How it searches depends on the size:
 
 1. **exact** — at most ``exact_limit`` mappings: every one is scored.
-2. **local** — otherwise the seeds are scored, then the best one improves by single-call
-   changes and, when none helps, by changing two calls at once, until no move improves; then
-   the next seed, and so on, until ``budget_ms`` on ``clock`` is spent. The result is never
-   worse than the best seed.
-3. **bound** — then, with at most ``bound_limit`` mappings, a ``lower_bounds`` function and
-   time left: the mappings in increasing lower bound, a chunk at a time, until the next bound
-   is above the best score (plus ``tie``): the optimum and its near-ties are then exact. If
-   the budget runs out first, the local search's result stands.
+2. **bound** — at most ``bound_limit`` mappings and a ``lower_bounds`` function: the seeds,
+   then the mappings in increasing lower bound, a chunk at a time, until the next bound is
+   above the best score (plus ``tie``): the optimum and its near-ties are exact. It may use
+   half of ``budget_ms``; if it cannot finish, 3 follows from the best mapping found, then
+   from the other seeds while time is left.
+3. **local** — otherwise the best seed improves by single-call changes and, when none helps,
+   by changing two calls at once (beyond 16 calls: exchanging two calls' options), until no
+   move improves or ``budget_ms`` on ``clock`` is spent. The result is never worse than the
+   best seed.
 
 A mapping whose score may be *below* its lower bound (e.g. one whose observed makespan
 overrides a prediction) must be among the seeds.
@@ -126,18 +127,35 @@ def search_mappings(
         found = table.add(itertools.product(*options))
         return SearchResult(min(found)[2], table.values, "exact", True)
     starts = sorted(table.add(valid or [tuple(c[0] for c in options)]))
-    best, out = _local(table, options, starts[0], spent, chunk)
-    for other in starts[1:]:  # the other seeds, best first, while the budget lasts
+    best = starts[0]
+    boundable = lower_bounds is not None and total <= bound_limit
+    if boundable:
+        assert lower_bounds is not None
+        # half of the budget for branch and bound from the best seed; if it cannot finish,
+        # the local search takes the rest from the best mapping it found
+        half = _share(start, budget_ms, clock, 0.5)
+        result = _bound(table, options, lower_bounds, best, half, chunk, tie)
+        if result is not None:
+            return result
+        best = min(table.add(table.values))
+    best, out = _local(table, options, best, spent, chunk)
+    small = total <= BOUND_LIMIT  # (3^10): worth restarting from the other seeds
+    for other in starts[1:] if small else ():  # best first, while time is left
         if out:
             break
         local, out = _local(table, options, other, spent, chunk)
         best = local if local < best else best
-    if lower_bounds is not None and total <= bound_limit and not out:
-        result = _bound(table, options, lower_bounds, best, spent, chunk, tie)
-        if result is not None:
-            return result
-        best, out = min(table.add(table.values)), True
     return SearchResult(best[2], table.values, "local", False, out)
+
+
+def _share(
+    start: float, budget_ms: float | None, clock: Callable[[], float], fraction: float
+) -> Callable[[], bool]:
+    """A ``spent`` test for ``fraction`` of the budget."""
+    if budget_ms is None:
+        return lambda: False
+    limit = budget_ms * fraction
+    return lambda: (clock() - start) * 1000.0 >= limit
 
 
 def _allowed(m: Sequence[DeviceOption], choices: Sequence[Sequence[DeviceOption]]) -> bool:
