@@ -148,6 +148,9 @@ def test_module_attr_imports_from_the_working_directory(
     assert json.loads(Path("p.json").read_text())["tools"][0]["runs"]["cpu"][
         "output_preview"] == "HI"
     assert sys.path == before  # the working directory was only added for the command
+    missing = CliRunner().invoke(app, ["profile", "--suite", "no_such_app_tools:TOOLS"])
+    assert missing.exit_code == 2
+    assert f"the working directory {folder} included: run from the folder" in missing.output
 
 
 def test_example_args_from_a_file_and_errors_that_name_the_valid_values(

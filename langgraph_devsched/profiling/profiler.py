@@ -25,6 +25,7 @@ import contextlib
 import importlib
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
@@ -103,7 +104,17 @@ def load_tools(spec: str) -> list[BaseTool]:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"cannot import module {module_name!r} from {spec!r}: {exc}") from None
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.split(".")[0]:
+            cwd = os.getcwd()
+            where = f", the working directory {cwd} included" if cwd in sys.path else ""
+            hint = (
+                f" (searched sys.path{where}: run from the folder that holds it, or add that "
+                "folder to PYTHONPATH)"
+            )
+        raise ValueError(
+            f"cannot import module {module_name!r} from {spec!r}: {exc}{hint}"
+        ) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ValueError(f"{module_name!r} has no attribute {attr!r} (from {spec!r})")
