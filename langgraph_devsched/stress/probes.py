@@ -67,12 +67,13 @@ PROBES: dict[str, tuple[Probe, tuple[str, ...], str]] = {
     "llm_hang_flood": (
         llm_hang_flood, BOTH,
         "a sync model hanging for more consecutive steps than the default executor has "
-        "threads: each step answered within timeout + 1.5 s, loop never blocked or starved",
+        "threads: each step answered within timeout + 1.5 s, loop never blocked over 1.5 s nor "
+        "starved",
     ),
     "llm_garbage_flood": (
         llm_garbage_flood, BOTH,
         "300,000-character garbage answers: each step answered within timeout + 1.5 s, loop "
-        "never blocked over 0.5 s",
+        "never blocked over 1.5 s",
     ),
     "stats_writers": (
         stats_writers, ("none",),
