@@ -85,6 +85,9 @@ MALFORMED: dict[str, dict[str, Any]] = {
         "shape": "ocr", "placement": "ocr=cpu", "bg": "idle", "makespan_ms": 5.0,
         "calls": [GOOD_CALL]}}},
     "a probe key with an unknown background": {"probes_used": {"ocr@loud": 1}},
+    "a negative probe count": {"probes_used": {"ocr@idle": -7}},
+    "a negative fallback count": {"stats": {"ocr|cpu|gpu0-cpu0-low-idle": {
+        **GOOD_STAT, "fallbacks": -3}}},
 }
 
 
@@ -133,3 +136,32 @@ def test_well_formed_keys_still_load(tmp_path: Path) -> None:
     mon = RuntimeMonitor.load(path)
     assert mon.state.step == 1 and len(mon.state.stats) == 1
     assert mon.snapshot().estimate("ocr", "cpu").run_ms == 5.0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_numbers_in_a_store_start_cold(bad: float) -> None:
+    stat = {**GOOD_STAT["run"], "mean": bad}
+    store = InMemoryStore()
+    store.put(("langgraph_devsched", "monitor"), "stats", stats_data(
+        {"stats": {"ocr|cpu|gpu0-cpu0-low-idle": {**GOOD_STAT, "run": stat}}}))
+    with pytest.warns(MonitorStatsWarning, match="invalid content at stats.*finite number"):
+        mon = RuntimeMonitor.load_from_store(store)
+    assert mon.state == MonitorState()
+    still_works(mon)
+
+
+def test_a_non_finite_time_is_not_a_measurement(tmp_path: Path) -> None:
+    from langgraph_devsched.records import CallRecord, StepRecord
+    from langgraph_devsched.telemetry import DeviceState
+
+    mon = RuntimeMonitor()
+    batch = Batch.of([("c1", "ocr", ToolDeviceSpec()), ("c2", "asr", ToolDeviceSpec())])
+    recs = (CallRecord("c1", "ocr", "cpu", "cpu", None, 0.0, float("nan"), 0.0, 0),
+            CallRecord("c2", "asr", "cpu", "cpu", None, 0.0, 5.0, 0.0, 0))
+    step = StepRecord(calls=recs, makespan_ms=float("nan"), vram_peak_mb=0.0)
+    mon.record_step(batch, Decision({"c1": "cpu", "c2": "cpu"}), step,
+                    DeviceState(True, "sim", 8000.0, 0.0, 0.0, 8))
+    obs = mon.snapshot()
+    assert [e.tool for e in obs.estimates] == ["asr"] and obs.outcomes == ()
+    mon.save(tmp_path / "stats.json")
+    assert RuntimeMonitor.load(tmp_path / "stats.json").state == mon.state

@@ -25,6 +25,7 @@ Every table is bounded (`MonitorLimits`, keyword arguments of the constructor), 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -61,6 +62,10 @@ STALE_AFTER_STEPS = 50
 NOISY_CV = 0.25
 PROBE_BUDGET = 4
 _DEFAULT_LIMITS = MonitorLimits()
+
+
+def _finite(*values: float) -> bool:
+    return all(math.isfinite(v) for v in values)
 
 
 class RuntimeMonitor:
@@ -148,8 +153,8 @@ class RuntimeMonitor:
             ))
         last_calls = []
         for rec in step_record.calls:
-            if rec.error is not None:
-                continue
+            if rec.error is not None or not _finite(rec.run_ms, rec.latency_ms):
+                continue  # a failed call, or a time that is no measurement
             ctx = call_context(rec, step_record, device_state).key
             device: Literal["gpu", "cpu"] = "gpu" if rec.on_gpu else "cpu"
             ks = tables.get_stat(rec.tool, rec.option, ctx) or KeyStats()
@@ -169,7 +174,10 @@ class RuntimeMonitor:
                 LastCall(tool=rec.tool, option=rec.option, device=device, context=ctx,
                          run_ms=rec.run_ms, wait_ms=max(0.0, rec.latency_ms - rec.run_ms))
             )
-        if not step_record.calls:  # an empty step has no shape: nothing more to keep
+        if not step_record.calls or not _finite(
+            step_record.makespan_ms, *(c.run_ms for c in step_record.calls),
+            *(c.latency_ms for c in step_record.calls),
+        ):  # an empty step has no shape, a non-finite time no outcome: nothing more to keep
             return
         shape = shape_key(c.tool for c in step_record.calls)
         placement = placement_key((c.tool, c.option) for c in step_record.calls)

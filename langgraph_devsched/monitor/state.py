@@ -4,7 +4,8 @@ Keys are strings so the state is plain JSON (see `langgraph_devsched.monitor.key
 key is ``"tool|option|context"``, an outcome key ``"shape|placement"`` where a shape is
 comma-joined sorted tool names and a placement comma-joined sorted ``tool=option`` pairs, tool
 names escaped. Validation parses every key, so a state that loads is one the monitor can use.
-Each table's insertion order is its recency (the monitor moves an entry to the end when it is
+Numbers must be finite (no ``NaN`` or infinity) and counts non-negative. Each table's
+insertion order is its recency (the monitor moves an entry to the end when it is
 updated and evicts from the front; see `langgraph_devsched.monitor.bounds`).
 
 >>> stats_key("ocr", "cpu", "gpu0-cpu0-low-idle")
@@ -23,7 +24,14 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    field_validator,
+    model_validator,
+)
 
 from langgraph_devsched.monitor.keys import (
     parse_context,
@@ -61,21 +69,21 @@ FORMAT_VERSION: Final = 1
 class KeyStats(BaseModel):
     """Samples of one (tool, option, context)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     run: RunningStat = Field(default_factory=RunningStat)
     latency: RunningStat = Field(default_factory=RunningStat)
     device: Literal["gpu", "cpu"] = "gpu"
-    fallbacks: int = 0
+    fallbacks: int = Field(default=0, ge=0)
 
 
 class OutcomeStats(BaseModel):
     """Makespans of one executed placement of one batch shape."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     makespan: RunningStat = Field(default_factory=RunningStat)
-    probes: int = 0
+    probes: int = Field(default=0, ge=0)
     runs: list[RunningStat] = Field(
         default_factory=list, description="run time of each call, in sorted placement order"
     )
@@ -87,7 +95,7 @@ class OutcomeStats(BaseModel):
 class ToolFacts(BaseModel):
     """What the batches declared about a tool (hints), kept to phrase hints and priors."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     gpu_allowed: bool = True
     cpu_allowed: bool = True
@@ -96,7 +104,7 @@ class ToolFacts(BaseModel):
 
 
 class LastCall(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     tool: str
     option: DeviceOption
@@ -114,7 +122,7 @@ class LastCall(BaseModel):
 class LastStep(BaseModel):
     """The latest step of one shape: the situation the hints refer to."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     shape: str
     placement: str
@@ -136,15 +144,15 @@ class LastStep(BaseModel):
 class MonitorState(BaseModel):
     """Everything the monitor keeps; persisted as JSON, loaded with validation."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     format: Literal["langgraph_devsched.monitor"] = FORMAT_NAME
     version: Literal[1] = FORMAT_VERSION
-    step: int = 0
+    step: int = Field(default=0, ge=0)
     stats: dict[str, KeyStats] = Field(default_factory=dict)
     vram_seen_mb: dict[str, float] = Field(default_factory=dict)
     outcomes: dict[str, OutcomeStats] = Field(default_factory=dict)
-    probes_used: dict[str, int] = Field(default_factory=dict)
+    probes_used: dict[str, NonNegativeInt] = Field(default_factory=dict)
     tools: dict[str, ToolFacts] = Field(default_factory=dict)
     last: dict[str, LastStep] = Field(default_factory=dict, description="latest step per shape")
     last_shape: str | None = None

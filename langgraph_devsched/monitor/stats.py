@@ -41,7 +41,7 @@ RESET_AFTER = 2
 class RunningStat(BaseModel):
     """Mean, spread, count and freshness of one latency series (immutable; `add` returns new)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     count: int = Field(default=0, ge=0)
     mean: float = 0.0
