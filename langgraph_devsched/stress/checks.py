@@ -156,7 +156,8 @@ class Checker:
                 self.counts.add(f"handled:{fault}")
         if not ok:
             self.violation(
-                f"call {cid} ({tool}, fault {fault}): unexpected answer {text[:160]!r}",
+                f"{lane + ' ' if lane else ''}call {cid} ({tool}, fault {fault}): "
+                f"unexpected answer {text[:160]!r}",
                 fault if fault in self.fired.values() or fault == "bad_call" else "invariant",
             )
 
