@@ -18,6 +18,7 @@ import asyncio
 import inspect
 import random
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -290,6 +291,16 @@ class _Run:
                 return
 
     # -- scenario probes -----------------------------------------------------------------------
+    def _let_threads_end(self, before: int, kind: str, limit_s: float = 0.5) -> None:
+        """Wait (``limit_s`` at most) for the threads a probe left (released hangs, a
+        consultation still reading a garbage answer) to end, so their CPU time does not
+        slow the next steps on a small machine."""
+        end = time.perf_counter() + limit_s
+        while threading.active_count() > before and time.perf_counter() < end:
+            time.sleep(0.005)
+        if threading.active_count() > before:
+            self.checker.counts.add(f"threads_left_by:{kind}")
+
     def _probes(self, index: int) -> None:
         """Draw each scenario fault on its own and run the drawn ones (bounded, isolated)."""
         lanes = [lane.name for lane in self.lanes]
@@ -308,7 +319,9 @@ class _Run:
                 tmp=self.probe_dir,
                 node_timeout=self.node_timeout,
             )
+            threads = threading.active_count()
             result = run_probe(ctx, self.config.probe_limit_s)
+            self._let_threads_end(threads, kind)
             c = self.checker
             c.faults.add(kind, result.injected)
             c.counts.add(f"handled:{kind}", result.handled)
