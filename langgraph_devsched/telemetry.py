@@ -136,7 +136,7 @@ def cuda_status(device_index: int = 0) -> tuple[bool, str | None]:
     try:
         import torch
     except ImportError:
-        return False, "torch is not installed (pip install 'langgraph-devsched[gpu]')"
+        return False, "torch is not installed (pip install torch)"
     try:
         if not torch.cuda.is_available():
             return False, f"torch {torch.__version__} sees no CUDA device (CPU build or no driver)"

@@ -25,8 +25,8 @@ from typing import Any
 from langgraph_devsched.telemetry import DeviceState
 
 RAY_MISSING = (
-    "RayBackend needs Ray, which is not installed: pip install 'langgraph-devsched[ray]' "
-    "(or pip install ray)"
+    "RayBackend needs Ray, which is not installed: pip install ray "
+    "(from a clone: pip install -e '.[ray]')"
 )
 
 
