@@ -183,8 +183,7 @@ class MonitorPolicy(SchedulerBase):
     def _observations(self, batch: Batch, view: SchedulerView) -> Observations:
         if self._private or (self._shared and isinstance(self.monitor, RuntimeMonitor)):
             if self._snapshot_takes_tools:  # only this batch's tools
-                return self.monitor.snapshot(  # type: ignore[call-arg]
-                    batch, tools={c.tool for c in batch.calls})
+                return self.monitor.snapshot(batch, tools={c.tool for c in batch.calls})
             return self.monitor.snapshot(batch)  # read only: hints about this batch's shape
         obs = view.observations
         assert isinstance(obs, Observations), "view.observations: expected Observations"
