@@ -91,11 +91,11 @@ def test_nvml_without_per_process_support_still_reads() -> None:
 def test_no_torch_means_cpu_only_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    reason = "torch is not installed (pip install 'langgraph-devsched[gpu]')"
+    reason = "torch is not installed (pip install torch)"
     assert cuda_status() == (False, reason)
     state = local_device_state()
     assert not state.gpu_available
-    assert state.reason == "torch is not installed (pip install 'langgraph-devsched[gpu]')"
+    assert state.reason == "torch is not installed (pip install torch)"
 
 
 def fake_torch(*, available: bool) -> Any:
