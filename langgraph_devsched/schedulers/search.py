@@ -11,7 +11,7 @@ and returns the best by the key ``(score, demand)`` (ties go to the least demand
    half of ``budget_ms``; if it cannot finish, 3 follows from the best mapping found, then
    from the other seeds while time is left.
 3. **local** — otherwise the best seed improves by single-call changes and, when none helps,
-   by changing two calls at once (beyond 16 calls: exchanging two calls' options), until no
+   by changing two calls at once (beyond 10 calls: exchanging two calls' options), until no
    move improves or ``budget_ms`` on ``clock`` is spent. The result is never worse than the
    best seed.
 
@@ -198,9 +198,10 @@ def _neighbours(m: Mapping_, choices: list[tuple[DeviceOption, ...]]) -> Iterato
                 yield (*m[:i], o, *m[i + 1:])
 
 
-PAIR_MOVES_UP_TO = 16
-"""Up to this many calls the second neighbourhood changes any two calls' options; beyond,
-it only exchanges the options of two calls (quadratic either way, with a smaller factor)."""
+PAIR_MOVES_UP_TO = 10
+"""Up to this many calls (3^10 mappings) the second neighbourhood changes any two calls'
+options; beyond, it only exchanges the options of two calls (quadratic either way, with a
+smaller factor)."""
 
 
 def _exchanges(m: Mapping_, choices: list[tuple[DeviceOption, ...]]) -> Iterator[Mapping_]:
