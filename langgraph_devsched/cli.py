@@ -96,6 +96,16 @@ def bench(
                      "(default scenarios: the built-in real ones; the oracle executes every "
                      "mapping)"),
     ] = False,
+    declare: Annotated[
+        str,
+        typer.Option(help="what tools declare to the schedulers: exact (the ground truth's "
+                     "solo profiles), none, noisy(SIGMA) or stale(FACTOR)"),
+    ] = "exact",
+    decision_cost: Annotated[
+        str,
+        typer.Option(help="measured: a round's wall time is its decision time plus its "
+                     "makespan; none: the makespan alone"),
+    ] = "measured",
     llm: Annotated[
         str | None,
         typer.Option(help="chat model name: adds the agentic scheduler's row "
@@ -117,9 +127,10 @@ def bench(
         names = _use_llm(llm, llm_base_url, names)
         run_bench_command(
             scenarios=scenarios, schedulers=names, rounds=rounds, seed=seed, noise=noise,
-            json_path=json_path, plots=plots, backend=backend, real=real,
+            json_path=json_path, plots=plots, backend=backend, real=real, declare=declare,
+            decision_cost=decision_cost,
         )
-    except ValueError as exc:  # ScenarioError and unknown scheduler names
+    except ValueError as exc:  # ScenarioError, unknown scheduler names, bad --declare
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(code=2) from None
 

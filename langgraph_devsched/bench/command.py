@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from langgraph_devsched.bench.declare import parse_declare
 from langgraph_devsched.bench.report import tables, write_json
 from langgraph_devsched.bench.runner import (
     BenchResult,
@@ -47,12 +48,15 @@ def run_bench_command(
     backend: str = "local",
     real: bool = False,
     decision_cost: str = "measured",
+    declare: str = "exact",
 ) -> BenchResult:
     """What ``devsched bench`` does; raises `ValueError` on bad scenarios or names.
 
     ``decision_cost``: ``measured`` (a round's wall time is its decision time plus its
-    makespan) or ``none`` (makespan only)."""
+    makespan) or ``none`` (makespan only). ``declare``: what the tools declare
+    (`bench.declare.parse_declare`: exact, none, noisy(SIGMA), stale(FACTOR))."""
     cost = check_decision_cost(decision_cost)
+    mode = parse_declare(declare)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -87,7 +91,7 @@ def run_bench_command(
 
         result = run_benchmark(
             loaded, names, rounds=rounds, seed=seed, noise=noise, on_round=tick,
-            step_runner=runner, decision_cost=cost,
+            step_runner=runner, decision_cost=cost, declare=mode,
         )
     result.skipped.update(skipped)
     return report(result, console, json_path=json_path, plots=plots)

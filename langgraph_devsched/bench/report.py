@@ -8,7 +8,8 @@ scheduler left out to why (e.g. ``agentic`` without a configured LLM). Decision 
 ``results.<scheduler>.round_wall_ms`` (decision + makespan per round), ``wall_regret_ms``,
 ``decision_ms_p50``, ``decision_ms_p95``, and the same in ``summary`` (percentiles over every
 decision of the run); ``config.decision_cost`` says whether decision time counted in the wall
-time. Other keys are extra.
+time. ``config.declare`` says what the tools declared (``exact``: the ground truth's solo
+profiles, also ``config.ground_truth_declared``). Other keys are extra.
 """
 
 from __future__ import annotations
@@ -24,6 +25,32 @@ from langgraph_devsched.bench.runner import (
     SchedulerResult,
     percentile,
 )
+
+
+def declare_label(bench: BenchResult) -> str:
+    """What the tools declared, e.g. ``exact`` or ``noisy(0.3)``."""
+    return bench.declare.label
+
+
+def declare_ground_truth(bench: BenchResult) -> bool:
+    """Whether the schedulers were fed the ground truth's exact solo profiles."""
+    return bench.declare.ground_truth
+
+
+DECLARE_CAPTIONS = {
+    "exact": "declare=exact: tools declare their exact solo profiles (ground truth)",
+    "none": "declare=none: tools declare no profile; schedulers start from nothing",
+    "noisy": "tools declare noisy profiles (each latency times a log-normal factor)",
+    "stale": "tools declare stale profiles (GPU latencies scaled, as on another GPU)",
+}
+
+
+def declare_caption(bench: BenchResult) -> str:
+    """One plain sentence on what the schedulers were fed."""
+    label = declare_label(bench)
+    kind = label.split("(")[0]
+    text = DECLARE_CAPTIONS.get(kind, "")
+    return text if kind in ("exact", "none") else f"declare={label}: {text}"
 
 
 def ratio(result: SchedulerResult, scenario: ScenarioResult) -> float:
@@ -103,6 +130,8 @@ def to_json(bench: BenchResult) -> dict[str, Any]:
             "noise": bench.noise,
             "skipped": dict(bench.skipped),
             "decision_cost": bench.decision_cost,
+            "declare": declare_label(bench),
+            "ground_truth_declared": declare_ground_truth(bench),
         },
         "scenarios": [
             {
@@ -136,7 +165,8 @@ def tables(bench: BenchResult) -> list[Any]:
     """Two rich tables: per scenario (optimal? ratio, regret) and the summary."""
     from rich.table import Table
 
-    per = Table(title="Final mapping vs brute-force optimum (✓ optimal · ratio · regret ms)")
+    per = Table(title="Final mapping vs brute-force optimum (✓ optimal · ratio · regret ms)",
+                caption=declare_caption(bench))
     per.add_column("scenario", no_wrap=True)
     per.add_column("optimum ms", justify="right")
     for name in bench.schedulers:
@@ -148,7 +178,8 @@ def tables(bench: BenchResult) -> list[Any]:
             *(_cell(s.results[n], s) if n in s.results else "" for n in bench.schedulers),
         )
     wall = "wall regret ms" + (" (no decision cost)" if bench.decision_cost == "none" else "")
-    summ = Table(title="Summary (wall = decision time + makespan)")
+    summ = Table(title="Summary (wall = decision time + makespan)",
+                 caption=declare_caption(bench))
     for col in ("scheduler", "optimal", "regret ms", wall, "mean ratio", "decision p50 ms",
                 "decision p95 ms", "LLM calls"):
         summ.add_column(col, justify="left" if col == "scheduler" else "right")

@@ -10,7 +10,8 @@ counts). Decision time is cost too: each decision is timed (``clock``), and a ro
 ``wall_ms`` is its decision time plus its makespan (``decision_cost="measured"``, the
 default) or its makespan alone (``"none"``); ``wall_regret_ms`` is the regret on wall time.
 
->>> from langgraph_devsched.bench.scenario import Scenario
+>>> from langgraph_devsched.bench.declare import Declare, declared_specs, parse_declare
+from langgraph_devsched.bench.scenario import Scenario
 >>> s = Scenario.model_validate({"name": "fft", "category": "serial",
 ...     "testbed": {"vram_budget_mb": 8000, "noise": 0},
 ...     "tools": {"fft": {"params": {"cpu_ms": 30, "gpu_ms": 2, "transfer_ms": 40}}},
@@ -31,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args
 
+from langgraph_devsched.bench.declare import Declare, declared_specs, parse_declare
 from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.records import StepRecord
@@ -148,9 +150,19 @@ def call_ids(scenario: Scenario) -> list[list[str]]:
     return out
 
 
-def scenario_batches(scenario: Scenario) -> list[Batch]:
-    """The workload's batches as schedulers see them (declared hints only)."""
-    specs = scenario.specs()
+def as_declare(declare: Declare | str) -> Declare:
+    """``declare`` as a `Declare` (text is parsed by `parse_declare`)."""
+    return parse_declare(declare) if isinstance(declare, str) else declare
+
+
+def scenario_batches(
+    scenario: Scenario, *, declare: Declare | str = "exact", seed: int | None = None
+) -> list[Batch]:
+    """The workload's batches as schedulers see them (declared hints only, as ``declare``
+    says: ``exact`` feeds every tool without a profile its ground-truth solo profile)."""
+    mode = as_declare(declare)
+    specs = declared_specs(
+        scenario.tools, mode, seed=scenario.testbed.seed if seed is None else seed)
     return [
         Batch.of([(cid, tool, specs[tool]) for cid, tool in zip(ids, tools, strict=True)])
         for ids, tools in zip(call_ids(scenario), scenario.batches(), strict=True)
@@ -272,13 +284,15 @@ def run_scenario(
     step_runner: StepRunner | None = None,
     decision_cost: DecisionCost = "measured",
     clock: Callable[[], float] = time.perf_counter,
+    declare: Declare | str = "exact",
 ) -> ScenarioResult:
     """Run each scheduler for ``rounds`` (default: the scenario's) and collect the metrics.
 
     ``clock`` (seconds) times each decision; ``decision_cost`` says whether that time counts
-    in the rounds' wall time."""
+    in the rounds' wall time; ``declare`` what the tools declare (see `bench.declare`)."""
     names = validate_scheduler_names(schedulers)
     check_decision_cost(decision_cost)
+    mode = as_declare(declare)
     rounds = scenario.workload.rounds if rounds is None else rounds
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -288,7 +302,7 @@ def run_scenario(
     for name in names:
         out.results[name] = _run_one(
             scenario, name, rounds, seed, noise, monitor_factory, best, on_round, step_runner,
-            counted=decision_cost == "measured", clock=clock,
+            counted=decision_cost == "measured", clock=clock, declare=mode,
         )
     return out
 
@@ -306,11 +320,12 @@ def _run_one(
     *,
     counted: bool = True,
     clock: Callable[[], float] = time.perf_counter,
+    declare: Declare | None = None,
 ) -> SchedulerResult:
     bed = scenario.make_testbed(noise=noise, seed=seed)
     monitor = monitor_factory(scenario) if monitor_factory is not None else None
     scheduler = build_scheduler(name, testbed=bed, monitor=monitor)
-    batches = scenario_batches(scenario)
+    batches = scenario_batches(scenario, declare=declare or Declare(), seed=seed)
     cache: dict[tuple[int, tuple[DeviceOption, ...]], float] = {}
     round_spans: list[float] = []
     measured: list[float] = []
@@ -388,6 +403,8 @@ class BenchResult:
     skipped: dict[str, str] = field(default_factory=dict)
     """Schedulers left out, with why (e.g. ``agentic`` without a configured LLM)."""
     decision_cost: DecisionCost = "measured"
+    declare: Declare = field(default_factory=Declare)
+    """What the tools declared (``exact``: the ground truth's solo profiles)."""
 
 
 def run_benchmark(
@@ -402,9 +419,12 @@ def run_benchmark(
     step_runner: StepRunner | None = None,
     decision_cost: DecisionCost = "measured",
     clock: Callable[[], float] = time.perf_counter,
+    declare: Declare | str = "exact",
 ) -> BenchResult:
-    """Every scheduler (default: `default_schedulers`) on every scenario."""
+    """Every scheduler (default: `default_schedulers`) on every scenario; ``declare``: what
+    the tools declare to the schedulers (`bench.declare`; default ``exact``)."""
     check_decision_cost(decision_cost)
+    mode = as_declare(declare)
     names = (
         default_schedulers(with_monitor=monitor_factory is not None)
         if schedulers is None
@@ -417,7 +437,8 @@ def run_benchmark(
             run_scenario(
                 scenario, names, rounds=rounds, seed=seed, noise=noise,
                 monitor_factory=monitor_factory, on_round=hook, step_runner=step_runner,
-                decision_cost=decision_cost, clock=clock,
+                decision_cost=decision_cost, clock=clock, declare=mode,
             )
         )
-    return BenchResult(results, names, rounds, seed, noise, decision_cost=decision_cost)
+    return BenchResult(results, names, rounds, seed, noise, decision_cost=decision_cost,
+                       declare=mode)
