@@ -200,6 +200,7 @@ class StepPlanner:
         self._fallback = StaticHintScheduler()
         self._takes_config = takes_config(scheduler.decide)
         self._snapshot_takes_tools = _accepts(getattr(monitor, "snapshot", None), "tools")
+        self._snapshot_takes_batch = _accepts(getattr(monitor, "snapshot", None), "batch")
         self._open_steps = open_steps
         self._lock = threading.Lock()
         self._steps: OrderedDict[StepKey, PlannedStep] = OrderedDict()
@@ -339,8 +340,12 @@ class StepPlanner:
     def _view(self, batch: Batch) -> SchedulerView:
         observations = None
         if self.monitor is not None:
-            if self._snapshot_takes_tools:
-                observations = self.monitor.snapshot(tools=frozenset(c.tool for c in batch.calls))
+            if self._snapshot_takes_tools:  # the batch's tools only: its cost does not grow
+                tools = frozenset(c.tool for c in batch.calls)
+                if self._snapshot_takes_batch:
+                    observations = self.monitor.snapshot(batch, tools=tools)
+                else:
+                    observations = self.monitor.snapshot(tools=tools)
             else:
                 observations = self.monitor.snapshot()
         return SchedulerView(device=self.backend.device_state(), observations=observations)
