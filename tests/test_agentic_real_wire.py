@@ -137,8 +137,10 @@ def answered_all(out: dict[str, Any]) -> set[str]:
 async def test_every_consultation_ends_in_an_answer_or_a_recorded_fallback(
     server: LocalLLMServer, mode: str, how: str
 ) -> None:
-    timeout_s = 20.0
-    scheduler = Recording(chat(server), mode=mode, timeout_s=timeout_s, fallback="static")
+    timeout_s = 15.0 if mode == "one_shot" else 12.0
+    # small token caps keep the tiny model's padded turns short (CI has 2 cores)
+    scheduler = Recording(chat(server), mode=mode, timeout_s=timeout_s, fallback="static",
+                          max_tokens=96 if mode == "one_shot" else 48)
     graph = app(scheduler)
     inputs = {"messages": [AIMessage("start", id="u")]}
     out = await graph.ainvoke(inputs) if how == "ainvoke" else graph.invoke(inputs)
