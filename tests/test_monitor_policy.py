@@ -97,7 +97,9 @@ def test_learns_when_the_declared_profile_lies() -> None:
 
 
 def test_probes_an_unmeasured_device_and_respects_the_budget() -> None:
-    params = {"a": T(cpu_ms=50, gpu_ms=80, vram_mb=500), "b": T(cpu_ms=300, gpu_ms=40)}
+    # nothing declared: both start on the GPU (280 ms shared); ``a`` on the CPU, guessed at
+    # 4 x its 80 ms, costs 40 ms more: a bounded probe, which finds 50 ms there
+    params = {"a": T(cpu_ms=50, gpu_ms=80, vram_mb=500), "b": T(cpu_ms=3000, gpu_ms=200)}
     bare = {t: ToolDeviceSpec(vram_mb=p.vram_mb) for t, p in params.items()}  # no profiles
     best, spans, probes, policy = run(params, {}, ["a", "b"], bare)
     assert any(probes) and spans[-1] == pytest.approx(best)

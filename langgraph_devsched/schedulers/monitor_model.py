@@ -11,7 +11,10 @@ undone), the solo CPU time (runs beside no other CPU call), each blended with th
 profile while the two agree within the noise, the VRAM seen reserved, and the
 OOM detection delay (fallback latency minus the CPU time). A side never measured takes the
 declared solo profile, else a pessimistic guess (4x the other side), so it is only chosen
-once a probe has measured it.
+once a probe has measured it. A tool known not at all is guessed at `DEFAULT_MS` on the GPU
+(the policy starts it there, see `monitor_policy`); a CPU-only tool known not at all is
+guessed at nothing (its device is forced, so an invented time would only set the step's
+length).
 
 >>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 >>> from langgraph_devsched.monitor.observations import Observations
@@ -113,7 +116,10 @@ def estimate_params(
     cpu_declared = profile.cpu_ms if profile else None
     cpu = _blend(cpu_declared, _solo(own, "cpu", strict=cpu_declared is not None), cv)
     if gpu_compute is None and cpu is None:
-        gpu_compute, cpu = DEFAULT_MS, DEFAULT_MS * UNKNOWN_FACTOR
+        # a CPU-only tool's time is forced, not chosen: it is not invented (near zero until
+        # measured), so a guess never sets the step's length
+        gpu_compute = DEFAULT_MS
+        cpu = DEFAULT_MS * UNKNOWN_FACTOR if spec.gpu_capable else _MIN_MS
     elif gpu_compute is None:
         gpu_compute = (cpu or DEFAULT_MS) * UNKNOWN_FACTOR
     elif cpu is None:

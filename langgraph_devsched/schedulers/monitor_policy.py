@@ -26,6 +26,12 @@ predicted extra cost is at most ``probe_horizon`` times the hint's expected gain
 would be collected on later steps of the shape) and at most ``max_probe_cost`` of the step.
 Probes are marked ``Decision(probe=True)``.
 
+Cold start: a tool with no declared solo time and no measurement is started on the GPU where
+it may (queued or not, as VRAM allows), as a framework would; its guessed time never decides
+for it. A side never measured is then priced at its pessimistic guess (4x the measured side):
+it is probed only where that bounded cost fits, so a first measurement never costs more than
+``max_probe_cost`` of the step under the guess.
+
 Where ``view.observations`` is None the policy keeps a private `RuntimeMonitor` fed by its own
 `observe`; when the node or runner owns a monitor (observations given), it only reads: if that
 monitor was handed to the constructor it reads ``monitor.snapshot(batch)`` (hints about this
@@ -198,7 +204,10 @@ class MonitorPolicy(SchedulerBase):
         tools = [c.tool for c in batch.calls]
         if not batch.calls:
             return self._decision({}, "empty batch"), True
-        choices = [self._choices(c.spec.allowed_options(), device) for c in batch.calls]
+        choices = [
+            self._choices(c.spec.allowed_options(), device, blind=_blind(c.tool, c.spec, obs))
+            for c in batch.calls
+        ]
         specs = {c.tool: c.spec for c in batch.calls}
         outcomes = obs.outcomes_for(tuple(tools))
         budget = self.max_decision_ms
@@ -319,9 +328,15 @@ class MonitorPolicy(SchedulerBase):
     # -- search ----------------------------------------------------------------------------
 
     @staticmethod
-    def _choices(allowed: Sequence[DeviceOption], device: DeviceState) -> tuple[DeviceOption, ...]:
+    def _choices(
+        allowed: Sequence[DeviceOption], device: DeviceState, *, blind: bool = False
+    ) -> tuple[DeviceOption, ...]:
+        """The options searched; a ``blind`` tool (nothing declared, never measured) starts
+        on the GPU where it may, as a framework would: a guess is not a cost to weigh."""
         if not device.gpu_available and "cpu" in allowed:
             return ("cpu",)
+        if blind and any(is_gpu(o) for o in allowed):
+            return tuple(o for o in allowed if is_gpu(o))
         return tuple(allowed)
 
     # -- probes ----------------------------------------------------------------------------
@@ -347,14 +362,14 @@ class MonitorPolicy(SchedulerBase):
                 break
             if ranked is None:  # the best-scored mappings, for hints met anywhere
                 ranked = sorted(model.values, key=lambda m: (model.values[m], m))[:_SCAN]
-            blind = hint.kind == "unknown" and not _declared(batch, hint)
             for m in self._realise(hint, best, tools, choices, model, ranked):
                 runs = counts.get(_canon(zip(tools, m, strict=True)), 0)
                 if m == best or runs >= (RESAMPLE_BELOW if hint.kind == "sparse" else 1):
                     continue
-                # a side never measured nor declared has only a made-up prediction: its
-                # first measurement is not priced by it
-                cost = 0.0 if blind else model.values[m] - base
+                # a side never measured nor declared is priced at its pessimistic guess
+                # (`monitor_model.UNKNOWN_FACTOR` times the measured side): the probe's
+                # cost stays bounded by the step's, whatever the unknown side turns out
+                cost = model.values[m] - base
                 affordable = cost <= self.max_probe_cost * base
                 if affordable and cost <= self.probe_horizon * hint.expected_gain_ms:
                     value = hint.expected_gain_ms - cost / self.probe_horizon
@@ -516,6 +531,13 @@ def _declared(batch: Batch, hint: ExplorationHint) -> bool:
                 call.spec.profile.cpu_ms)
             return side is not None
     return False
+
+
+def _blind(tool: str, spec: ToolDeviceSpec, obs: Observations) -> bool:
+    """Whether nothing is known of ``tool``: no declared solo time, no measurement."""
+    profile = spec.profile
+    declared = profile is not None and (profile.gpu_ms is not None or profile.cpu_ms is not None)
+    return not declared and not obs.for_tool(tool)
 
 
 def _pooled_cv(obs: Observations) -> float:
