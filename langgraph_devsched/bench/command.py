@@ -49,8 +49,12 @@ def run_bench_command(
     real: bool = False,
     decision_cost: str = "measured",
     declare: str = "exact",
+    progress: Any | None = None,
 ) -> BenchResult:
     """What ``devsched bench`` does; raises `ValueError` on bad scenarios or names.
+
+    Progress (one step per scenario x scheduler) goes to ``progress`` (a rich `Console`;
+    default: stderr), only when that is a terminal.
 
     ``decision_cost``: ``measured`` (a round's wall time is its decision time plus its
     makespan) or ``none`` (makespan only). ``declare``: what the tools declare
@@ -77,17 +81,19 @@ def run_bench_command(
     console = Console()
     for name, why in skipped.items():
         console.print(f"[yellow]skipped {name}[/]: {why}")
-    total = sum(
-        len(names) * (rounds or s.workload.rounds) for s in loaded
-    )
+    err = Console(stderr=True) if progress is None else progress
+    rounds_of = {s.name: rounds or s.workload.rounds for s in loaded}
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        console=console, transient=True,
-    ) as progress:
-        task = progress.add_task("bench", total=total)
+        console=err, transient=True, disable=not err.is_terminal,
+    ) as bar:
+        task = bar.add_task("bench", total=len(loaded) * len(names))
 
         def tick(scenario: Scenario, name: str, r: int) -> None:
-            progress.update(task, advance=1, description=f"{scenario.name} · {name}")
+            if r == 1:
+                bar.update(task, description=f"{scenario.name} · {name}", refresh=True)
+            if r == rounds_of.get(scenario.name):
+                bar.update(task, advance=1)
 
         result = run_benchmark(
             loaded, names, rounds=rounds, seed=seed, noise=noise, on_round=tick,
@@ -121,20 +127,23 @@ def run_real_bench_command(
         on_round=lambda s, n, r: console.print(f"[dim]{s.name} · {n} · {r}[/]"),
         say=lambda text: console.print(f"[yellow]{text}[/]"),
     )
-    return report(result, console, json_path=json_path, plots=plots)
+    return report(result, console, json_path=json_path, plots=plots,
+                  where="real tools on this machine")
 
 
 def report(
-    result: BenchResult, console: Any, *, json_path: Path | None, plots: Path | None
+    result: BenchResult, console: Any, *, json_path: Path | None, plots: Path | None,
+    where: str = "simulated testbed",
 ) -> BenchResult:
-    """Print the tables, then write the JSON and the plots where asked."""
-    for table in tables(result):
+    """Print the tables (laid out for the console's width), then write the JSON and the
+    plots where asked (``where``: what ran, for the plots' titles)."""
+    for table in tables(result, width=console.width):
         console.print(table)
     if json_path is not None:
         console.print(f"JSON: {write_json(result, json_path)}")
     if plots is not None:
         from langgraph_devsched.bench.plots import write_plots
 
-        for path in write_plots(result, plots):
+        for path in write_plots(result, plots, where=where):
             console.print(f"plot: {path}")
     return result

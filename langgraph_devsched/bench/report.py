@@ -161,28 +161,65 @@ def _cell(r: SchedulerResult, s: ScenarioResult) -> str:
     return f"{mark} {ratio(r, s):.2f}× {r.regret_ms:,.0f}"
 
 
-def tables(bench: BenchResult) -> list[Any]:
-    """Two rich tables: per scenario (optimal? ratio, regret) and the summary."""
+def _mark(r: SchedulerResult) -> str:
+    return "[green]✓[/]" if r.optimal else "[red]✗[/]"
+
+
+def wide_width(bench: BenchResult) -> int:
+    """Columns the wide per-scenario table needs (one column per scheduler)."""
+    label = max((len(s.name) + len(s.category) + 3 for s in bench.scenarios), default=8)
+    cells = [
+        max([len(n)] + [len(f"✓ {ratio(s.results[n], s):.2f}× {s.results[n].regret_ms:,.0f}")
+                        for s in bench.scenarios if n in s.results])
+        for n in bench.schedulers
+    ]
+    return 1 + (label + 3) + (len("optimum ms") + 3) + sum(c + 3 for c in cells)
+
+
+def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
+    """Two rich tables: per scenario (optimal? ratio, regret) and the summary.
+
+    Where the wide per-scenario table (a column per scheduler) would not fit in ``width``
+    columns, it is printed long: a row per (scenario, scheduler), so no figure is cut."""
     from rich.table import Table
 
-    per = Table(title="Final mapping vs brute-force optimum (✓ optimal · ratio · regret ms)",
-                caption=declare_caption(bench))
-    per.add_column("scenario", no_wrap=True)
-    per.add_column("optimum ms", justify="right")
-    for name in bench.schedulers:
-        per.add_column(name, justify="right")
-    for s in bench.scenarios:
-        per.add_row(
-            f"{s.name} [dim]({s.category})[/]",
-            f"{s.optimal_makespan_ms:,.1f}",
-            *(_cell(s.results[n], s) if n in s.results else "" for n in bench.schedulers),
-        )
+    caption = declare_caption(bench)
+    title = "Final mapping vs brute-force optimum (✓ optimal · ratio · regret ms)"
+    if width is None or wide_width(bench) <= width:
+        per = Table(title=title, caption=caption)
+        per.add_column("scenario", no_wrap=True)
+        per.add_column("optimum ms", justify="right")
+        for name in bench.schedulers:
+            per.add_column(name, justify="right", no_wrap=True)
+        for s in bench.scenarios:
+            per.add_row(
+                f"{s.name} [dim]({s.category})[/]",
+                f"{s.optimal_makespan_ms:,.1f}",
+                *(_cell(s.results[n], s) if n in s.results else "" for n in bench.schedulers),
+            )
+    else:
+        per = Table(title="Final mapping vs brute-force optimum", caption=caption)
+        for col in ("scenario", "optimum ms", "scheduler", "optimal", "ratio", "regret ms",
+                    "round"):
+            per.add_column(col, justify="left" if col in ("scenario", "scheduler") else "right",
+                           no_wrap=True)
+        for s in bench.scenarios:
+            names = [n for n in bench.schedulers if n in s.results]
+            for i, n in enumerate(names):
+                r = s.results[n]
+                per.add_row(
+                    s.name if i == 0 else "",
+                    f"{s.optimal_makespan_ms:,.1f}" if i == 0 else "",
+                    n, _mark(r), f"{ratio(r, s):.2f}×", f"{r.regret_ms:,.0f}",
+                    "—" if r.rounds_to_optimal is None else str(r.rounds_to_optimal),
+                    end_section=i == len(names) - 1,
+                )
     wall = "wall regret ms" + (" (no decision cost)" if bench.decision_cost == "none" else "")
-    summ = Table(title="Summary (wall = decision time + makespan)",
-                 caption=declare_caption(bench))
+    summ = Table(title="Summary (wall = decision time + makespan)", caption=caption)
     for col in ("scheduler", "optimal", "regret ms", wall, "mean ratio", "decision p50 ms",
                 "decision p95 ms", "LLM calls"):
-        summ.add_column(col, justify="left" if col == "scheduler" else "right")
+        summ.add_column(col, justify="left" if col == "scheduler" else "right",
+                        overflow="fold")
     for name, row in summary(bench).items():
         summ.add_row(
             name,

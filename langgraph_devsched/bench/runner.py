@@ -192,7 +192,7 @@ def default_schedulers(
                 factory()
         except Exception as exc:  # not buildable here: say why, run the others
             if skipped is not None:
-                skipped[name] = f"{type(exc).__name__}: {exc}".split("\n")[0][:200]
+                skipped[name] = " ".join(f"{type(exc).__name__}: {exc}".split())  # whole
             continue
         names.append(name)
     return names
