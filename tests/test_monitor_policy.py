@@ -266,3 +266,21 @@ def test_per_shape_tables_are_bounded() -> None:
         steady_run(policy, bed, batch, 3)
     sizes = policy.state_sizes()
     assert sizes["fits"] <= 3 and sizes["last_decisions"] == 3
+
+
+def test_a_profile_wrong_where_measured_is_not_trusted_where_it_was_not() -> None:
+    """The declared GPU time proved 50% off: the declared CPU time (72 ms, truly 38) is no
+    longer taken on trust, and the CPU side is probed and kept."""
+    from langgraph_devsched.bench.runner import run_scenario
+    from langgraph_devsched.bench.scenario import Scenario
+
+    s = Scenario.model_validate({
+        "name": "search", "category": "serial",
+        "testbed": {"vram_budget_mb": 8000, "cpu_cores": 4, "noise": 0.05, "seed": 4},
+        "tools": {"vector_search": {
+            "params": {"cpu_ms": 38, "gpu_ms": 6, "transfer_ms": 55, "vram_mb": 900},
+            "hints": {"profile": {"cpu_ms": 72, "gpu_ms": 41, "transfer_ms": 30}}}},
+        "workload": {"kind": "serial", "calls": ["vector_search"], "rounds": 8},
+    })
+    r = run_scenario(s, ["monitor"]).results["monitor"]
+    assert r.final_mapping == {"vector_search": "cpu"} and r.optimal

@@ -132,6 +132,28 @@ def estimate_params(
     )
 
 
+def declared_error(tool: str, spec: ToolDeviceSpec, obs: Observations) -> float:
+    """How wrong ``tool``'s declared profile proved where it was measured: the largest
+    relative gap between a declared solo time and its solo measurement (0 while they agree
+    within the noise, see `AGREE_WITHIN`). A profile wrong on one side may be as wrong on
+    the side never measured: the policy then probes that side rather than trust it."""
+    profile = spec.profile
+    if profile is None:
+        return 0.0
+    own = obs.for_tool(tool)
+    cv = _noise(obs)
+    worst = 0.0
+    for device, declared in (("gpu", profile.gpu_ms), ("cpu", profile.cpu_ms)):
+        seen = _solo(own, device)
+        if declared is None or declared <= 0 or seen is None:
+            continue
+        mean, count = seen
+        gap = abs(mean - declared) / declared
+        if gap > max(AGREE_WITHIN, 3.0 * cv / count**0.5):
+            worst = max(worst, gap)
+    return worst
+
+
 def _noise(obs: Observations) -> float:
     cvs = [e.std_ms / e.run_ms for e in obs.estimates if e.count >= 2 and e.run_ms > 0]
     return sum(cvs) / len(cvs) if cvs else 0.0

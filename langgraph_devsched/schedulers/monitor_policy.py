@@ -68,6 +68,7 @@ from langgraph_devsched.schedulers.dmda import DmdaScheduler
 from langgraph_devsched.schedulers.heft import HeftScheduler
 from langgraph_devsched.schedulers.monitor_model import (
     ContentionFit,
+    declared_error,
     estimate_params,
     fit_contention,
     oom_detect_ms,
@@ -356,7 +357,7 @@ class MonitorPolicy(SchedulerBase):
         for hint in obs.hints:
             if hint.probes_left <= 0 or hint.kind not in PROBE_KINDS:
                 continue
-            if hint.expected_gain_ms <= floor:
+            if _gain(batch, obs, hint) <= floor:
                 continue
             if ranked is not None and late():
                 break
@@ -371,8 +372,9 @@ class MonitorPolicy(SchedulerBase):
                 # cost stays bounded by the step's, whatever the unknown side turns out
                 cost = model.values[m] - base
                 affordable = cost <= self.max_probe_cost * base
-                if affordable and cost <= self.probe_horizon * hint.expected_gain_ms:
-                    value = hint.expected_gain_ms - cost / self.probe_horizon
+                gain = _gain(batch, obs, hint)
+                if affordable and cost <= self.probe_horizon * gain:
+                    value = gain - cost / self.probe_horizon
                     candidates.append((-value, demand(m), m, hint))
                     break
         if not candidates:
@@ -523,14 +525,22 @@ def _measures(hint: ExplorationHint, m: Mapping_, tools: list[str]) -> bool:
     return any(t == tool and is_gpu(o) == on_gpu for t, o in zip(tools, m, strict=True))
 
 
-def _declared(batch: Batch, hint: ExplorationHint) -> bool:
-    """Whether the hint's tool declares a solo time for the hint's device."""
+def _gain(batch: Batch, obs: Observations, hint: ExplorationHint) -> float:
+    """The hint's expected gain; for a side known only from a declared profile that proved
+    wrong where it was measured (`declared_error`), the declared time is read as that much
+    too slow (the optimistic end of what the profile's error allows)."""
+    gain = hint.expected_gain_ms
+    if hint.kind != "unknown" or not hint.devices:
+        return gain
     for call in batch.calls:
         if call.tool == hint.tools[0] and call.spec.profile is not None:
-            side = call.spec.profile.gpu_ms if hint.devices[:1] == ("gpu",) else (
+            side = call.spec.profile.gpu_ms if hint.devices[0] == "gpu" else (
                 call.spec.profile.cpu_ms)
-            return side is not None
-    return False
+            if side is None:
+                return gain
+            error = min(0.9, declared_error(call.tool, call.spec, obs))
+            return gain + error * side
+    return gain
 
 
 def _blind(tool: str, spec: ToolDeviceSpec, obs: Observations) -> bool:
