@@ -100,3 +100,17 @@ def test_plots_say_what_they_show(tmp_path: Path) -> None:
         assert legend.x0 >= ax.get_window_extent().x1  # outside the data
     paths = write_plots(bench, tmp_path)
     assert [p.name for p in paths] == ["accuracy.png", "regret.png", "ratio.png"]
+
+
+def test_piped_output_is_not_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written to a file or a pipe (no terminal, no COLUMNS), the tables are not squeezed
+    into rich's default 80 columns."""
+    from typer.testing import CliRunner
+
+    from langgraph_devsched.cli import app
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    result = CliRunner().invoke(app, ["bench", "--scenarios", str(tiny(tmp_path)),
+                                      "--schedulers", ",".join(SCHEDULERS)])
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output and LONG_NAME in result.output

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from langgraph_devsched.bench.declare import parse_declare
-from langgraph_devsched.bench.report import tables, write_json
+from langgraph_devsched.bench.report import tables, wide_width, write_json
 from langgraph_devsched.bench.runner import (
     BenchResult,
     StepRunner,
@@ -100,6 +101,8 @@ def run_bench_command(
             step_runner=runner, decision_cost=cost, declare=mode,
         )
     result.skipped.update(skipped)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = max(console.width, wide_width(result), 100)  # a file: no wrapping
     return report(result, console, json_path=json_path, plots=plots)
 
 

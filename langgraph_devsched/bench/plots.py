@@ -69,7 +69,7 @@ def _legend_outside(ax: Any) -> None:
 def figures(bench: BenchResult, *, where: str = SIMULATED) -> dict[str, Any]:
     """The three figures by file name (``where``: what ran, for the titles)."""
     plt = _pyplot()
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
 
     names = bench.schedulers
     out: dict[str, Any] = {}
@@ -106,6 +106,7 @@ def figures(bench: BenchResult, *, where: str = SIMULATED) -> dict[str, Any]:
     ax.yaxis.set_major_formatter(FuncFormatter(_number))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.grid(True, which="major", axis="y", alpha=0.3)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("round")
     ax.set_ylabel("cumulative regret, ms (all scenarios)")
     ax.set_title(_title(bench, "Cumulative regret (probes included)", where))
@@ -124,8 +125,9 @@ def figures(bench: BenchResult, *, where: str = SIMULATED) -> dict[str, Any]:
     ax.set_yscale("log")
     high = max(ratios, default=1.0) * 1.1
     ax.set_ylim(0.95, max(1.2, high))
+    fine = [t for t in (1.1, 1.25, 1.5, 3.0) if t <= high]  # the first decade, finer
     ax.yaxis.set_major_locator(
-        FixedLocator(log_ticks(1.0, max(1.2, high), steps=(1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0))))
+        FixedLocator(sorted({*log_ticks(1.0, max(1.2, high)), *fine})))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.grid(True, which="major", axis="y", alpha=0.3)
