@@ -63,7 +63,7 @@ def _numpy() -> Any:
         import numpy
     except ImportError:  # pragma: no cover - numpy comes with matplotlib (the plots extra)
         raise ImportError(
-            "the batched simulator needs numpy: pip install 'langgraph-devsched[plots]'"
+            "the batched simulator needs numpy: pip install numpy"
         ) from None
     return numpy
 

@@ -143,7 +143,8 @@ def openai_model(
         from langchain_openai import ChatOpenAI
     except ImportError:
         raise ImportError(
-            "openai_model needs the langchain-openai package: pip install 'langgraph-devsched[llm]'"
+            "openai_model needs the langchain-openai package: pip install langchain-openai "
+            "(from a clone: pip install -e '.[llm]')"
         ) from None
     return ChatOpenAI(
         model=name,

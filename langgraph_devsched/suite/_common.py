@@ -40,7 +40,8 @@ def require_torch() -> Any:
         import torch
     except ImportError as exc:  # pragma: no cover - the suite extra brings torch
         raise ImportError(
-            "the built-in tool suite needs torch: pip install 'langgraph-devsched[suite]'"
+            "the built-in tool suite needs torch: pip install torch transformers "
+            "(from a clone: pip install -e '.[suite]')"
         ) from exc
     return torch
 
@@ -50,7 +51,8 @@ def require_transformers() -> Any:
         import transformers
     except ImportError as exc:  # pragma: no cover
         raise ImportError(
-            "this suite tool needs transformers: pip install 'langgraph-devsched[suite]'"
+            "this suite tool needs transformers: pip install torch transformers "
+            "(from a clone: pip install -e '.[suite]')"
         ) from exc
     return transformers
 
