@@ -116,6 +116,23 @@ def bench(
         typer.Option(help="OpenAI-compatible endpoint for --llm, e.g. http://localhost:8080/v1 "
                      "(sets DEVSCHED_LLM_BASE_URL)"),
     ] = None,
+    llm_timeout: Annotated[
+        float | None,
+        typer.Option(min=0.001, help="agentic consultation timeout, s (sets DEVSCHED_LLM_TIMEOUT)"),
+    ] = None,
+    llm_max_tokens: Annotated[
+        int | None,
+        typer.Option(min=1, help="completion tokens per agentic turn (sets "
+                     "DEVSCHED_LLM_MAX_TOKENS; default: sized to the batch)"),
+    ] = None,
+    llm_mode: Annotated[
+        str | None, typer.Option(help="agent or one_shot (sets DEVSCHED_LLM_MODE)")
+    ] = None,
+    llm_answer: Annotated[
+        str | None,
+        typer.Option(help="auto, tool_required, tool_named, json_schema or text "
+                     "(sets DEVSCHED_LLM_ANSWER)"),
+    ] = None,
 ) -> None:
     """Run schedulers on benchmark scenarios and compare them with the brute-force optimum."""
     from langgraph_devsched.bench.command import run_bench_command
@@ -124,6 +141,12 @@ def bench(
     if schedulers is not None:
         names = [n.strip() for n in schedulers.split(",") if n.strip()]
     try:
+        if any(v is not None for v in (llm_timeout, llm_max_tokens, llm_mode, llm_answer)):
+            from langgraph_devsched.schedulers.agentic_model import apply_llm_options
+
+            apply_llm_options(
+                timeout_s=llm_timeout, max_tokens=llm_max_tokens, mode=llm_mode, answer=llm_answer
+            )
         names = _use_llm(llm, llm_base_url, names)
         run_bench_command(
             scenarios=scenarios, schedulers=names, rounds=rounds, seed=seed, noise=noise,

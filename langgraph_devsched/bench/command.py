@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from langgraph_devsched.bench.agentic_stats import format_agentic, merge
 from langgraph_devsched.bench.declare import parse_declare
 from langgraph_devsched.bench.report import tables, wide_width, write_json
 from langgraph_devsched.bench.runner import (
@@ -142,6 +143,10 @@ def report(
     plots where asked (``where``: what ran, for the plots' titles)."""
     for table in tables(result, width=console.width):
         console.print(table)
+    for name in result.schedulers:  # the agentic scheduler's consultations, where it ran
+        total = merge(s.results[name].agentic for s in result.scenarios if name in s.results)
+        if total is not None:
+            console.print(format_agentic(name, total))
     if json_path is not None:
         console.print(f"JSON: {write_json(result, json_path)}")
     if plots is not None:

@@ -19,6 +19,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from langgraph_devsched.bench.agentic_stats import merge
 from langgraph_devsched.bench.runner import (
     BenchResult,
     ScenarioResult,
@@ -89,6 +90,7 @@ def summary(bench: BenchResult) -> dict[str, dict[str, Any]]:
             if rows
             else None,
             "llm_calls": sum(r.llm_calls for _, r in rows),
+            "agentic": (m.model_dump() if (m := merge(r.agentic for _, r in rows)) else None),
             "decision_ms_median": round(
                 statistics.median(r.decision_ms_median for _, r in rows), 4
             )
@@ -112,6 +114,7 @@ def _result_json(r: SchedulerResult, s: ScenarioResult) -> dict[str, Any]:
         "decision_ms_p50": round(percentile(decision_times(r), 50), 4),
         "decision_ms_p95": round(percentile(decision_times(r), 95), 4),
         "reused": r.reused,
+        "agentic": r.agentic.model_dump() if r.agentic is not None else None,
         "probes": r.probes,
         "fallbacks": r.fallbacks,
         "round_makespans_ms": [round(x, 3) for x in r.round_makespans_ms],

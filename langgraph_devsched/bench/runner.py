@@ -10,8 +10,7 @@ counts). Decision time is cost too: each decision is timed (``clock``), and a ro
 ``wall_ms`` is its decision time plus its makespan (``decision_cost="measured"``, the
 default) or its makespan alone (``"none"``); ``wall_regret_ms`` is the regret on wall time.
 
->>> from langgraph_devsched.bench.declare import Declare, declared_specs, parse_declare
-from langgraph_devsched.bench.scenario import Scenario
+>>> from langgraph_devsched.bench.scenario import Scenario
 >>> s = Scenario.model_validate({"name": "fft", "category": "serial",
 ...     "testbed": {"vram_budget_mb": 8000, "noise": 0},
 ...     "tools": {"fft": {"params": {"cpu_ms": 30, "gpu_ms": 2, "transfer_ms": 40}}},
@@ -32,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args
 
+from langgraph_devsched.bench.agentic_stats import AgenticStats, AgenticSummary
 from langgraph_devsched.bench.declare import Declare, declared_specs, parse_declare
 from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
@@ -79,6 +79,15 @@ class BenchMonitor(Protocol):
     def snapshot(self) -> Any: ...
 
 
+def _snapshot(monitor: BenchMonitor, batch: Batch) -> Any:
+    """The monitor's snapshot for ``batch`` (its tools only, as the node asks, where the
+    monitor takes ``tools``: the cost does not grow with what history holds)."""
+    snapshot: Any = monitor.snapshot
+    if "tools" in inspect.signature(snapshot).parameters:
+        return snapshot(batch, tools=frozenset(_tools(batch)))
+    return snapshot()
+
+
 MonitorFactory = Callable[[Scenario], BenchMonitor]
 """Builds a fresh monitor for one (scheduler, scenario) run."""
 
@@ -113,6 +122,8 @@ class SchedulerResult:
     """Regret on wall time: sum over rounds of wall time minus the optimum makespan."""
     reused: int = 0
     """Decisions the scheduler reused unchanged (`Decision.reused`)."""
+    agentic: AgenticSummary | None = None
+    """The agentic scheduler's consultations: valid answers, fallbacks by cause, latency."""
 
     @property
     def decision_ms_p50(self) -> float:
@@ -332,19 +343,19 @@ def _run_one(
     decision_ms: list[float] = []
     walls: list[float] = []
     llm_calls = probes = fallbacks = reused = 0
+    agentic = AgenticStats()
     final: dict[str, DeviceOption] = {}
     limit = best * (1 + OPTIMAL_TOLERANCE) + 1e-9
     first_optimal = None
     for r in range(1, rounds + 1):
         noise_free = took = deciding = 0.0
         for b, batch in enumerate(batches):
-            view = SchedulerView(
-                device=bed.device_state(),
-                observations=monitor.snapshot() if monitor is not None else None,
-            )
+            observations = _snapshot(monitor, batch) if monitor is not None else None
+            view = SchedulerView(device=bed.device_state(), observations=observations)
             t0 = clock()
             decision = scheduler.decide(batch, view)
             spent = (clock() - t0) * 1000
+            agentic.add(decision)
             decision_ms.append(spent)
             deciding += spent
             options = _check(decision, batch, name)
@@ -388,6 +399,7 @@ def _run_one(
         round_wall_ms=walls,
         wall_regret_ms=sum(max(0.0, w - best) for w in walls),
         reused=reused,
+        agentic=agentic.summary(),
     )
 
 
