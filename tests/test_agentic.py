@@ -475,7 +475,7 @@ def test_from_env_builds_an_openai_compatible_model(monkeypatch: pytest.MonkeyPa
 
 def test_missing_langchain_openai_is_a_plain_message(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "langchain_openai", None)
-    with pytest.raises(ImportError, match=r"pip install 'langgraph-devsched\[llm\]'"):
+    with pytest.raises(ImportError, match=r"pip install langchain-openai"):
         openai_model("m", base_url="http://h/v1")
 
 

@@ -56,8 +56,11 @@ async def test_hung_consultations_never_take_the_loops_default_executor(
         assert time.monotonic() - started < 2.0
         assert decision.fallback == "scheduler_error"
         causes.append(decision.consultation.cause)
-    assert causes[:2] == ["timeout", "timeout"]
-    assert set(causes[2:]) == {"busy"}  # two hung threads: the rest fall back at once
+    assert causes[0] == "timeout" and set(causes) <= {"timeout", "busy"}
+    # never more than the two slots' threads hang in the model (a consultation whose thread
+    # starts after its deadline on a loaded box gives its slot back without calling it)
+    assert hanging.calls <= 2
+    assert "busy" in causes or hanging.calls < 2  # with both slots hung, the rest are busy
     # a tool run by the node in the default executor still runs
     assert await asyncio.wait_for(loop.run_in_executor(None, lambda: 7), 2.0) == 7
 

@@ -153,7 +153,8 @@ async def test_every_consultation_ends_in_an_answer_or_a_recorded_fallback(
 def test_the_json_schema_channel_gets_a_valid_answer_from_a_tiny_model(
     server: LocalLLMServer,
 ) -> None:
-    scheduler = Recording(chat(server), mode="one_shot", answer="json_schema", timeout_s=20.0,
+    # a generous timeout: this asserts that the channel parses, not how fast a loaded box is
+    scheduler = Recording(chat(server), mode="one_shot", answer="json_schema", timeout_s=45.0,
                           fallback="static", guard_ratio=None)
     out = app(scheduler).invoke({"messages": [AIMessage("start", id="u")]})
     assert answered_all(out) == {"s1a", "s1b", "s2a", "s2b", "s2c"}
@@ -171,14 +172,14 @@ def test_a_timed_out_request_does_not_keep_the_server_busy(server: LocalLLMServe
     started = time.monotonic()
     first = slow.decide(batch, view)
     assert first.consultation is not None and first.consultation.cause == "timeout"
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 4.0  # fell back on time, not after the answer
     # ... leaves the server's one slot free: a short request right after is served at once
     quick = AgenticScheduler(chat(server), mode="one_shot", answer="json_schema",
                              max_tokens=64, timeout_s=15.0, fallback="static")
-    started = time.monotonic()
     second = quick.decide(batch, view)
+    # (were the first one's 4,000 tokens still being generated, this would wait behind them
+    # and time out: its own 15 s timeout is the bound, no wall-clock assert needed)
     assert second.consultation is not None and second.consultation.cause != "timeout"
-    assert time.monotonic() - started < 8.0
 
 
 def test_a_server_killed_mid_consultation_falls_back_at_once() -> None:
