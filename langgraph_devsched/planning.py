@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import inspect
 import logging
 import math
 import threading
@@ -42,7 +41,13 @@ from langgraph_devsched.decision_trace import (
 from langgraph_devsched.executors.base import Backend, PlannedCall, StepExecution
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import StepRecord
-from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerView
+from langgraph_devsched.schedulers.base import (
+    Batch,
+    Decision,
+    Scheduler,
+    SchedulerView,
+    batch_snapshot,
+)
 from langgraph_devsched.schedulers.static import StaticHintScheduler, constrained
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.tracing import takes_config
@@ -199,8 +204,7 @@ class StepPlanner:
         self._on_close = on_close
         self._fallback = StaticHintScheduler()
         self._takes_config = takes_config(scheduler.decide)
-        self._snapshot_takes_tools = _accepts(getattr(monitor, "snapshot", None), "tools")
-        self._snapshot_takes_batch = _accepts(getattr(monitor, "snapshot", None), "batch")
+        self._snapshot = batch_snapshot(monitor) if monitor is not None else None
         self._open_steps = open_steps
         self._lock = threading.Lock()
         self._steps: OrderedDict[StepKey, PlannedStep] = OrderedDict()
@@ -338,16 +342,7 @@ class StepPlanner:
         return step
 
     def _view(self, batch: Batch) -> SchedulerView:
-        observations = None
-        if self.monitor is not None:
-            if self._snapshot_takes_tools:  # the batch's tools only: its cost does not grow
-                tools = frozenset(c.tool for c in batch.calls)
-                if self._snapshot_takes_batch:
-                    observations = self.monitor.snapshot(batch, tools=tools)
-                else:
-                    observations = self.monitor.snapshot(tools=tools)
-            else:
-                observations = self.monitor.snapshot()
+        observations = self._snapshot(batch) if self._snapshot is not None else None
         return SchedulerView(device=self.backend.device_state(), observations=observations)
 
     def _decide(self, batch: Batch, view: SchedulerView, config: RunnableConfig | None) -> Any:
@@ -437,12 +432,3 @@ class StepPlanner:
             except Exception:
                 logger.exception("post-step hook %s failed; the step's answers stand", hook)
         return step.report
-
-
-def _accepts(fn: Callable[..., Any] | None, name: str) -> bool:
-    if fn is None:
-        return False
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False

@@ -36,7 +36,13 @@ from langgraph_devsched.bench.declare import Declare, declared_specs, parse_decl
 from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.records import StepRecord
-from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerView
+from langgraph_devsched.schedulers.base import (
+    Batch,
+    Decision,
+    Scheduler,
+    SchedulerView,
+    batch_snapshot,
+)
 from langgraph_devsched.schedulers.oracle import OracleScheduler
 from langgraph_devsched.schedulers.registry import scheduler_factory, scheduler_names
 from langgraph_devsched.testbed import SimulatedTestbed
@@ -77,15 +83,6 @@ class BenchMonitor(Protocol):
     def record(self, record: StepRecord, *, batch: Batch, decision: Decision) -> None: ...
 
     def snapshot(self) -> Any: ...
-
-
-def _snapshot(monitor: BenchMonitor, batch: Batch) -> Any:
-    """The monitor's snapshot for ``batch`` (its tools only, as the node asks, where the
-    monitor takes ``tools``: the cost does not grow with what history holds)."""
-    snapshot: Any = monitor.snapshot
-    if "tools" in inspect.signature(snapshot).parameters:
-        return snapshot(batch, tools=frozenset(_tools(batch)))
-    return snapshot()
 
 
 MonitorFactory = Callable[[Scenario], BenchMonitor]
@@ -335,6 +332,7 @@ def _run_one(
 ) -> SchedulerResult:
     bed = scenario.make_testbed(noise=noise, seed=seed)
     monitor = monitor_factory(scenario) if monitor_factory is not None else None
+    snapshot = batch_snapshot(monitor) if monitor is not None else None  # batch's tools only
     scheduler = build_scheduler(name, testbed=bed, monitor=monitor)
     batches = scenario_batches(scenario, declare=declare or Declare(), seed=seed)
     cache: dict[tuple[int, tuple[DeviceOption, ...]], float] = {}
@@ -350,7 +348,7 @@ def _run_one(
     for r in range(1, rounds + 1):
         noise_free = took = deciding = 0.0
         for b, batch in enumerate(batches):
-            observations = _snapshot(monitor, batch) if monitor is not None else None
+            observations = snapshot(batch) if snapshot is not None else None
             view = SchedulerView(device=bed.device_state(), observations=observations)
             t0 = clock()
             decision = scheduler.decide(batch, view)

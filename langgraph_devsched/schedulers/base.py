@@ -12,7 +12,8 @@ answers a `Decision`: one option per call id. It can learn from `observe`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -61,6 +62,32 @@ class SchedulerView:
     device: DeviceState
     observations: Any | None = None
     """The runtime monitor's snapshot, when a monitor is attached."""
+
+
+def batch_snapshot(monitor: Any) -> Callable[[Batch], Any]:
+    """A reader of ``monitor.snapshot`` for one batch, its signature inspected once: the
+    batch and its tool names are passed where the snapshot takes them (its cost then follows
+    the batch, not what history holds), else the whole snapshot is taken.
+
+    >>> class Whole:
+    ...     def snapshot(self): return "all"
+    >>> batch_snapshot(Whole())(Batch.of([]))
+    'all'
+    """
+    snapshot = monitor.snapshot
+    try:
+        params = inspect.signature(snapshot).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    takes_batch, takes_tools = "batch" in params, "tools" in params
+
+    def read(batch: Batch) -> Any:
+        args = (batch,) if takes_batch else ()
+        if takes_tools:
+            return snapshot(*args, tools=frozenset(c.tool for c in batch.calls))
+        return snapshot(*args)
+
+    return read
 
 
 @dataclass(frozen=True)

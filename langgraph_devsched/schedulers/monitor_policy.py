@@ -51,7 +51,6 @@ batch's shape), else ``view.observations``. It never records into a monitor it d
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -144,8 +143,6 @@ class MonitorPolicy(SchedulerBase):
         self._changes = ChangeDetector(max_keys=max(64, 4 * max_shapes))
         self._heft = HeftScheduler()
         self._dmda = DmdaScheduler()
-        self._snapshot_takes_tools = "tools" in inspect.signature(
-            self.monitor.snapshot).parameters
 
     def state_sizes(self) -> dict[str, int]:
         """How many entries each of the policy's own tables holds (all bounded)."""
@@ -189,9 +186,8 @@ class MonitorPolicy(SchedulerBase):
 
     def _observations(self, batch: Batch, view: SchedulerView) -> Observations:
         if self._private or (self._shared and isinstance(self.monitor, RuntimeMonitor)):
-            if self._snapshot_takes_tools:  # only this batch's tools
-                return self.monitor.snapshot(batch, tools={c.tool for c in batch.calls})
-            return self.monitor.snapshot(batch)  # read only: hints about this batch's shape
+            # read only: this batch's tools, hints about this batch's shape
+            return self.monitor.snapshot(batch, tools={c.tool for c in batch.calls})
         obs = view.observations
         assert isinstance(obs, Observations), "view.observations: expected Observations"
         return obs
