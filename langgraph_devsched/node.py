@@ -42,7 +42,13 @@ from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.executors.local import LocalBackend
 from langgraph_devsched.executors.simulated import SimulatedBackend
 from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
-from langgraph_devsched.planning import PlannedStep, StepPlanner, StepReport, shared_step_key
+from langgraph_devsched.planning import (
+    PlannedStep,
+    StepKey,
+    StepPlanner,
+    StepReport,
+    shared_step_key,
+)
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Scheduler
 from langgraph_devsched.schedulers.registry import make_scheduler
@@ -265,22 +271,16 @@ class DeviceToolNode(ToolNode):
         return Batch.of(items)
 
     # -- planning -----------------------------------------------------------------------------
-    def _plan(self, input: Any, config: RunnableConfig | None = None) -> PlannedStep | None:
+    def _own_step(
+        self, input: Any, config: RunnableConfig | None
+    ) -> tuple[Batch, StepKey | None, list[str]]:
+        """This invocation's step (its batch, and the key it shares with the step's other
+        `Send` tasks, if any) and the ids of the calls this invocation runs itself."""
         tool_calls, _ = self._parse_input(input)
         calls, shared = self._step_calls(tool_calls, input, config)
         batch = self._batch(calls)
-        if not batch.calls:
-            return None
-        return self.planner.plan(batch, config, shared_step_key(batch, config) if shared else None)
-
-    async def _aplan(self, input: Any, config: RunnableConfig | None = None) -> PlannedStep | None:
-        tool_calls, _ = self._parse_input(input)
-        calls, shared = self._step_calls(tool_calls, input, config)
-        batch = self._batch(calls)
-        if not batch.calls:
-            return None
-        key = shared_step_key(batch, config) if shared else None
-        return await self.planner.aplan(batch, config, key)
+        key = shared_step_key(batch, config) if shared and batch.calls else None
+        return batch, key, [c.get("id") or "" for c in tool_calls]
 
     def plan_calls(
         self, calls: list[ToolCall], config: RunnableConfig | None = None
@@ -333,13 +333,14 @@ class DeviceToolNode(ToolNode):
         config: RunnableConfig,
         runtime: Runtime,
     ) -> Any:
-        step = self._plan(input, config)
+        batch, key, own = self._own_step(input, config)
+        step = self.planner.plan(batch, config, key) if batch.calls else None
         token = _STEP.set(step)
         try:
             return super()._func(input, config, runtime)
         finally:
             _STEP.reset(token)
-            self._close_own(step, input)
+            self._close_own(step, own)
 
     async def _afunc(
         self,
@@ -347,7 +348,8 @@ class DeviceToolNode(ToolNode):
         config: RunnableConfig,
         runtime: Runtime,
     ) -> Any:
-        step = await self._aplan(input, config)
+        batch, key, own = self._own_step(input, config)
+        step = await self.planner.aplan(batch, config, key) if batch.calls else None
         token = _STEP.set(step)
         limit = config.get("max_concurrency")
         limit_token = _LIMIT.set(asyncio.Semaphore(limit) if limit else None)
@@ -356,15 +358,14 @@ class DeviceToolNode(ToolNode):
         finally:
             _LIMIT.reset(limit_token)
             _STEP.reset(token)
-            self._close_own(step, input)
+            self._close_own(step, own)
 
-    def _close_own(self, step: PlannedStep | None, input: Any) -> None:
+    def _close_own(self, step: PlannedStep | None, own: list[str]) -> None:
         """After this invocation: its calls that never started (cancelled first) are
         recorded as such, and the step closes if nothing else of it still runs."""
         if step is None:
             return
         try:
-            own = [c.get("id") or "" for c in self._parse_input(input)[0]]
             step.execution.close_unstarted(
                 own, "not run: its invocation ended (cancelled or answered) before it started"
             )
