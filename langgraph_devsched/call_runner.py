@@ -146,21 +146,10 @@ class CallRunner:
         ``devsched.observed_ms`` is exact up front on the simulated testbed; elsewhere a
         callback measures the tool run and writes it onto the traced run as it ends.
         """
-        if step.ambient_tracing is None:  # env and context do not change within a step
-            step.ambient_tracing = ambient_tracing()
-        if not has_observers(config, ambient=step.ambient_tracing):  # nobody would see it
+        if not _observed(step, config):  # nobody would see it
             return with_handler(config, watcher) if watcher is not None else config
-        decision = step.report.decision
         observed = step.execution.observed_ms(call_id)
-        meta, tags = decision_metadata(
-            placement,
-            scheduler=decision.scheduler or step.report.scheduler,
-            reason=decision.reason,
-            predicted_ms=decision.predicted_ms.get(call_id),
-            observed_ms=observed,
-            extra={"devsched.probe": decision.probe},
-        )
-        cfg = with_decision(config, meta, tags)
+        cfg = with_decision(config, *_step_metadata(step, call_id, placement, observed))
         if observed is None:
             cfg = with_observed_latency(cfg)
         return with_handler(cfg, watcher) if watcher is not None else cfg
@@ -288,19 +277,10 @@ class CallRunner:
         """The answer for a call that can run nowhere; traced as a failed tool run with the
         same ``devsched.*`` keys (device ``none``, its cause as ``devsched.fallback``)."""
         message = placement_error_message(call, exc)
-        if step.ambient_tracing is None:
-            step.ambient_tracing = ambient_tracing()
-        if has_observers(config, ambient=step.ambient_tracing):
-            decision = step.report.decision
-            option = step.planned[call["id"] or ""].option
-            meta, tags = decision_metadata(
-                Placement(option, "none", exc.cause),
-                scheduler=decision.scheduler or step.report.scheduler,
-                reason=decision.reason,
-                predicted_ms=decision.predicted_ms.get(call["id"] or ""),
-                observed_ms=0.0,
-                extra={"devsched.probe": decision.probe, "devsched.refused": str(exc)},
-            )
+        if _observed(step, config):
+            call_id = call["id"] or ""
+            nowhere = Placement(step.planned[call_id].option, "none", exc.cause)
+            meta, tags = _step_metadata(step, call_id, nowhere, 0.0, {"devsched.refused": str(exc)})
             manager = get_callback_manager_for_config(with_decision(config, meta, tags))
             run = manager.on_tool_start(
                 {"name": call["name"]},
@@ -330,6 +310,33 @@ class CallRunner:
         return ToolMessage(
             content=content, name=call["name"], tool_call_id=call["id"], status="error"
         )
+
+
+def _observed(step: PlannedStep, config: RunnableConfig) -> bool:
+    """True when a run started with ``config`` would be seen (ambient tracing read once per
+    step: env and context do not change within one)."""
+    if step.ambient_tracing is None:
+        step.ambient_tracing = ambient_tracing()
+    return has_observers(config, ambient=step.ambient_tracing)
+
+
+def _step_metadata(
+    step: PlannedStep,
+    call_id: str,
+    placement: Placement,
+    observed_ms: float | None,
+    extra: dict[str, object] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """The ``devsched.*`` metadata and tags of one call's traced run."""
+    decision = step.report.decision
+    return decision_metadata(
+        placement,
+        scheduler=decision.scheduler or step.report.scheduler,
+        reason=decision.reason,
+        predicted_ms=decision.predicted_ms.get(call_id),
+        observed_ms=observed_ms,
+        extra={"devsched.probe": decision.probe, **(extra or {})},
+    )
 
 
 async def _await_task(call: ToolCall, timeout: float, coro: Awaitable[Any]) -> Any:
