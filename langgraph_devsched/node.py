@@ -96,12 +96,8 @@ def pending_step_calls(messages: Sequence[Any], call_id: str | None) -> list[Too
 def warn_never_fitting(specs: Mapping[str, ToolDeviceSpec], backend: Backend) -> list[str]:
     """Warn (and return the warnings) for GPU-capable tools whose ``vram_mb`` exceeds what
     the backend's GPU can ever give a call; only where the budget is known without probing."""
-    if isinstance(backend, SimulatedBackend):
-        state = backend.testbed.device_state()
-        capacity: float | None = state.vram_budget_mb - state.vram_used_mb
-    else:
-        declared = getattr(backend, "declared_capacity_mb", None)
-        capacity = declared() if callable(declared) else None
+    declared = getattr(backend, "declared_capacity_mb", None)  # local, simulated
+    capacity: float | None = declared() if callable(declared) else None
     if capacity is None:
         return []
     found = []

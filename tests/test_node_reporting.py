@@ -45,6 +45,17 @@ def test_a_tool_that_can_never_fit_is_warned_about_at_construction() -> None:
         DeviceToolNode([huge, small], backend=LocalBackend(gpu=GpuConfig(8000)))
 
 
+def test_the_warning_knows_a_simulated_gpus_budget_too() -> None:
+    from langgraph_devsched import SimulatedTestbed, ToolParams
+
+    bed = SimulatedTestbed(
+        {"huge": ToolParams(cpu_ms=10, gpu_ms=1, vram_mb=12000), "small": ToolParams(cpu_ms=10, gpu_ms=1)},
+        vram_budget_mb=8000,
+    )
+    with pytest.warns(UserWarning, match=r"'huge' declares vram_mb=12000 .* at most 8000 MB"):
+        DeviceToolNode([huge, small], testbed=bed)
+
+
 def test_a_refused_call_is_recorded_with_device_none_and_traced_with_its_cause() -> None:
     reports: list[StepReport] = []
     with pytest.warns(UserWarning):

@@ -66,6 +66,11 @@ class SimulatedBackend:
     def device_state(self) -> DeviceState:
         return self.testbed.device_state()
 
+    def declared_capacity_mb(self) -> float:
+        """The most VRAM a call could get: the budget less the background's."""
+        state = self.testbed.device_state()
+        return state.vram_budget_mb - state.vram_used_mb
+
     def start_step(self, calls: Sequence[PlannedCall]) -> _SimulatedStep:
         outcome = self.testbed.run_step(
             [(c.call_id, c.tool, c.option) for c in calls],
