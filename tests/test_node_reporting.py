@@ -49,7 +49,10 @@ def test_the_warning_knows_a_simulated_gpus_budget_too() -> None:
     from langgraph_devsched import SimulatedTestbed, ToolParams
 
     bed = SimulatedTestbed(
-        {"huge": ToolParams(cpu_ms=10, gpu_ms=1, vram_mb=12000), "small": ToolParams(cpu_ms=10, gpu_ms=1)},
+        {
+            "huge": ToolParams(cpu_ms=10, gpu_ms=1, vram_mb=12000),
+            "small": ToolParams(cpu_ms=10, gpu_ms=1),
+        },
         vram_budget_mb=8000,
     )
     with pytest.warns(UserWarning, match=r"'huge' declares vram_mb=12000 .* at most 8000 MB"):
