@@ -133,6 +133,15 @@ class SimulatedTestbed:
             cpu_cores=self.cpu_cores,
         )
 
+    def _machine(self) -> dict[str, Any]:
+        """The machine as `batchsim` takes it (budget, cores, background, OOM cost)."""
+        return {
+            "vram_budget_mb": self.vram_budget_mb,
+            "cpu_cores": self.cpu_cores,
+            "background": self._background,
+            "oom_detect_ms": self._oom_detect_ms,
+        }
+
     def _require(self, tool: str) -> ToolParams:
         try:
             return self._params[tool]
@@ -186,42 +195,22 @@ class SimulatedTestbed:
 
     def codes_makespans(self, tools: Sequence[str], codes: Any, *, prune: bool = False) -> Any:
         """`mapping_makespans` of option codes (`batchsim` rows: one int8 per call)."""
-        return batchsim.makespans(
-            [self._require(t) for t in tools],
-            codes,
-            vram_budget_mb=self.vram_budget_mb,
-            cpu_cores=self.cpu_cores,
-            background=self._background,
-            oom_detect_ms=self._oom_detect_ms,
-            prune=prune,
-        )
+        params = [self._require(t) for t in tools]
+        return batchsim.makespans(params, codes, prune=prune, **self._machine())
 
     def call_times(
         self, tools: Sequence[str], codes: Any, *, rows: dict[str, Any] | None = None
     ) -> tuple[Any, Any]:
         """Noise-free start and end times of every call of every row of option codes, with
         ``rows`` overriding parameters per row and call (see `batchsim.call_times`)."""
-        return batchsim.call_times(
-            [self._require(t) for t in tools],
-            codes,
-            vram_budget_mb=self.vram_budget_mb,
-            cpu_cores=self.cpu_cores,
-            background=self._background,
-            oom_detect_ms=self._oom_detect_ms,
-            rows=rows,
-        )
+        params = [self._require(t) for t in tools]
+        return batchsim.call_times(params, codes, rows=rows, **self._machine())
 
     def lower_bounds(self, tools: Sequence[str], codes: Any) -> Any:
         """An admissible lower bound on the noise-free makespan of each row of option codes
         (see `batchsim.lower_bounds`)."""
-        return batchsim.lower_bounds(
-            [self._require(t) for t in tools],
-            codes,
-            vram_budget_mb=self.vram_budget_mb,
-            cpu_cores=self.cpu_cores,
-            background=self._background,
-            oom_detect_ms=self._oom_detect_ms,
-        )
+        params = [self._require(t) for t in tools]
+        return batchsim.lower_bounds(params, codes, **self._machine())
 
     def simulate(
         self,
