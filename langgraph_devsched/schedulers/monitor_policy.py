@@ -217,6 +217,7 @@ class MonitorPolicy(SchedulerBase):
 
         # a batch enumerated exactly needs little of the budget: the fit may take most of it
         cheap = count_mappings(choices) <= self.exact_limit
+        before = self._fits.get(tuple(sorted(tools)))
         fit = self._fit(tools, specs, obs, device, outcomes, deadline(0.8 if cheap else 0.5))
         params = {
             t: estimate_params(t, s, obs, bg_share=device.gpu_utilization,
@@ -262,10 +263,15 @@ class MonitorPolicy(SchedulerBase):
             reason = (f"best predicted makespan {scores[best]:.1f} ms {how} "
                       f"{len(scores)} mappings")
         decision = self._decision(mapping, reason, predicted_ms=predicted, probe=bool(probe))
-        # settled: the fit is done, and past the runs after each of which it is refitted
+        # settled: the fit is done, and past the runs after each of which it is refitted,
+        # or its refit stopped moving and chose the last decision's mapping again
         learning = bool(fit.shares or fit.threads) and sum(
             o.count for o in outcomes) < EVERY_RUN_UNTIL
-        return decision, fit.complete and not learning
+        converged = (
+            before is not None and before[1].complete and _same_fit(before[1], fit)
+            and last is not None and last.options == chosen and not probe
+        )
+        return decision, fit.complete and (converged or not learning)
 
     def _seeds(
         self, batch: Batch, view: SchedulerView, tools: list[str],
@@ -485,6 +491,10 @@ class _ModelScores:
         todo = [m for m in dict.fromkeys(mappings) if m not in self.values]
         if todo:
             self(todo)
+
+
+def _same_fit(a: ContentionFit, b: ContentionFit) -> bool:
+    return a.shares == b.shares and a.threads == b.threads
 
 
 def _canon(pairs: Any) -> tuple[tuple[str, str], ...]:
