@@ -39,6 +39,19 @@ class SoloProfile(BaseModel):
     transfer_ms: float = Field(default=0.0, ge=0, description="host<->device copy time")
 
 
+class LoadProfile(BaseModel):
+    """How long loading a tool's model weights takes on each side (a cold start)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    gpu_ms: float | None = Field(
+        default=None, ge=0, description="time to load the weights onto the GPU"
+    )
+    cpu_ms: float | None = Field(
+        default=None, ge=0, description="time to load the weights into host memory"
+    )
+
+
 class ToolDeviceSpec(BaseModel):
     """What the scheduler may do with one tool (every field optional)."""
 
@@ -57,6 +70,23 @@ class ToolDeviceSpec(BaseModel):
     pinned: DeviceOption | None = Field(default=None, description="always use this option")
     preferred: DeviceOption | None = Field(default=None, description="option for static policies")
     profile: SoloProfile | None = Field(default=None, description="declared solo profile")
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        description="name of the model weights the tool keeps resident (tools naming the "
+        "same model share one copy; default: the tool's own name when weights_mb > 0)",
+    )
+    weights_mb: float = Field(
+        default=0.0, ge=0,
+        description="VRAM the model's weights hold while resident, MB (apart from vram_mb, "
+        "the working memory of one call)",
+    )
+    load_ms: LoadProfile | None = Field(
+        default=None, description="declared time to load the weights on each side"
+    )
+    keep_warm: bool = Field(
+        default=False, description="never evict these weights to make room for another model"
+    )
     timeout_s: float | None = Field(
         default=None,
         gt=0,
@@ -99,6 +129,12 @@ class ToolDeviceSpec(BaseModel):
     def allowed_options(self) -> tuple[DeviceOption, ...]:
         """The options a scheduler may choose for this tool, in canonical order."""
         return self._allowed
+
+    def model_name(self, tool: str) -> str | None:
+        """The resident model this tool's calls use, or None (no resident weights)."""
+        if self.model is not None:
+            return self.model
+        return tool if self.weights_mb > 0 else None
 
 
 DEFAULT_SPEC = ToolDeviceSpec(gpu_capable=False)

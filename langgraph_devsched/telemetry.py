@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from langgraph_devsched.residency import WarmModel
+
 _MB = 2**20
 
 
@@ -44,6 +46,12 @@ class DeviceState:
     reason: str | None = None
     processes: tuple[GpuProcess, ...] = ()
     """Processes holding GPU memory (NVML), empty when unknown."""
+    resident: tuple[WarmModel, ...] = ()
+    """Model weights resident now (GPU and host side), least recently used first."""
+
+    def warm(self, model: str, side: str = "gpu") -> bool:
+        """Whether ``model``'s weights are resident on ``side`` now."""
+        return any(w.model == model and w.side == side for w in self.resident)
 
     @classmethod
     def cpu_only(cls, reason: str, *, cpu_cores: int | None = None) -> DeviceState:
