@@ -31,6 +31,14 @@ class CallRecord:
     """The cluster node that ran the call (Ray backend: its IP); None on one machine."""
     gpu_type: str | None = None
     """The GPU type that ran the call where the backend knows it (Ray's accelerator type)."""
+    model: str | None = None
+    """The resident model the call ran on (its ``model`` hint), None without one."""
+    load_ms: float = 0.0
+    """Time this call spent waiting for its model's weights to load (0: they were warm)."""
+    loaded: bool = False
+    """This call loaded its model's weights (a cold start); False on a warm hit."""
+    evicted: tuple[str, ...] = ()
+    """Models whose weights were evicted to make room for this call's model."""
 
     @property
     def latency_ms(self) -> float:
@@ -63,3 +71,13 @@ class StepRecord:
 
     def by_id(self) -> dict[str, CallRecord]:
         return {c.call_id: c for c in self.calls}
+
+    @property
+    def evictions(self) -> int:
+        """Models evicted during this step (to make room for another's weights)."""
+        return sum(len(c.evicted) for c in self.calls)
+
+    @property
+    def loads(self) -> int:
+        """Model loads (cold starts) during this step."""
+        return sum(1 for c in self.calls if c.loaded)
