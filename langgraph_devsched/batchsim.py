@@ -18,10 +18,12 @@ Use it through `SimulatedTestbed.product_makespans`:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
+from langgraph_devsched.residency import WarmModel, plan_room
 
 
 class ToolParams(Protocol):
@@ -53,8 +55,140 @@ class BackgroundLoad(Protocol):
 
 _EPS = 1e-9
 _CHUNK = 1 << 16
-# phases, as in testbed._Simulation
-_QUEUED, _TRANSFER, _GPU, _CPU, _OOM, _DONE = range(6)
+# phases, as in testbed._Simulation (_LOAD: waiting for model weights, then the next phase)
+_QUEUED, _TRANSFER, _GPU, _CPU, _OOM, _DONE, _LOAD = range(7)
+
+
+@dataclass(frozen=True)
+class Residency:
+    """Resident model weights a step starts from, and which model each call uses.
+
+    ``gpu``: (model, weights MB) resident on the GPU, least recently used first; ``host``:
+    models loaded in host memory (unbounded); ``models``: per call its model or None;
+    ``weights_mb``/``load_gpu_ms``/``load_cpu_ms``: per model."""
+
+    models: tuple[str | None, ...] = ()
+    gpu: tuple[tuple[str, float], ...] = ()
+    host: frozenset[str] = frozenset()
+    host_order: tuple[str, ...] = ()
+    """``host`` in the order the models were loaded (for telemetry)."""
+    weights_mb: Mapping[str, float] = field(default_factory=dict)
+    load_gpu_ms: Mapping[str, float] = field(default_factory=dict)
+    load_cpu_ms: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def idle(self) -> bool:
+        """No call uses a model and no weights are resident: the step is today's model."""
+        return not self.gpu and all(m is None for m in self.models)
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """What a step does to the GPU-resident weights (see `plan_gpu`)."""
+
+    base_mb: float
+    """Background VRAM plus every weight resident during the step (the ledger's base)."""
+    loaded: tuple[str, ...]
+    no_room: frozenset[str]
+    evicted: Mapping[str, tuple[str, ...]]
+    after: tuple[tuple[str, float], ...]
+    """GPU-resident (model, MB) after the step, least recently used first."""
+
+
+def plan_gpu(
+    resident: Sequence[tuple[str, float]], wanted: Sequence[str],
+    weights_mb: Mapping[str, float], *, budget_mb: float, background_mb: float,
+) -> GpuPlan:
+    """The step's rule for GPU weights: the models of its GPU-placed calls (``wanted``, in
+    first-use call order) are protected; each one not resident loads, making room by
+    `residency.plan_room` against the budget less the background less the resident
+    weights; one that cannot get room is in ``no_room``. The used models become the most
+    recently used, in first-use order. The testbed and the batched simulator both call this."""
+    current = list(resident)
+    capacity_mb = budget_mb - background_mb
+    protect = frozenset(wanted)
+    loaded: list[str] = []
+    no_room: set[str] = set()
+    evicted: dict[str, tuple[str, ...]] = {}
+    for model in wanted:
+        if any(m == model for m, _ in current):
+            continue
+        held = 0.0
+        for _, mb in current:
+            held += mb
+        need = weights_mb[model]
+        out = plan_room([WarmModel(m, mb) for m, mb in current], need_mb=need,
+                        free_mb=capacity_mb - held, protect=protect)
+        if out is None:
+            no_room.add(model)
+            continue
+        current = [(m, mb) for m, mb in current if m not in out]
+        current.append((model, need))
+        loaded.append(model)
+        evicted[model] = out
+    used = [(m, mb) for m, mb in current if m in protect]
+    used.sort(key=lambda x: list(wanted).index(x[0]))
+    after = tuple([(m, mb) for m, mb in current if m not in protect] + used)
+    base = background_mb
+    for _, mb in after:
+        base += mb
+    return GpuPlan(min(base, budget_mb), tuple(loaded), frozenset(no_room), evicted, after)
+
+
+@dataclass
+class _RowModels:
+    """Per-row residency inputs of a lockstep run (see `_row_models`)."""
+
+    base_mb: Any
+    """(m,) ledger base per row: background plus resident weights."""
+    no_room: Any
+    """(m, n) the call's model could not get room on the GPU in that row."""
+    gpu_load: Any
+    """(m, n) load_gpu_ms of the call's model where that row loads it this step, else 0."""
+    model_index: list[int]
+    """Per call, its model's index into ``cpu_load`` (-1: no model)."""
+    cpu_load: list[float]
+    """Per model, load_cpu_ms when it is not loaded in host memory yet, else 0."""
+
+    @property
+    def host_loads(self) -> bool:
+        return any(x > 0 for x in self.cpu_load)
+
+
+def _row_models(np: Any, codes: Any, res: Residency, budget: float, bg_mb: float) -> _RowModels:
+    """Plan each row's GPU weights: rows are grouped by the order in which their GPU-placed
+    calls first use each model, and `plan_gpu` runs once per group (not once per row)."""
+    m, n = codes.shape
+    names = sorted({x for x in res.models if x is not None})
+    index = {name: k for k, name in enumerate(names)}
+    model_index = [-1 if x is None else index[x] for x in res.models]
+    cpu_load = [0.0 if x in res.host else float(res.load_cpu_ms.get(x, 0.0)) for x in names]
+    base = np.full(m, 0.0)
+    no_room = np.zeros((m, n), dtype=bool)
+    gpu_load = np.zeros((m, n))
+    if not names:
+        plan = plan_gpu(res.gpu, (), {}, budget_mb=budget, background_mb=bg_mb)
+        base[:] = plan.base_mb
+        return _RowModels(base, no_room, gpu_load, model_index, cpu_load)
+    first = np.full((m, len(names)), n, dtype=np.int64)
+    for j in reversed(range(n)):
+        k = model_index[j]
+        if k >= 0:
+            first[:, k] = np.where(codes[:, j] != 2, j, first[:, k])
+    keys, inverse = np.unique(first, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    cols = {k: [j for j in range(n) if model_index[j] == k] for k in range(len(names))}
+    for g, key in enumerate(keys):
+        wanted = [names[k] for k in sorted(range(len(names)), key=lambda k: key[k])
+                  if key[k] < n]
+        plan = plan_gpu(res.gpu, wanted, res.weights_mb, budget_mb=budget, background_mb=bg_mb)
+        rows = inverse == g
+        base[rows] = plan.base_mb
+        for name in plan.no_room:
+            no_room[np.ix_(rows, cols[index[name]])] = True
+        for name in plan.loaded:
+            gpu_load[np.ix_(rows, cols[index[name]])] = float(res.load_gpu_ms.get(name, 0.0))
+    return _RowModels(base, no_room, gpu_load, model_index, cpu_load)
 _CODE = {o: i for i, o in enumerate(DEVICE_OPTIONS)}  # gpu_now 0, gpu_queued 1, cpu 2
 
 
@@ -100,6 +234,7 @@ def makespans(
     background: BackgroundLoad,
     oom_detect_ms: float,
     prune: bool = False,
+    residency: Residency | None = None,
 ) -> Any:
     """Noise-free makespan of each row of ``codes`` (shape (m, n), option codes per call).
 
@@ -112,11 +247,12 @@ def makespans(
     codes = np.asarray(codes, dtype=np.int8)
     if codes.ndim != 2 or codes.shape[1] != len(params):
         raise ValueError(f"codes must have shape (m, {len(params)}), got {codes.shape}")
-    machine = (float(vram_budget_mb), cpu_cores, background, float(oom_detect_ms))
+    machine = (float(vram_budget_mb), cpu_cores, background, float(oom_detect_ms), residency)
     if not prune:
         return _chunked(np, params, codes, machine)
     lb = lower_bounds(params, codes, vram_budget_mb=vram_budget_mb, cpu_cores=cpu_cores,
-                      background=background, oom_detect_ms=oom_detect_ms)
+                      background=background, oom_detect_ms=oom_detect_ms,
+                      residency=residency)
     out = np.full(codes.shape[0], np.inf)
     first = np.argsort(lb, kind="stable")[:_INCUMBENT_ROWS]
     out[first] = _chunked(np, params, codes[first], machine)
@@ -132,8 +268,10 @@ _INCUMBENT_ROWS = 256
 
 def _chunked(np: Any, params: Sequence[ToolParams], codes: Any, machine: tuple[Any, ...]) -> Any:
     out = np.empty(codes.shape[0], dtype=np.float64)
+    budget, cores, bg, oom_ms, residency = machine
     for lo in range(0, codes.shape[0], _CHUNK):
-        out[lo : lo + _CHUNK] = _run(np, params, codes[lo : lo + _CHUNK], *machine)
+        out[lo : lo + _CHUNK] = _run(np, params, codes[lo : lo + _CHUNK], budget, cores, bg,
+                                     oom_ms, residency=residency)
     return out
 
 
@@ -145,6 +283,7 @@ def lower_bounds(
     cpu_cores: int,
     background: BackgroundLoad,
     oom_detect_ms: float,
+    residency: Residency | None = None,
 ) -> Any:
     """An admissible lower bound on each row's makespan (slightly loosened for float safety).
 
@@ -152,13 +291,21 @@ def lower_bounds(
     not fit at launch pays the OOM detection, then the CPU); the CPU work in thread-ms over the
     free cores; the GPU work weighted by share (the GPU completes at most ``1 - bg/D`` of
     share-weighted work per ms, D the largest possible demand) after the shortest transfer.
+    With resident models, the ledger base is each row's resident weights too, a call whose
+    model gets no room is off the GPU, and a call waiting for a load ends no earlier than it.
     """
     np = _numpy()
     m = codes.shape[0]
     budget = float(vram_budget_mb)
-    capacity = budget - float(background.vram_mb)
+    rm = None if residency is None or residency.idle else _row_models(
+        np, np.asarray(codes, dtype=np.int8), residency, budget, float(background.vram_mb))
+    if rm is None:
+        capacity = budget - float(background.vram_mb)
+        in_use = np.full(m, float(background.vram_mb))
+    else:
+        capacity = budget - rm.base_mb
+        in_use = rm.base_mb.copy()
     free_cores = max(1, cpu_cores - background.cpu_threads)
-    in_use = np.full(m, float(background.vram_mb))
     solo = np.zeros(m)
     cpu_work = np.zeros(m)
     gpu_work = np.zeros(m)
@@ -166,16 +313,28 @@ def lower_bounds(
     first_transfer = np.full(m, np.inf)
     for j, p in enumerate(params):
         col = codes[:, j]
-        if p.vram_mb > capacity:
-            on_gpu = np.zeros(m, dtype=bool)
-            oom = col == 0
-        else:
-            fits = (col == 0) & (in_use + p.vram_mb <= budget + _EPS)
+        if rm is not None:
+            blocked = rm.no_room[:, j] | (p.vram_mb > capacity)
+            fits = (col == 0) & ~blocked & (in_use + p.vram_mb <= budget + _EPS)
             in_use = np.where(fits, in_use + p.vram_mb, in_use)
             oom = (col == 0) & ~fits
-            on_gpu = fits | (col == 1)
-        gpu_time = p.transfer_ms + p.gpu_ms
-        t = np.where(on_gpu, gpu_time, np.where(oom, oom_detect_ms + p.cpu_ms, p.cpu_ms))
+            on_gpu = fits | ((col == 1) & ~blocked)
+            k = rm.model_index[j]
+            cold = rm.cpu_load[k] if k >= 0 else 0.0
+            gpu_time = rm.gpu_load[:, j] + p.transfer_ms + p.gpu_ms
+            cpu_time = np.maximum(np.where(oom, oom_detect_ms, 0.0), cold) + p.cpu_ms
+            t = np.where(on_gpu, gpu_time, cpu_time)
+        else:
+            if p.vram_mb > capacity:
+                on_gpu = np.zeros(m, dtype=bool)
+                oom = col == 0
+            else:
+                fits = (col == 0) & (in_use + p.vram_mb <= budget + _EPS)
+                in_use = np.where(fits, in_use + p.vram_mb, in_use)
+                oom = (col == 0) & ~fits
+                on_gpu = fits | (col == 1)
+            gpu_time = p.transfer_ms + p.gpu_ms
+            t = np.where(on_gpu, gpu_time, np.where(oom, oom_detect_ms + p.cpu_ms, p.cpu_ms))
         solo = np.maximum(solo, t)
         cpu_work = cpu_work + np.where(on_gpu, 0.0, p.cpu_ms * p.cpu_threads)
         gpu_work = gpu_work + np.where(on_gpu, p.gpu_ms * p.gpu_share, 0.0)
@@ -205,6 +364,7 @@ def call_times(
     background: BackgroundLoad,
     oom_detect_ms: float,
     rows: dict[str, Any] | None = None,
+    residency: Residency | None = None,
 ) -> tuple[Any, Any]:
     """Start and end time (ms from the step's start) of every call of every row of
     ``codes``, as two (m, n) arrays; ``rows`` may give any of `ROW_FIELDS` per row and call
@@ -219,7 +379,7 @@ def call_times(
         raise ValueError(f"unknown row fields {sorted(unknown)}; valid: {', '.join(ROW_FIELDS)}")
     times = (np.zeros(codes.shape), np.zeros(codes.shape))
     _run(np, params, codes, float(vram_budget_mb), cpu_cores, background,
-         float(oom_detect_ms), rows=rows, times=times)
+         float(oom_detect_ms), rows=rows, times=times, residency=residency)
     return times
 
 
@@ -234,6 +394,7 @@ def _run(
     *,
     rows: dict[str, Any] | None = None,
     times: tuple[Any, Any] | None = None,
+    residency: Residency | None = None,
 ) -> Any:
     """The lockstep simulation; mirrors `testbed._Simulation` operation by operation."""
     m, n = codes.shape
@@ -253,21 +414,53 @@ def _run(
     base_share = float(bg.gpu_share)
     capacity = budget - base_mb
     free_cores = max(1, cpu_cores - bg.cpu_threads)
+    rm = None if residency is None or residency.idle else _row_models(
+        np, codes, residency, budget, base_mb)
 
-    st = _State(np, m, n, base_mb, base_share)
+    st = _State(np, m, n, base_mb if rm is None else rm.base_mb, base_share)
     st.cpu_ms = per_row("cpu_ms", np.float64)
     st.gpu_ms = per_row("gpu_ms", np.float64)
     st.share = per_row("gpu_share", np.float64)
     st.threads = per_row("cpu_threads", np.int64)
+    if rm is not None:
+        st.extend(gpu_load=rm.gpu_load, dev_gpu=np.zeros((m, n), dtype=bool),
+                  host_end=np.full((m, max(1, len(rm.cpu_load))), np.inf))
+        capacity_rows = budget - rm.base_mb
+    transfer_row = np.array(transfer, dtype=np.float64)
 
     def start_gpu(rows: Any, j: int) -> None:
         st.start[rows, j] = st.now[rows]
+        if rm is not None:
+            st.dev_gpu[rows, j] = True
+            pre = np.maximum(0.0, st.gpu_load[rows, j] - st.now[rows])
+            wait = pre > 0
+            if wait.any():
+                nxt = _TRANSFER if transfer[j] > 0 else _GPU
+                first = transfer[j] * 1.0 if transfer[j] > 0 else st.gpu_ms[rows, j] * 1.0
+                st.phase[rows, j] = np.where(wait, _LOAD, nxt)
+                st.remaining[rows, j] = np.where(wait, pre, first)
+                return
         if transfer[j] > 0:
             st.phase[rows, j] = _TRANSFER
             st.remaining[rows, j] = transfer[j] * 1.0
         else:
             st.phase[rows, j] = _GPU
             st.remaining[rows, j] = st.gpu_ms[rows, j] * 1.0
+
+    def start_cpu(rows: Any, j: int) -> None:
+        k = -1 if rm is None else rm.model_index[j]
+        if k < 0 or rm is None or rm.cpu_load[k] <= 0:
+            st.phase[rows, j] = _CPU
+            st.remaining[rows, j] = st.cpu_ms[rows, j] * 1.0
+            return
+        now = st.now[rows]
+        end = st.host_end[rows, k]
+        end = np.where(np.isinf(end), now + rm.cpu_load[k], end)
+        st.host_end[rows, k] = end
+        pre = np.maximum(0.0, end - now)
+        wait = pre > 0
+        st.phase[rows, j] = np.where(wait, _LOAD, _CPU)
+        st.remaining[rows, j] = np.where(wait, pre, st.cpu_ms[rows, j] * 1.0)
 
     def grant(rows: Any, j: int) -> None:
         st.in_use[rows] = st.in_use[rows] + vram[j]
@@ -278,10 +471,12 @@ def _run(
     for j in range(n):
         col = codes[:, j]
         is_cpu = col == 2
-        st.phase[is_cpu, j] = _CPU
-        st.remaining[is_cpu, j] = st.cpu_ms[is_cpu, j] * 1.0
+        start_cpu(is_cpu, j)
         now_rows = col == 0
-        if vram[j] > capacity:
+        if rm is not None:
+            fits = (now_rows & ~rm.no_room[:, j] & ~(vram[j] > capacity_rows)
+                    & (st.in_use + vram[j] <= budget + _EPS))
+        elif vram[j] > capacity:
             fits = np.zeros(m, dtype=bool)
         else:
             fits = now_rows & (st.in_use + vram[j] <= budget + _EPS)
@@ -292,9 +487,12 @@ def _run(
         st.ready_at[oom, j] = 0.0 + oom_ms
     for j in range(n):
         queued = codes[:, j] == 1
-        if vram[j] > capacity:
-            st.phase[queued, j] = _CPU
-            st.remaining[queued, j] = st.cpu_ms[queued, j] * 1.0
+        if rm is not None:
+            over = queued & (rm.no_room[:, j] | (vram[j] > capacity_rows))
+            start_cpu(over, j)
+            st.phase[queued & ~over, j] = _QUEUED
+        elif vram[j] > capacity:
+            start_cpu(queued, j)
         else:
             st.phase[queued, j] = _QUEUED
 
@@ -328,6 +526,8 @@ def _run(
     while True:
         phase = st.phase
         active = (phase == _TRANSFER) | (phase == _GPU) | (phase == _CPU)
+        if rm is not None:
+            active |= phase == _LOAD
         waiting = phase == _OOM
         live = (active | waiting).any(axis=1)
         if not live.all():
@@ -362,15 +562,36 @@ def _run(
         st.now = now
         remaining = np.where(active, remaining - rate * dt[:, None], remaining)
         if waiting.any():
-            start_cpu = waiting & (st.ready_at <= (now + _EPS)[:, None])
-            phase[start_cpu] = _CPU
-            remaining = np.where(start_cpu, st.cpu_ms * 1.0, remaining)
+            ready = waiting & (st.ready_at <= (now + _EPS)[:, None])
+            if rm is None or not rm.host_loads:
+                phase[ready] = _CPU
+                remaining = np.where(ready, st.cpu_ms * 1.0, remaining)
+            else:  # in call order: the first call to start a host load sets when it ends
+                st.remaining = remaining
+                for j in np.flatnonzero(ready.any(axis=0)):
+                    start_cpu(ready[:, j], int(j))
+                remaining = st.remaining
         finished = active & ~(remaining > (_EPS * np.maximum(1.0, now))[:, None])
         to_gpu = finished & (phase == _TRANSFER)
         phase[to_gpu] = _GPU
         remaining = np.where(to_gpu, st.gpu_ms * 1.0, remaining)
+        loaded = None
+        if rm is not None:
+            loaded = finished & (phase == _LOAD)
+            if loaded.any():
+                to_transfer = loaded & st.dev_gpu & (transfer_row > 0)[None, :]
+                to_compute = loaded & st.dev_gpu & ~to_transfer
+                to_cpu = loaded & ~st.dev_gpu
+                phase[to_transfer] = _TRANSFER
+                phase[to_compute] = _GPU
+                phase[to_cpu] = _CPU
+                remaining = np.where(to_transfer, transfer_row[None, :] * 1.0, remaining)
+                remaining = np.where(to_compute, st.gpu_ms * 1.0, remaining)
+                remaining = np.where(to_cpu, st.cpu_ms * 1.0, remaining)
         st.remaining = remaining
         done = finished & ~to_gpu
+        if loaded is not None:
+            done &= ~loaded
         if done.any():
             released = done & in_gpu
             phase[done] = _DONE
@@ -381,7 +602,7 @@ def _run(
                 st.used_share[rows] = st.used_share[rows] - st.share[rows, j]
                 st.active_n[rows] -= 1
                 idle = rows & (st.active_n == 0)
-                st.in_use[idle] = base_mb
+                st.in_use[idle] = base_mb if rm is None else st.base[idle]
                 st.used_share[idle] = base_share
             admit()
     return out
@@ -390,7 +611,8 @@ def _run(
 class _State:
     """Per-mapping simulation state, one row per mapping still running."""
 
-    def __init__(self, np: Any, m: int, n: int, base_mb: float, base_share: float) -> None:
+    def __init__(self, np: Any, m: int, n: int, base_mb: Any, base_share: float) -> None:
+        self._extra: tuple[str, ...] = ()
         self.rows = np.arange(m)
         self.phase = np.full((m, n), _DONE, dtype=np.int8)
         self.remaining = np.zeros((m, n))
@@ -401,15 +623,26 @@ class _State:
         self.gpu_ms: Any = None
         self.share: Any = None
         self.threads: Any = None
-        self.in_use = np.full(m, base_mb)
+        self.in_use = np.array(np.broadcast_to(base_mb, (m,)), dtype=np.float64)
+        self.base = self.in_use.copy()
         self.used_share = np.full(m, base_share)
         self.active_n = np.zeros(m, dtype=np.int64)
         self.now = np.zeros(m)
+        self.gpu_load: Any = None
+        self.dev_gpu: Any = None
+        self.host_end: Any = None
+
+    def extend(self, **fields: Any) -> None:
+        """Per-row fields of the resident-model rule, dropped with their rows too."""
+        for name, value in fields.items():
+            setattr(self, name, value)
+        self._extra += tuple(fields)
 
     def keep(self, live: Any) -> None:
         """Drop the rows whose simulation has ended."""
         for name in ("rows", "phase", "remaining", "ready_at", "end", "start", "in_use",
-                     "used_share", "active_n", "now", "cpu_ms", "gpu_ms", "share", "threads"):
+                     "used_share", "active_n", "now", "cpu_ms", "gpu_ms", "share", "threads",
+                     "base", *self._extra):
             setattr(self, name, getattr(self, name)[live])
 
 

@@ -11,6 +11,19 @@ simulation on a virtual clock:
   shares within 1 or the GPU idle), by the same `VramLedger` the real executor uses.
 * CPU path: ``cpu_ms`` of work using ``cpu_threads`` threads; when the threads in use exceed
   the free cores, every CPU call slows by the same factor.
+* Resident models (a tool with ``weights_mb > 0``; see `batchsim.plan_gpu` for the GPU rule):
+  the testbed keeps state across steps, the models resident on the GPU (LRU order) and in
+  host memory (unbounded). At a step's start the models of its GPU-placed calls are
+  protected and each one not resident loads, evicting least recently used others
+  (`residency.plan_room`) against the budget less the background less the resident weights;
+  the resident weights are then the ledger's base for the whole step. A GPU call on a model
+  loaded this step waits until ``load_gpu_ms`` from the step's start (a fixed phase, not
+  slowed by sharing) before its copy; a model that gets no room sends its `gpu_now` calls
+  down the OOM path and its `gpu_queued` calls to the CPU (``vram_over_budget``). A CPU call
+  on a model not in host memory waits for its host load (``load_cpu_ms`` from when the
+  step's first CPU call of that model started; a fixed phase that uses no core). Loads are
+  noise-free. After a step the loads stay, the evicted leave, the used models become the
+  most recently used (first-use order).
 
 >>> bed = SimulatedTestbed({"asr": ToolParams(cpu_ms=800, gpu_ms=60, transfer_ms=10,
 ...     vram_mb=1500, gpu_share=0.6)}, vram_budget_mb=8000, cpu_cores=4)
@@ -22,6 +35,7 @@ simulation on a virtual clock:
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +47,7 @@ from langgraph_devsched import batchsim
 from langgraph_devsched.ledger import Reservation, VramLedger
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import CallRecord, StepRecord
+from langgraph_devsched.residency import WarmModel
 from langgraph_devsched.telemetry import DeviceState
 
 SIM_GPU_DEVICE = "cuda:0"
@@ -50,6 +65,20 @@ class ToolParams(BaseModel):
     vram_mb: float = Field(default=0.0, ge=0, description="VRAM held while on the GPU")
     gpu_share: float = Field(default=1.0, gt=0, le=1, description="GPU share used alone")
     cpu_threads: int = Field(default=1, ge=1, description="CPU threads used on the CPU path")
+    model: str | None = Field(
+        default=None, description="resident model the tool runs on (default: the tool's own "
+        "name when weights_mb > 0; tools naming one model share its weights)")
+    weights_mb: float = Field(
+        default=0.0, ge=0, description="VRAM the model's weights hold while resident, MB")
+    load_gpu_ms: float = Field(default=0.0, ge=0, description="time to load the weights on the GPU")
+    load_cpu_ms: float = Field(
+        default=0.0, ge=0, description="time to load the weights into host memory")
+
+    def model_name(self, tool: str) -> str | None:
+        """The resident model ``tool``'s calls use, or None (no resident weights)."""
+        if self.weights_mb <= 0:
+            return None
+        return self.model if self.model is not None else tool
 
 
 class BackgroundLoad(BaseModel):
@@ -81,6 +110,14 @@ class _Task:
     peers: int = 0
     cpu_forbidden: bool = False
     error: str | None = None
+    model: str | None = None
+    gpu_load_ms: float = 0.0
+    """load_gpu_ms of this call's model when the step loads it on the GPU, else 0."""
+    no_room: bool = False
+    after_load: str = ""
+    load_ms: float = 0.0
+    loaded: bool = False
+    evicted: tuple[str, ...] = ()
 
 
 class SimulatedTestbed:
@@ -97,7 +134,10 @@ class SimulatedTestbed:
         seed: int = 0,
         oom_detect_ms: float = 20.0,
         gpu_name: str = "simulated-gpu",
+        resident: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
+        """``resident``: models resident at the start, ``{"gpu": [...], "cpu": [...]}``
+        (GPU ones least recently used first; each named by some tool's parameters)."""
         if cpu_cores < 1:
             raise ValueError(f"cpu_cores must be >= 1, got {cpu_cores}")
         if not 0 <= noise < 1:
@@ -117,10 +157,42 @@ class SimulatedTestbed:
         self._gpu_name = gpu_name
         self.now_ms = 0.0
         self.vram_peak_mb = 0.0
+        self._models = _models_of(self._params)
+        self._state = self._initial(resident or {})
 
     @property
     def tool_names(self) -> tuple[str, ...]:
         return tuple(self._params)
+
+    def _initial(self, resident: Mapping[str, Sequence[str]]) -> batchsim.Residency:
+        unknown_sides = set(resident) - {"gpu", "cpu"}
+        if unknown_sides:
+            raise ValueError(f"resident: unknown side(s) {sorted(unknown_sides)}; valid: gpu, cpu")
+        for side in ("gpu", "cpu"):
+            for model in resident.get(side, ()):
+                if model not in self._models:
+                    known = ", ".join(sorted(self._models)) or "(none)"
+                    raise ValueError(
+                        f"resident.{side}: unknown model {model!r}; models of the tools: {known}")
+        gpu = tuple(dict.fromkeys(resident.get("gpu", ())))
+        held = sum(self._models[m].weights_mb for m in gpu)
+        if held > self.vram_budget_mb - self._background.vram_mb + _EPS:
+            raise ValueError(
+                f"resident.gpu: {held:.0f} MB of weights do not fit in the budget less the "
+                f"background ({self.vram_budget_mb - self._background.vram_mb:.0f} MB)")
+        return batchsim.Residency(
+            gpu=tuple((m, self._models[m].weights_mb) for m in gpu),
+            host=frozenset(resident.get("cpu", ())),
+            host_order=tuple(dict.fromkeys(resident.get("cpu", ()))),
+        )
+
+    def residency(self) -> batchsim.Residency:
+        """The resident-model state now (immutable: keep it to `restore` it later)."""
+        return self._state
+
+    def restore(self, state: batchsim.Residency) -> None:
+        """Put back a state `residency` returned (the clock and noise are not touched)."""
+        self._state = state
 
     def device_state(self) -> DeviceState:
         """Telemetry view: budget, background memory and utilization; nothing per tool."""
@@ -131,15 +203,32 @@ class SimulatedTestbed:
             vram_used_mb=self._background.vram_mb,
             gpu_utilization=self._background.gpu_share,
             cpu_cores=self.cpu_cores,
+            resident=tuple(WarmModel(m, mb, "gpu") for m, mb in self._state.gpu) + tuple(
+                WarmModel(m, self._models[m].weights_mb, "cpu") for m in self._state.host_order),
         )
 
-    def _machine(self) -> dict[str, Any]:
-        """The machine as `batchsim` takes it (budget, cores, background, OOM cost)."""
+    def _residency_for(self, tools: Sequence[str]) -> batchsim.Residency | None:
+        """The state with these calls' models, as `batchsim` takes it (None: no models)."""
+        models = tuple(self._params[t].model_name(t) for t in tools)
+        if not self._state.gpu and all(m is None for m in models):
+            return None
+        used = {m for m in models if m is not None}
+        return dataclasses.replace(
+            self._state, models=models,
+            weights_mb={m: self._models[m].weights_mb for m in used},
+            load_gpu_ms={m: self._models[m].load_gpu_ms for m in used},
+            load_cpu_ms={m: self._models[m].load_cpu_ms for m in used},
+        )
+
+    def _machine(self, tools: Sequence[str] = ()) -> dict[str, Any]:
+        """The machine as `batchsim` takes it (budget, cores, background, OOM cost, and the
+        resident-model state for ``tools``' calls)."""
         return {
             "vram_budget_mb": self.vram_budget_mb,
             "cpu_cores": self.cpu_cores,
             "background": self._background,
             "oom_detect_ms": self._oom_detect_ms,
+            "residency": self._residency_for(tools),
         }
 
     def _require(self, tool: str) -> ToolParams:
@@ -162,13 +251,14 @@ class SimulatedTestbed:
         Calls in ``cpu_forbidden`` (ids) never fall back to the CPU: when their GPU option
         cannot be served they end with an ``error`` in their record instead.
         """
-        outcome = self.simulate(calls, noisy=True, cpu_forbidden=cpu_forbidden)
+        outcome, self._state = self._simulate(calls, noisy=True, cpu_forbidden=cpu_forbidden)
         self.now_ms += outcome.makespan_ms
         self.vram_peak_mb = max(self.vram_peak_mb, outcome.vram_peak_mb)
         return outcome
 
     def makespan(self, calls: Sequence[tuple[str, str, DeviceOption]]) -> float:
-        """Noise-free makespan of a step; does not move the clock (used by the oracle)."""
+        """Noise-free makespan of a step from the current resident-model state; changes
+        neither the clock nor the state (used by the oracle)."""
         return self.simulate(calls, noisy=False).makespan_ms
 
     def product_makespans(
@@ -196,7 +286,7 @@ class SimulatedTestbed:
     def codes_makespans(self, tools: Sequence[str], codes: Any, *, prune: bool = False) -> Any:
         """`mapping_makespans` of option codes (`batchsim` rows: one int8 per call)."""
         params = [self._require(t) for t in tools]
-        return batchsim.makespans(params, codes, prune=prune, **self._machine())
+        return batchsim.makespans(params, codes, prune=prune, **self._machine(tools))
 
     def call_times(
         self, tools: Sequence[str], codes: Any, *, rows: dict[str, Any] | None = None
@@ -204,13 +294,13 @@ class SimulatedTestbed:
         """Noise-free start and end times of every call of every row of option codes, with
         ``rows`` overriding parameters per row and call (see `batchsim.call_times`)."""
         params = [self._require(t) for t in tools]
-        return batchsim.call_times(params, codes, rows=rows, **self._machine())
+        return batchsim.call_times(params, codes, rows=rows, **self._machine(tools))
 
     def lower_bounds(self, tools: Sequence[str], codes: Any) -> Any:
         """An admissible lower bound on the noise-free makespan of each row of option codes
         (see `batchsim.lower_bounds`)."""
         params = [self._require(t) for t in tools]
-        return batchsim.lower_bounds(params, codes, **self._machine())
+        return batchsim.lower_bounds(params, codes, **self._machine(tools))
 
     def simulate(
         self,
@@ -219,7 +309,17 @@ class SimulatedTestbed:
         noisy: bool = False,
         cpu_forbidden: Collection[str] = (),
     ) -> StepRecord:
-        """Discrete-event simulation of one step; pure except for the noise generator."""
+        """Discrete-event simulation of one step from the current resident-model state; pure
+        except for the noise generator (`run_step` also keeps the state it ends in)."""
+        return self._simulate(calls, noisy=noisy, cpu_forbidden=cpu_forbidden)[0]
+
+    def _simulate(
+        self,
+        calls: Sequence[tuple[str, str, DeviceOption]],
+        *,
+        noisy: bool,
+        cpu_forbidden: Collection[str],
+    ) -> tuple[StepRecord, batchsim.Residency]:
         tasks = []
         for i, (call_id, tool, option) in enumerate(calls):
             params = self._require(tool)
@@ -228,8 +328,46 @@ class SimulatedTestbed:
                 scale = max(0.05, self._rng.gauss(1.0, self._noise))
             task = _Task(i, call_id, tool, option, params, scale)
             task.cpu_forbidden = call_id in cpu_forbidden
+            task.model = params.model_name(tool)
             tasks.append(task)
-        return _Simulation(self, tasks).run()
+        wanted = list(dict.fromkeys(
+            t.model for t in tasks if t.model is not None and t.option != "cpu"))
+        plan = batchsim.plan_gpu(
+            self._state.gpu, wanted, {m: self._models[m].weights_mb for m in wanted},
+            budget_mb=self.vram_budget_mb, background_mb=self._background.vram_mb)
+        first: set[str] = set()
+        for t in tasks:
+            if t.model is None or t.option == "cpu":
+                continue
+            t.no_room = t.model in plan.no_room
+            if t.model in plan.loaded:
+                t.gpu_load_ms = self._models[t.model].load_gpu_ms
+                if t.model not in first:
+                    first.add(t.model)
+                    t.loaded, t.evicted = True, plan.evicted[t.model]
+        sim = _Simulation(self, tasks, base_mb=plan.base_mb)
+        record = sim.run()
+        host = tuple(self._state.host_order) + tuple(
+            m for m in sim.host_end if m not in self._state.host)
+        return record, dataclasses.replace(
+            self._state, gpu=plan.after, host=frozenset(host), host_order=host)
+
+
+def _models_of(params: Mapping[str, ToolParams]) -> dict[str, ToolParams]:
+    """Each resident model's parameters (the first tool naming it); tools sharing a model
+    must agree on its weights and load times."""
+    out: dict[str, ToolParams] = {}
+    for tool, p in params.items():
+        model = p.model_name(tool)
+        if model is None:
+            continue
+        seen = out.setdefault(model, p)
+        mine = (p.weights_mb, p.load_gpu_ms, p.load_cpu_ms)
+        if (seen.weights_mb, seen.load_gpu_ms, seen.load_cpu_ms) != mine:
+            raise ValueError(
+                f"tool {tool!r}: model {model!r} is declared with other weights_mb/load_gpu_ms/"
+                f"load_cpu_ms by another tool; tools sharing a model must agree")
+    return out
 
 
 @dataclass
@@ -239,11 +377,14 @@ class _Simulation:
     now: float = 0.0
     queue: list[_Task] = field(default_factory=list)
     peak: float = 0.0
+    base_mb: float | None = None
+    host_end: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         bg = self.bed._background
+        base = bg.vram_mb if self.base_mb is None else self.base_mb
         self.ledger = VramLedger(
-            self.bed.vram_budget_mb, reserved_mb=bg.vram_mb, reserved_share=bg.gpu_share
+            self.bed.vram_budget_mb, reserved_mb=base, reserved_share=bg.gpu_share
         )
         self.free_cores = max(1, self.bed.cpu_cores - bg.cpu_threads)
         self.bg_share = bg.gpu_share
@@ -252,15 +393,34 @@ class _Simulation:
         t.reservation = reservation
         t.device = SIM_GPU_DEVICE
         t.start = self.now
+        self.peak = max(self.peak, self.ledger.in_use_mb)
+        pre = max(0.0, t.gpu_load_ms - self.now)
+        if pre > 0:
+            t.phase, t.remaining, t.load_ms, t.after_load = "load", pre, pre, "gpu"
+            return
+        self._begin_gpu(t)
+
+    def _begin_gpu(self, t: _Task) -> None:
         if t.p.transfer_ms > 0:
             t.phase, t.remaining = "transfer", t.p.transfer_ms * t.scale
         else:
             t.phase, t.remaining = "gpu", t.p.gpu_ms * t.scale
-        self.peak = max(self.peak, self.ledger.in_use_mb)
 
     def _start_cpu(self, t: _Task) -> None:
-        t.device, t.phase, t.remaining = "cpu", "cpu", t.p.cpu_ms * t.scale
+        t.device = "cpu"
         t.start = t.start if t.fallback == "oom" else self.now
+        model = t.model
+        if model is not None and model not in self.bed._state.host:
+            cold = self.bed._models[model].load_cpu_ms
+            if cold > 0:
+                if model not in self.host_end:
+                    self.host_end[model] = self.now + cold
+                    t.loaded = True
+                pre = max(0.0, self.host_end[model] - self.now)
+                if pre > 0:
+                    t.phase, t.remaining, t.load_ms, t.after_load = "load", pre, pre, "cpu"
+                    return
+        t.phase, t.remaining = "cpu", t.p.cpu_ms * t.scale
 
     def _fail(self, t: _Task, why: str) -> None:
         t.phase, t.device, t.end = "done", "none", self.now
@@ -281,7 +441,7 @@ class _Simulation:
             if t.option == "cpu":
                 self._start_cpu(t)
             elif t.option == "gpu_now":
-                if t.p.vram_mb > self.ledger.capacity_mb:
+                if t.no_room or t.p.vram_mb > self.ledger.capacity_mb:
                     res = None
                 else:
                     res = self.ledger.try_reserve(t.p.vram_mb, t.p.gpu_share)
@@ -292,9 +452,11 @@ class _Simulation:
                     t.ready_at = self.now + self.bed._oom_detect_ms
         for t in self.tasks:
             if t.option == "gpu_queued":
-                if t.p.vram_mb > self.ledger.capacity_mb:
+                if t.no_room or t.p.vram_mb > self.ledger.capacity_mb:
                     t.fallback = "vram_over_budget"
-                    if t.cpu_forbidden:
+                    if t.cpu_forbidden and t.no_room:
+                        self._fail(t, f"the weights of model {t.model!r} get no room on the GPU")
+                    elif t.cpu_forbidden:
                         self._fail(t, f"needs {t.p.vram_mb:.0f} MB of VRAM, over the budget")
                     else:
                         self._start_cpu(t)
@@ -314,7 +476,7 @@ class _Simulation:
     def run(self) -> StepRecord:
         self._launch()
         while True:
-            active = [t for t in self.tasks if t.phase in ("transfer", "gpu", "cpu")]
+            active = [t for t in self.tasks if t.phase in ("load", "transfer", "gpu", "cpu")]
             waiting = [t for t in self.tasks if t.phase == "oom"]
             if not active and not waiting:
                 if self.queue:  # cannot happen: an idle GPU admits any fitting head
@@ -346,6 +508,12 @@ class _Simulation:
                 if t.phase == "transfer":
                     t.phase, t.remaining = "gpu", t.p.gpu_ms * t.scale
                     continue
+                if t.phase == "load":
+                    if t.after_load == "gpu":
+                        self._begin_gpu(t)
+                    else:
+                        t.phase, t.remaining = "cpu", t.p.cpu_ms * t.scale
+                    continue
                 t.phase, t.end = "done", self.now
                 if t.reservation is not None:
                     self.ledger.release(t.reservation)
@@ -366,6 +534,10 @@ class _Simulation:
                 vram_reserved_mb=t.reservation.mb if t.reservation else 0.0,
                 gpu_peers=t.peers,
                 error=t.error,
+                model=t.model,
+                load_ms=t.load_ms,
+                loaded=t.loaded,
+                evicted=t.evicted,
             )
             for t in self.tasks
         )
