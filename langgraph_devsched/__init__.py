@@ -11,6 +11,7 @@ from langgraph_devsched.device import InjectedDevice, Placement, current_device,
 from langgraph_devsched.executors import GpuConfig, LocalBackend, SimulatedBackend
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec, device_hints, load_hints_file
 from langgraph_devsched.ledger import VramLedger
+from langgraph_devsched.models import ModelCache, ResidentModel
 from langgraph_devsched.node import DeviceToolNode, StepReport
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.records import CallRecord, StepRecord
@@ -35,7 +36,9 @@ __all__ = [
     "GpuConfig",
     "InjectedDevice",
     "LocalBackend",
+    "ModelCache",
     "Placement",
+    "ResidentModel",
     "Scheduler",
     "SchedulerView",
     "SimulatedBackend",

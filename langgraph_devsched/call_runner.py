@@ -335,8 +335,22 @@ def _step_metadata(
         reason=decision.reason,
         predicted_ms=decision.predicted_ms.get(call_id),
         observed_ms=observed_ms,
-        extra={"devsched.probe": decision.probe, **(extra or {})},
+        extra={"devsched.probe": decision.probe, **_residency_metadata(placement),
+               **(extra or {})},
     )
+
+
+def _residency_metadata(placement: Placement) -> dict[str, object]:
+    """``devsched.model``, ``devsched.model_warm`` and ``devsched.evicted`` of a call on a
+    resident model (nothing otherwise)."""
+    if placement.model is None:
+        return {}
+    out: dict[str, object] = {"devsched.model": placement.model}
+    if placement.warm is not None:
+        out["devsched.model_warm"] = placement.warm
+    if placement.evicted:
+        out["devsched.evicted"] = list(placement.evicted)
+    return out
 
 
 async def _await_task(call: ToolCall, timeout: float, coro: Awaitable[Any]) -> Any:

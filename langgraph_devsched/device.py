@@ -43,6 +43,13 @@ class Placement:
     device: str
     fallback: FallbackCause | None = None
     vram_reserved_mb: float = 0.0
+    model: str | None = None
+    """The resident model the call runs on (its ``model`` hint), or None."""
+    warm: bool | None = None
+    """Whether that model's weights were resident on the GPU at admission (None: no model
+    or not on the GPU)."""
+    evicted: tuple[str, ...] = ()
+    """Idle models evicted at admission to make room for this call."""
 
     @property
     def on_gpu(self) -> bool:

@@ -1,10 +1,18 @@
 """The VRAM ledger: reserve before a GPU start, release on every exit path, FIFO admission.
 
-It tracks two things for one GPU: reserved VRAM (never above the budget) and the declared
-compute share of the calls on it. `gpu_now` takes `try_reserve` (VRAM must fit now);
-`gpu_queued` takes `reserve`/`areserve`, which wait in FIFO order until the VRAM fits and the
-GPU is not oversubscribed (the shares of the running calls plus its own stay within 1, or
-nothing else runs).
+It tracks three things for one GPU: reserved VRAM (never above the budget), the declared
+compute share of the calls on it, and the model weights resident on it. `gpu_now` takes
+`try_reserve` (VRAM must fit now); `gpu_queued` takes `reserve`/`areserve`, which wait in
+FIFO order until the VRAM fits and the GPU is not oversubscribed (the shares of the running
+calls plus its own stay within 1, or nothing else runs).
+
+Resident weights (`WeightsNeed`, see `langgraph_devsched.residency`) are long-lived: a call
+that needs a model reserves its working memory and, when the model is not resident yet, its
+weights; the call's release gives back the working memory only, the weights stay (idle)
+until another admission needs their room: then `residency.plan_room` picks the least
+recently used idle models (never one in use or kept warm), and the reservation names them
+in ``evicted`` so that the caller frees them. At every instant the ledger holds resident
+weights plus the working memory of the running calls; `clear_weights` empties it at close.
 
 >>> ledger = VramLedger(budget_mb=1000)
 >>> with ledger.hold(600) as r:
@@ -25,6 +33,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
+from langgraph_devsched.residency import WarmModel, plan_room
+
 _EPS = 1e-9
 
 
@@ -36,6 +46,15 @@ class QueueTimeoutError(TimeoutError):
     """A queued reservation was not admitted within its timeout."""
 
 
+@dataclass(frozen=True)
+class WeightsNeed:
+    """The resident model a reservation's call runs on, and the VRAM its weights hold."""
+
+    model: str
+    mb: float
+    keep_warm: bool = False
+
+
 @dataclass(eq=False)
 class Reservation:
     """One admitted reservation; give it back with `VramLedger.release` (idempotent)."""
@@ -44,6 +63,20 @@ class Reservation:
     share: float
     ticket: int
     released: bool = False
+    model: str | None = None
+    """The resident model the call runs on (pinned until the release), or None."""
+    loaded: bool = False
+    """The model's weights were reserved by this admission (they must be loaded)."""
+    evicted: tuple[str, ...] = ()
+    """Idle models whose weights this admission evicted (the caller frees them)."""
+
+
+@dataclass(eq=False)
+class _Weights:
+    model: str
+    mb: float
+    keep_warm: bool
+    in_use: int = 0
 
 
 @dataclass(eq=False)
@@ -51,6 +84,7 @@ class _Waiter:
     mb: float
     share: float
     ticket: int
+    need: WeightsNeed | None = None
     event: threading.Event | None = None
     future: asyncio.Future[None] | None = None
     loop: asyncio.AbstractEventLoop | None = None
@@ -99,12 +133,32 @@ class VramLedger:
         self._share = self._base_share
         self._active = 0
         self._peak_mb = self._base_mb
+        self._weights: dict[str, _Weights] = {}  # least recently used first
 
     # -- read-only state -------------------------------------------------------------------
     @property
     def in_use_mb(self) -> float:
         """VRAM held by calls, excluding the background reservation given at construction."""
         return self._in_use_mb - self._base_mb
+
+    @property
+    def weights_mb(self) -> float:
+        """VRAM held by resident model weights (part of `in_use_mb`)."""
+        return sum(w.mb for w in self._weights.values())
+
+    @property
+    def working_mb(self) -> float:
+        """VRAM held by running calls' working memory (`in_use_mb` less the weights)."""
+        return self.in_use_mb - self.weights_mb
+
+    def resident(self) -> tuple[WarmModel, ...]:
+        """The resident models, least recently used first."""
+        with self._lock:
+            return tuple(WarmModel(w.model, w.mb, "gpu", w.in_use, w.keep_warm)
+                         for w in self._weights.values())
+
+    def is_resident(self, model: str) -> bool:
+        return model in self._weights
 
     @property
     def capacity_mb(self) -> float:
@@ -136,10 +190,22 @@ class VramLedger:
         """True if ``mb`` more would fit in the budget right now."""
         return self._in_use_mb + mb <= self.budget_mb + _EPS
 
-    def admissible(self, mb: float, share: float) -> bool:
+    def _room_locked(self, mb: float, need: WeightsNeed | None) -> tuple[str, ...] | None:
+        """The idle models to evict so that the call (and its weights, when not resident)
+        fits now; None when it cannot."""
+        extra = 0.0 if need is None or need.model in self._weights else need.mb
+        if need is None and not self._weights:
+            return () if self.fits(mb) else None
+        warm = [WarmModel(w.model, w.mb, "gpu", w.in_use, w.keep_warm)
+                for w in self._weights.values()]
+        protect = frozenset() if need is None else frozenset((need.model,))
+        return plan_room(warm, need_mb=mb + extra, free_mb=self.free_mb, protect=protect)
+
+    def admissible(self, mb: float, share: float, need: WeightsNeed | None = None) -> bool:
         """True if a queued call of this size would be admitted now (ignoring the queue)."""
         not_oversubscribed = self._active == 0 or self._share + share <= 1.0 + _EPS
-        return self.fits(mb) and not_oversubscribed and not self.at_cap
+        return (not_oversubscribed and not self.at_cap
+                and self._room_locked(mb, need) is not None)
 
     @property
     def at_cap(self) -> bool:
@@ -147,43 +213,68 @@ class VramLedger:
         return self.max_active is not None and self._active >= self.max_active
 
     # -- reserve / release -----------------------------------------------------------------
-    def _check_size(self, mb: float) -> None:
-        if mb < 0:
+    def _check_size(self, mb: float, need: WeightsNeed | None = None) -> None:
+        if mb < 0 or (need is not None and need.mb < 0):
             raise ValueError(f"a reservation must be >= 0 MB, got {mb}")
-        if mb > self.capacity_mb + _EPS:
+        total = mb + (need.mb if need is not None else 0.0)
+        if total > self.capacity_mb + _EPS:
+            what = f"reservation of {mb:.0f} MB" + (
+                f" plus {need.mb:.0f} MB of {need.model!r} weights" if need else "")
             raise VramOverBudgetError(
-                f"reservation of {mb:.0f} MB can never fit: budget {self.budget_mb:.0f} MB, "
+                f"{what} can never fit: budget {self.budget_mb:.0f} MB, "
                 f"{self._base_mb:.0f} MB held by the background"
             )
 
-    def _grant_locked(self, mb: float, share: float) -> Reservation:
+    def _grant_locked(self, mb: float, share: float, need: WeightsNeed | None = None
+                      ) -> Reservation:
+        evicted = self._room_locked(mb, need) or ()
+        for name in evicted:
+            self._in_use_mb -= self._weights.pop(name).mb
+        loaded = False
+        if need is not None:
+            held = self._weights.pop(need.model, None)
+            if held is None:
+                held = _Weights(need.model, need.mb, need.keep_warm)
+                self._in_use_mb += need.mb
+                loaded = True
+            held.in_use += 1
+            self._weights[need.model] = held  # most recently used
         self._in_use_mb += mb
         self._share += share
         self._active += 1
         self._peak_mb = max(self._peak_mb, self._in_use_mb)
-        return Reservation(mb=mb, share=share, ticket=next(self._tickets))
+        return Reservation(mb=mb, share=share, ticket=next(self._tickets),
+                           model=None if need is None else need.model, loaded=loaded,
+                           evicted=evicted)
 
     def _admit_queue_locked(self) -> None:
-        while self._queue and self.admissible(self._queue[0].mb, self._queue[0].share):
+        while self._queue and self.admissible(
+                self._queue[0].mb, self._queue[0].share, self._queue[0].need):
             waiter = self._queue.popleft()
-            waiter.reservation = self._grant_locked(waiter.mb, waiter.share)
+            waiter.reservation = self._grant_locked(waiter.mb, waiter.share, waiter.need)
             waiter.wake()
 
-    def try_reserve(self, mb: float, share: float = 0.0) -> Reservation | None:
-        """Reserve now if the VRAM fits (the `gpu_now` rule), else return None."""
-        self._check_size(mb)
+    def try_reserve(
+        self, mb: float, share: float = 0.0, need: WeightsNeed | None = None
+    ) -> Reservation | None:
+        """Reserve now if the VRAM fits, evicting idle weights where that makes room (the
+        `gpu_now` rule), else return None."""
+        self._check_size(mb, need)
         with self._lock:
-            if not self.fits(mb) or self.at_cap:
+            if self.at_cap or self._room_locked(mb, need) is None:
                 return None
-            return self._grant_locked(mb, share)
+            return self._grant_locked(mb, share, need)
 
-    def reserve(self, mb: float, share: float = 0.0, timeout: float | None = None) -> Reservation:
+    def reserve(
+        self, mb: float, share: float = 0.0, timeout: float | None = None,
+        need: WeightsNeed | None = None,
+    ) -> Reservation:
         """Wait in FIFO order for admission (the `gpu_queued` rule); raise on timeout."""
-        self._check_size(mb)
+        self._check_size(mb, need)
         with self._lock:
-            if not self._queue and self.admissible(mb, share):
-                return self._grant_locked(mb, share)
-            waiter = _Waiter(mb, share, next(self._tickets), event=threading.Event())
+            if not self._queue and self.admissible(mb, share, need):
+                return self._grant_locked(mb, share, need)
+            waiter = _Waiter(mb, share, next(self._tickets), need, event=threading.Event())
             self._queue.append(waiter)
         assert waiter.event is not None
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -202,15 +293,17 @@ class VramLedger:
         return waiter.reservation
 
     async def areserve(
-        self, mb: float, share: float = 0.0, timeout: float | None = None
+        self, mb: float, share: float = 0.0, timeout: float | None = None,
+        need: WeightsNeed | None = None,
     ) -> Reservation:
         """Async `reserve`: waits without blocking the event loop; cancellation is clean."""
-        self._check_size(mb)
+        self._check_size(mb, need)
         loop = asyncio.get_running_loop()
         with self._lock:
-            if not self._queue and self.admissible(mb, share):
-                return self._grant_locked(mb, share)
-            waiter = _Waiter(mb, share, next(self._tickets), future=loop.create_future(), loop=loop)
+            if not self._queue and self.admissible(mb, share, need):
+                return self._grant_locked(mb, share, need)
+            waiter = _Waiter(mb, share, next(self._tickets), need,
+                             future=loop.create_future(), loop=loop)
             self._queue.append(waiter)
         assert waiter.future is not None
         try:
@@ -242,10 +335,59 @@ class VramLedger:
         self._in_use_mb -= reservation.mb
         self._share -= reservation.share
         self._active -= 1
-        if self._active == 0:  # wipe float drift at rest
-            self._in_use_mb = self._base_mb
+        held = self._weights.get(reservation.model) if reservation.model else None
+        if held is not None:
+            held.in_use -= 1
+        if self._active == 0:  # wipe float drift at rest: only the weights stay
+            self._in_use_mb = self._base_mb + self.weights_mb
             self._share = self._base_share
         self._admit_queue_locked()
+
+    # -- resident weights ------------------------------------------------------------------
+    def resize_weights(self, model: str, mb: float) -> bool:
+        """Set a resident model's weights to ``mb`` (e.g. as measured after its load); a
+        growth is taken only where it fits. Returns whether the ledger now holds ``mb``."""
+        with self._lock:
+            held = self._weights.get(model)
+            if held is None or mb < 0:
+                return False
+            if mb > held.mb and not self.fits(mb - held.mb):
+                return False
+            self._in_use_mb += mb - held.mb
+            held.mb = mb
+            self._peak_mb = max(self._peak_mb, self._in_use_mb)
+            self._admit_queue_locked()
+            return True
+
+    def evict(self, model: str) -> bool:
+        """Drop an idle resident model's weights (not one in use). Returns whether it did."""
+        with self._lock:
+            held = self._weights.get(model)
+            if held is None or held.in_use > 0:
+                return False
+            del self._weights[model]
+            self._in_use_mb -= held.mb
+            self._admit_queue_locked()
+            return True
+
+    def keep(self, model: str) -> None:
+        """Never evict ``model``'s weights for another model again (until `clear_weights`)."""
+        with self._lock:
+            held = self._weights.get(model)
+            if held is not None:
+                held.keep_warm = True
+
+    def clear_weights(self) -> tuple[str, ...]:
+        """Drop every idle model's weights, kept warm or not (at close); models in use stay.
+        Returns the dropped models."""
+        with self._lock:
+            idle = tuple(m for m, w in self._weights.items() if w.in_use == 0)
+            for name in idle:
+                self._in_use_mb -= self._weights.pop(name).mb
+            if self._active == 0:
+                self._in_use_mb = self._base_mb + self.weights_mb
+            self._admit_queue_locked()
+            return idle
 
     def release(self, reservation: Reservation) -> None:
         """Give a reservation back (idempotent) and admit queued waiters that now fit."""

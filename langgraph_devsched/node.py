@@ -302,6 +302,13 @@ class DeviceToolNode(ToolNode):
             return None
         return await self.planner.aplan(batch, config, shared_step_key(batch, config))
 
+    def close(self) -> None:
+        """Free what the backend keeps between steps (resident models: their instances and
+        their weights in the VRAM ledger). The node stays usable: models load again."""
+        close = getattr(self.backend, "close", None)
+        if callable(close):
+            close()
+
     def finish_step(self, step: PlannedStep | None) -> None:
         """Close a step once all its calls have answered: record, observe, notify (once)."""
         self.planner.close(step)

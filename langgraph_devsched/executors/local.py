@@ -8,13 +8,20 @@
   empties the CUDA cache and reruns the call on the CPU (``oom``).
 Without a GPU, GPU options run on the CPU with the fallback ``no_gpu``. A call whose hints
 forbid the CPU gets a `PlacementError` instead of a CPU fallback.
+
+A call on a resident model (its ``model`` / ``weights_mb`` hints) reserves the model's
+weights with its working memory when they are not resident yet, evicting idle models where
+that makes room (`ledger`); the backend's `ModelCache` (``models``) answers the tool's
+`ResidentModel.get`, frees what the ledger evicted and is emptied by `close`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -28,7 +35,8 @@ from langgraph_devsched.executors.base import (
     describe_failure,
 )
 from langgraph_devsched.executors.lease import Lease, leased
-from langgraph_devsched.ledger import QueueTimeoutError, Reservation, VramLedger
+from langgraph_devsched.ledger import QueueTimeoutError, Reservation, VramLedger, WeightsNeed
+from langgraph_devsched.models import MAX_MODELS, CallModels, ModelCache, ModelRoomError
 from langgraph_devsched.records import CallRecord
 from langgraph_devsched.telemetry import DeviceState, cuda_status, local_device_state
 
@@ -36,7 +44,10 @@ T = TypeVar("T")
 
 
 def is_gpu_oom(exc: BaseException) -> bool:
-    """True for ``torch.cuda.OutOfMemoryError`` (checked without importing torch)."""
+    """True for ``torch.cuda.OutOfMemoryError`` (checked without importing torch), and for a
+    model whose weights found no room (`ModelRoomError`)."""
+    if isinstance(exc, ModelRoomError):
+        return True
     return type(exc).__name__ == "OutOfMemoryError" and "torch" in type(exc).__module__
 
 
@@ -76,6 +87,7 @@ class LocalBackend:
         gpu_concurrency: int | None = None,
         queue_timeout_s: float | None = None,
         telemetry_ttl_s: float = 1.0,
+        max_models: int = MAX_MODELS,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if cpu_workers is not None and cpu_workers < 1:
@@ -94,6 +106,7 @@ class LocalBackend:
         self._ledger: VramLedger | None = None
         self._detected = False
         self._detect_lock = threading.Lock()
+        self._models = ModelCache(max_models=max_models, clock=clock)
         if gpu is not None:  # declared or disabled: nothing to probe
             self._detect()
         self.cpu_slots = VramLedger(cpu_workers) if cpu_workers else None
@@ -121,6 +134,7 @@ class LocalBackend:
                     reserved_mb=self._gpu.background_mb,
                     max_active=self.gpu_concurrency,
                 )
+                self._models.ledger = self._ledger
             self._detected = True
 
     def declared_capacity_mb(self) -> float | None:
@@ -145,15 +159,28 @@ class LocalBackend:
             self._detect()
         return self._ledger
 
+    @property
+    def models(self) -> ModelCache:
+        """The resident model instances of this backend (GPU weights in its ledger, attached
+        when the GPU is detected: reading this probes nothing)."""
+        return self._models
+
+    def close(self) -> None:
+        """Free every resident model (instances and idle weights)."""
+        self.models.clear()
+
     def device_state(self) -> DeviceState:
-        """Telemetry, read at most every ``telemetry_ttl_s`` (NVML calls cost per step)."""
+        """Telemetry, read at most every ``telemetry_ttl_s`` (NVML calls cost per step);
+        the resident models as they are now."""
         now = self._clock()
         cached = self._state_cache
-        if cached is not None and (self.gpu is None or now - cached[0] < self.telemetry_ttl_s):
+        if cached is None or (self.gpu is not None and now - cached[0] >= self.telemetry_ttl_s):
+            cached = (now, self._read_state())
+            self._state_cache = cached
+        resident = self.models.resident()
+        if not resident and not cached[1].resident:
             return cached[1]
-        state = self._read_state()
-        self._state_cache = (now, state)
-        return state
+        return dataclasses.replace(cached[1], resident=resident)
 
     def _read_state(self) -> DeviceState:
         if self.gpu is None:
@@ -186,19 +213,30 @@ class _LocalStep(BookedStep):
         ledger = self._b.ledger
         if ledger is None:
             return self._cpu_or_fail(call, "no_gpu", self._b._no_gpu_reason or "no GPU")
-        if call.spec.vram_mb > ledger.capacity_mb:
+        need = self._need(call)
+        weights = need.mb if need is not None else 0.0
+        if call.spec.vram_mb + weights > ledger.capacity_mb:
+            with_weights = f" and {weights:.0f} MB for its model's weights" if weights else ""
             return self._cpu_or_fail(
                 call,
                 "vram_over_budget",
-                f"it needs {call.spec.vram_mb:.0f} MB of VRAM, the budget allows "
-                f"{ledger.capacity_mb:.0f} MB",
+                f"it needs {call.spec.vram_mb:.0f} MB of VRAM{with_weights}, the budget "
+                f"allows {ledger.capacity_mb:.0f} MB",
             )
         return None
+
+    def _need(self, call: PlannedCall) -> WeightsNeed | None:
+        spec = call.spec
+        return self._b.models.need(spec.model_name(call.tool), spec.weights_mb, spec.keep_warm)
 
     def _gpu_placement(self, call: PlannedCall, res: Reservation) -> Placement:
         assert self._b.gpu is not None and self._b.ledger is not None
         self._peak = max(self._peak, self._b.ledger.in_use_mb)
-        return Placement(call.option, self._b.gpu.device, None, res.mb)
+        if res.evicted:
+            self._b.models.drop(res.evicted)
+        warm = None if res.model is None else not res.loaded
+        return Placement(call.option, self._b.gpu.device, None, res.mb, res.model, warm,
+                         res.evicted)
 
     def _place(self, call: PlannedCall) -> tuple[Placement, Reservation | None]:
         planned = self._gpu_plan(call)
@@ -207,8 +245,9 @@ class _LocalStep(BookedStep):
         ledger = self._b.ledger
         assert ledger is not None
         spec = call.spec
+        need = self._need(call)
         if call.option == "gpu_now":
-            res = ledger.try_reserve(spec.vram_mb, spec.gpu_share)
+            res = ledger.try_reserve(spec.vram_mb, spec.gpu_share, need)
             if res is None and ledger.at_cap:
                 why = f"the GPU already runs its cap of {ledger.max_active} calls"
                 return self._cpu_or_fail(call, "gpu_busy", why), None
@@ -217,7 +256,7 @@ class _LocalStep(BookedStep):
                 return self._cpu_or_fail(call, "oom", why), None
             return self._gpu_placement(call, res), res
         try:
-            res = ledger.reserve(spec.vram_mb, spec.gpu_share, self._b.queue_timeout_s)
+            res = ledger.reserve(spec.vram_mb, spec.gpu_share, self._b.queue_timeout_s, need)
         except QueueTimeoutError as exc:
             return self._cpu_or_fail(call, "queue_timeout", str(exc)), None
         return self._gpu_placement(call, res), res
@@ -229,7 +268,7 @@ class _LocalStep(BookedStep):
         assert ledger is not None
         try:
             res = await ledger.areserve(
-                call.spec.vram_mb, call.spec.gpu_share, self._b.queue_timeout_s
+                call.spec.vram_mb, call.spec.gpu_share, self._b.queue_timeout_s, self._need(call)
             )
         except QueueTimeoutError as exc:
             return self._cpu_or_fail(call, "queue_timeout", str(exc)), None
@@ -253,8 +292,10 @@ class _LocalStep(BookedStep):
         peers: int,
         error: str | None = None,
         end: float | None = None,
+        models: CallModels | None = None,
     ) -> None:
         now = self._clock() if end is None else end
+        used = models or CallModels(placement.device)
         self._book.add(
             CallRecord(
                 call_id=call.call_id,
@@ -267,6 +308,10 @@ class _LocalStep(BookedStep):
                 vram_reserved_mb=placement.vram_reserved_mb,
                 gpu_peers=peers,
                 error=error,
+                model=used.model,
+                load_ms=used.load_ms,
+                loaded=used.loaded,
+                evicted=used.evicted,
             )
         )
 
@@ -280,7 +325,19 @@ class _LocalStep(BookedStep):
     def _end(self, call: PlannedCall, run: _Run) -> None:
         end = self._clock()  # the call ended before its VRAM went back
         run.held.release_all()
-        self._record(call, run.placement, run.start, run.peers, run.error, end)
+        for used in run.models:
+            self._b.models.settle(used)
+        self._record(call, run.placement, run.start, run.peers, run.error, end,
+                     _merged(run.models))
+
+    @contextlib.contextmanager
+    def _models(self, call: PlannedCall, run: _Run) -> Iterator[None]:
+        """`ResidentModel.get` answers from the backend's cache while the call runs here."""
+        p = run.placement
+        with self._b.models.scope(p.device, p.model or call.spec.model_name(call.tool),
+                                  p.evicted) as used:
+            run.models.append(used)
+            yield
 
     def run_sync(self, call_id: str, run: RunOnce[T]) -> T:
         call = self._start(call_id)
@@ -296,7 +353,8 @@ class _LocalStep(BookedStep):
             lease.holding = state.held.holding
             with leased(lease):
                 try:
-                    result, oom = run(placement)
+                    with self._models(call, state):
+                        result, oom = run(placement)
                     if not (oom and placement.on_gpu):
                         return result
                     exc: BaseException | None = None
@@ -308,7 +366,8 @@ class _LocalStep(BookedStep):
                 state.placement = placement = self._oom_fallback(call, exc)
                 state.held.take_cpu_slot(placement)  # every CPU run takes a slot
                 lease.holding = state.held.holding
-                result, _ = run(placement)
+                with self._models(call, state):
+                    result, _ = run(placement)
                 return result
         except BaseException as failed:
             state.error = describe_failure(failed)
@@ -330,7 +389,8 @@ class _LocalStep(BookedStep):
             lease.holding = state.held.holding
             with leased(lease):
                 try:
-                    result, oom = await run(placement)
+                    with self._models(call, state):
+                        result, oom = await run(placement)
                     if not (oom and placement.on_gpu):
                         return result
                     exc: BaseException | None = None
@@ -342,7 +402,8 @@ class _LocalStep(BookedStep):
                 state.placement = placement = self._oom_fallback(call, exc)
                 await state.held.atake_cpu_slot(placement)  # every CPU run takes a slot
                 lease.holding = state.held.holding
-                result, _ = await run(placement)
+                with self._models(call, state):
+                    result, _ = await run(placement)
                 return result
         except BaseException as failed:
             state.error = describe_failure(failed)
@@ -360,6 +421,20 @@ class _Run:
     start: float
     peers: int
     error: str | None = None
+    models: list[CallModels] = dataclasses.field(default_factory=list)
+    """What each run (a GPU run, then its CPU rerun) did with resident models."""
+
+
+def _merged(runs: list[CallModels]) -> CallModels | None:
+    """One call's resident-model record over its runs: loads add up, evictions too."""
+    if not runs:
+        return None
+    last = runs[-1]
+    return CallModels(
+        last.device, next((r.model for r in runs if r.model), None),
+        loaded=any(r.loaded for r in runs), load_ms=sum(r.load_ms for r in runs),
+        evicted=tuple(m for r in runs for m in r.evicted),
+    )
 
 
 class _Held:

@@ -1,0 +1,372 @@
+"""The model cache: weights a tool keeps resident on a device, loaded on demand, evicted LRU.
+
+A tool owns its model through a `ResidentModel` handle and asks it, while it runs, for the
+instance on the device its call was placed on::
+
+    detector = ResidentModel("detr", load=lambda device: load_detr().to(device),
+                             weights_mb=160)
+
+    @device_hints(**detector.hints(vram_mb=300, profile={"cpu_ms": 900, "gpu_ms": 40}))
+    @tool
+    def detect(path: str) -> str:
+        '''Find the objects in an image.'''
+        return run(detector.get(), path)
+
+Inside the node the backend's `ModelCache` answers `get()`: a hit returns the instance, a
+miss loads it (timed; on CUDA its weights measured by ``torch.cuda.memory_allocated``) and
+keeps it. The GPU weights are long-lived reservations in the backend's `VramLedger`, taken
+when the call is admitted (see `ledger`), so a call never over-commits the budget; when an
+admission needs their room the ledger names the idle least-recently-used models to evict and
+the cache frees them (the handle's ``release``, then ``torch.cuda.empty_cache``). Host-side
+instances are kept up to ``max_models``. Outside the node (a plain script, a test) ``get()``
+loads on `current_device()` into a process-wide cache without a ledger.
+
+>>> calls = []
+>>> tiny = ResidentModel("tiny", load=lambda device: calls.append(device) or f"tiny@{device}")
+>>> cache = ModelCache()
+>>> with cache.scope("cpu") as used:
+...     tiny.get(), tiny.get()
+('tiny@cpu', 'tiny@cpu')
+>>> calls, used.loaded, cache.resident()[0].model
+(['cpu'], True, 'tiny')
+>>> cache.clear(); cache.resident()
+()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from langgraph_devsched.device import current_device
+from langgraph_devsched.ledger import Reservation, VramLedger, WeightsNeed
+from langgraph_devsched.residency import ModelSide, WarmModel
+
+M = TypeVar("M")
+MAX_MODELS = 64
+"""Default bound on the instances a cache keeps (GPU and host side together)."""
+
+
+class ModelRoomError(MemoryError):
+    """A model's weights found no room on the GPU (treated like a CUDA OOM: CPU rerun)."""
+
+
+class ResidentModel(Generic[M]):
+    """A model a tool keeps resident, one instance per device, loaded on first use there.
+
+    ``load(device)`` builds the instance on ``device`` (``"cpu"``, ``"cuda:0"``);
+    ``release(instance)``, when given, frees it (e.g. moves it off the GPU) before the cache
+    drops its reference; ``weights_mb`` is what its weights hold on the GPU (declared; the
+    cache measures it on CUDA); ``keep_warm`` keeps it from being evicted for another model.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        load: Callable[[str], M],
+        *,
+        weights_mb: float | None = None,
+        release: Callable[[M], None] | None = None,
+        keep_warm: bool = False,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a resident model needs a non-empty name, got {name!r}")
+        if not callable(load):
+            raise TypeError(f"load must be a callable load(device) -> model, got {load!r}")
+        if weights_mb is not None and not weights_mb >= 0:
+            raise ValueError(f"weights_mb must be >= 0 MB, got {weights_mb!r}")
+        self.name = name
+        self.load = load
+        self.weights_mb = weights_mb
+        self.release = release
+        self.keep_warm = keep_warm
+
+    def get(self, device: str | None = None) -> M:
+        """The instance on ``device`` (default: where the running call was placed)."""
+        scope = _SCOPE.get()
+        if scope is not None:
+            return scope.instance(self, device)
+        return default_cache().instance(self, device or current_device())
+
+    def hints(self, **fields: Any) -> dict[str, Any]:
+        """Device hints naming this model (``model``, ``weights_mb``, ``keep_warm``) plus
+        ``fields``, for `device_hints` or a hints mapping."""
+        out: dict[str, Any] = {"model": self.name}
+        if self.weights_mb is not None:
+            out["weights_mb"] = self.weights_mb
+        if self.keep_warm:
+            out["keep_warm"] = True
+        return {**out, **fields}
+
+    def __repr__(self) -> str:
+        return f"ResidentModel({self.name!r}, weights_mb={self.weights_mb})"
+
+
+def side_of(device: str) -> ModelSide:
+    return "cpu" if device in ("cpu", "none") else "gpu"
+
+
+@dataclass
+class CallModels:
+    """What one call did with resident models (filled in while it runs)."""
+
+    device: str
+    model: str | None = None
+    loaded: bool = False
+    load_ms: float = 0.0
+    evicted: tuple[str, ...] = ()
+    asked: set[str] = field(default_factory=set)
+    """Models the tool asked for through `ResidentModel.get`."""
+    extra: list[Reservation] = field(default_factory=list)
+    """Weights reserved during the call for a model its hints did not declare."""
+
+
+class _Scope:
+    def __init__(self, cache: ModelCache, record: CallModels) -> None:
+        self.cache = cache
+        self.record = record
+
+    def instance(self, handle: ResidentModel[M], device: str | None) -> M:
+        return self.cache.instance(handle, device or self.record.device, self.record)
+
+
+_SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
+    "devsched_models", default=None
+)
+
+
+@dataclass
+class _Entry:
+    handle: ResidentModel[Any]
+    instance: Any
+    device: str
+    weights_mb: float
+
+
+class ModelCache:
+    """Resident model instances per (model, side); GPU weights accounted in ``ledger``."""
+
+    def __init__(
+        self,
+        *,
+        ledger: VramLedger | None = None,
+        max_models: int = MAX_MODELS,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if max_models < 1:
+            raise ValueError(f"max_models must be >= 1, got {max_models}")
+        self.ledger = ledger
+        self.max_models = max_models
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, ModelSide], _Entry] = OrderedDict()
+        self._loading: dict[tuple[str, ModelSide], threading.Lock] = {}
+        self._measured: dict[str, float] = {}
+        self.loads = 0
+        self.hits = 0
+        self.evictions = 0
+
+    # -- what the executor asks ------------------------------------------------------------
+    def need(self, model: str | None, declared_mb: float, keep_warm: bool) -> WeightsNeed | None:
+        """The GPU weights a call on ``model`` needs reserved: the larger of the declared and
+        the measured size."""
+        if model is None:
+            return None
+        return WeightsNeed(model, max(declared_mb, self._measured.get(model, 0.0)), keep_warm)
+
+    @contextlib.contextmanager
+    def scope(self, device: str, model: str | None = None,
+              evicted: tuple[str, ...] = ()) -> Iterator[CallModels]:
+        """The block runs one call on ``device``: `ResidentModel.get` answers from here and
+        the returned record says what it loaded. Weights taken for undeclared models are
+        given back at the end (they stay resident, idle)."""
+        record = CallModels(device, model, evicted=evicted)
+        token = _SCOPE.set(_Scope(self, record))
+        try:
+            yield record
+        finally:
+            _SCOPE.reset(token)
+            for res in record.extra:
+                if self.ledger is not None:
+                    self.ledger.release(res)
+
+    def drop(self, models: Iterable[str], side: ModelSide = "gpu") -> None:
+        """Free the instances of ``models`` on ``side`` (the ledger already evicted them)."""
+        freed = []
+        with self._lock:
+            for name in models:
+                entry = self._entries.pop((name, side), None)
+                if entry is not None:
+                    freed.append(entry)
+                    self.evictions += 1
+        self._free(freed)
+
+    def settle(self, record: CallModels) -> None:
+        """After a GPU call on its declared model: weights the ledger holds that no instance
+        of the cache stands for are either given back (the tool asked for the model and its
+        load failed) or never evicted (the tool keeps its weights its own way: the ledger
+        could not free them)."""
+        model = record.model
+        if model is None or side_of(record.device) != "gpu" or self.ledger is None:
+            return
+        if (model, "gpu") in self._entries or not self.ledger.is_resident(model):
+            return
+        if model in record.asked:
+            self.ledger.evict(model)
+        else:
+            self.ledger.keep(model)
+
+    def resident(self) -> tuple[WarmModel, ...]:
+        """GPU weights (from the ledger, least recently used first), then host instances."""
+        gpu = self.ledger.resident() if self.ledger is not None else ()
+        with self._lock:
+            host = tuple(WarmModel(n, e.weights_mb, "cpu") for (n, s), e in self._entries.items()
+                         if s == "cpu")
+            if self.ledger is None:
+                gpu = tuple(WarmModel(n, e.weights_mb, "gpu")
+                            for (n, s), e in self._entries.items() if s == "gpu")
+        return gpu + host
+
+    def clear(self) -> None:
+        """Drop every instance and every idle model's weights (at close)."""
+        if self.ledger is not None:
+            self.ledger.clear_weights()
+        with self._lock:
+            freed = list(self._entries.values())
+            self._entries.clear()
+        self._free(freed)
+
+    # -- loading ---------------------------------------------------------------------------
+    def instance(
+        self, handle: ResidentModel[M], device: str, record: CallModels | None = None
+    ) -> M:
+        """The instance of ``handle`` on ``device``, loaded (once, also under concurrent
+        calls) when absent."""
+        side = side_of(device)
+        key = (handle.name, side)
+        if record is not None:
+            record.asked.add(handle.name)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return entry.instance
+            gate = self._loading.setdefault(key, threading.Lock())
+        with gate:
+            with self._lock:
+                entry = self._entries.get(key)
+                if entry is not None:
+                    self.hits += 1
+                    return entry.instance
+            if side == "gpu":
+                self._room_for(handle, record)
+            started = self._clock()
+            before = _cuda_allocated(device)
+            instance = handle.load(device)
+            after = _cuda_allocated(device)
+            load_ms = (self._clock() - started) * 1000.0
+            measured = after - before if before is not None and after is not None else None
+            weights = measured if measured is not None and measured > 0 else (
+                handle.weights_mb or 0.0)
+            if side == "gpu" and measured is not None and measured > 0:
+                self._measured[handle.name] = measured
+                if self.ledger is not None:
+                    self.ledger.resize_weights(handle.name, measured)
+            with self._lock:
+                self._entries[key] = _Entry(handle, instance, device, weights)
+                self._loading.pop(key, None)
+                self.loads += 1
+                over = self._over_bound()
+            if record is not None:
+                record.loaded = True
+                record.load_ms += load_ms
+                record.model = record.model or handle.name
+            self._free(over)
+            return instance
+
+    def _room_for(self, handle: ResidentModel[Any], record: CallModels | None) -> None:
+        """Weights for a GPU load the call's hints did not declare: reserved now (evicting
+        idle models), held to the call's end, or `ModelRoomError`."""
+        ledger = self.ledger
+        if ledger is None or ledger.is_resident(handle.name):
+            return
+        need = self.need(handle.name, handle.weights_mb or 0.0, handle.keep_warm)
+        assert need is not None
+        try:
+            res = ledger.try_reserve(0.0, 0.0, need)
+        except ValueError as exc:  # larger than the whole budget
+            raise ModelRoomError(str(exc)) from None
+        if res is None:
+            raise ModelRoomError(
+                f"no room on the GPU for the {need.mb:.0f} MB of {handle.name!r} weights "
+                f"({ledger.free_mb:.0f} MB free, the rest in use)")
+        if res.evicted:
+            self.drop(res.evicted)
+        if record is not None:
+            record.extra.append(res)
+            record.evicted += res.evicted
+        else:
+            ledger.release(res)
+
+    def _over_bound(self) -> list[_Entry]:
+        """Host instances beyond ``max_models`` (least recently used first); GPU instances
+        are bounded by the ledger's budget."""
+        over: list[_Entry] = []
+        while len(self._entries) > self.max_models:
+            key = next((k for k in self._entries if k[1] == "cpu" or self.ledger is None),
+                       None)
+            if key is None:
+                break
+            over.append(self._entries.pop(key))
+        return over
+
+    def _free(self, entries: list[_Entry]) -> None:
+        cuda = False
+        for entry in entries:
+            if entry.handle.release is not None:
+                with contextlib.suppress(Exception):
+                    entry.handle.release(entry.instance)
+            cuda = cuda or entry.device.startswith("cuda")
+            entry.instance = None
+        if cuda:
+            _empty_cuda_cache()
+
+
+def _cuda_allocated(device: str) -> float | None:
+    """``torch.cuda.memory_allocated`` in MB on a CUDA device, None elsewhere (torch is
+    consulted only when already imported)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not device.startswith("cuda"):
+        return None
+    try:
+        return float(torch.cuda.memory_allocated(device)) / 2**20
+    except Exception:
+        return None
+
+
+def _empty_cuda_cache() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        with contextlib.suppress(Exception):
+            torch.cuda.empty_cache()
+
+
+_DEFAULT: ModelCache | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_cache() -> ModelCache:
+    """The process-wide cache `ResidentModel.get` uses outside the node (no ledger)."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = ModelCache()
+        return _DEFAULT
