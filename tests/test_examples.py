@@ -5,6 +5,7 @@ tested by their own test modules.)"""
 from __future__ import annotations
 
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -92,6 +93,24 @@ def test_an_example_runs_as_a_script() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "detect: allowed gpu_queued" in done.stdout.splitlines()
+
+
+def test_resident_models_example_loads_once_then_finds_its_models_warm(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch", reason="needs the 'suite' extra (torch)")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["resident_models.py"])
+    runpy.run_path(str(EXAMPLES / "resident_models.py"), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    # where each call ran is the scheduler's choice on a GPU machine: compare without it
+    where = [re.sub(r" on [^;\s]+", "", re.sub(r" \((cpu|gpu)\)", "", line)) for line in lines]
+    assert where == [
+        "step 1: embed loaded 'encoder'; classify loaded 'classifier'",
+        "step 2: embed warm 'encoder'; classify warm 'classifier'",
+        "resident: classifier, encoder",
+        "after close: nothing resident",
+    ]
 
 
 def test_simulated_gpu_app_schedules_real_torch_tools_on_a_simulated_gpu(

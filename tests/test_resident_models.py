@@ -332,3 +332,28 @@ def test_the_ledger_is_weights_plus_working_memory_at_every_instant(
     assert ledger.violations == []
     node.close()
     assert ledger.in_use_mb == 0 and ledger.resident() == ()
+
+
+def test_the_traced_tool_run_says_model_warmth_and_evictions() -> None:
+    from langchain_core.tracers.context import collect_runs
+
+    from langgraph_devsched.tracing import decision_runs
+
+    loads = Loads()
+    a, b = loads.handle("a", 5000), loads.handle("b", 5000)
+    backend = LocalBackend(gpu=GpuConfig(8000, device="fake:0"))
+    node = DeviceToolNode([model_tool("ta", a, 500), model_tool("tb", b, 500)],
+                          backend=backend, scheduler=Fixed())
+    graph = graph_of(node)
+    metas = []
+    for name in ("ta", "ta", "tb"):
+        with collect_runs() as cb:
+            graph.invoke(step(name))
+        (run,) = decision_runs(cb.traced_runs)
+        metas.append({k: v for k, v in run.extra["metadata"].items()
+                      if k in ("devsched.model", "devsched.model_warm", "devsched.evicted")})
+    assert metas == [
+        {"devsched.model": "a", "devsched.model_warm": False},
+        {"devsched.model": "a", "devsched.model_warm": True},
+        {"devsched.model": "b", "devsched.model_warm": False, "devsched.evicted": ["a"]},
+    ]
