@@ -53,6 +53,7 @@ ProbeFault = Literal[
     "stats_writers",
     "timeout",
     "max_concurrency",
+    "resident_models",
 ]
 """Scenario faults (`langgraph_devsched.stress.probes`): each runs its own small node after a
 step, in its own thread and event loop, bounded in time. They are drawn independently of each
@@ -91,6 +92,7 @@ DEFAULT_RATES: dict[str, float] = {
     "stats_writers": 0.12,
     "timeout": 0.12,
     "max_concurrency": 0.12,
+    "resident_models": 0.12,
 }
 """Rates that inject every kind well over 100 times in a 10,000-call run (about 1,200 steps;
 a flood counts each of its hanging or garbage consultations, a cancel_gpu_sync probe its two

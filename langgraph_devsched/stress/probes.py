@@ -22,6 +22,7 @@ from collections.abc import Callable
 from langgraph_devsched.stress.kit import ProbeContext, ProbeResult
 from langgraph_devsched.stress.probe_gpu import cancel_gpu_sync, oom_cpu_slots
 from langgraph_devsched.stress.probe_llm import llm_garbage_flood, llm_hang_flood
+from langgraph_devsched.stress.probe_models import resident_models
 from langgraph_devsched.stress.probe_monitor import bad_stats, separator_names, stats_writers
 from langgraph_devsched.stress.probe_steps import cross_loop, max_concurrency, reused_ids, timeout
 
@@ -85,6 +86,13 @@ PROBES: dict[str, tuple[Probe, tuple[str, ...], str]] = {
         "a hanging sync GPU tool under call_timeout_s or hint timeout_s: error ToolMessage "
         "'timed out' at the deadline, CallRecord error 'timeout...', VRAM held until the "
         "thread returns, true VRAM <= budget (local)",
+    ),
+    "resident_models": (
+        resident_models, ("local",),
+        "2-6 calls on 4 resident models whose weights do not fit together (8,000 MB), random "
+        "options, GPU OOMs and tool errors, twice: every call answered once, the ledger equal "
+        "to resident weights + working memory at every grant and release, never over budget, "
+        "weights only at rest, 0 after close, each instance released once",
     ),
     "max_concurrency": (
         max_concurrency, BOTH,
