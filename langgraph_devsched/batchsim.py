@@ -96,38 +96,43 @@ class GpuPlan:
 
 
 def plan_gpu(
-    resident: Sequence[tuple[str, float]], wanted: Sequence[str],
+    resident: Sequence[tuple[str, float]], wanted: Sequence[tuple[str, float]],
     weights_mb: Mapping[str, float], *, budget_mb: float, background_mb: float,
 ) -> GpuPlan:
-    """The step's rule for GPU weights: the models of its GPU-placed calls (``wanted``, in
-    first-use call order) are protected; each one not resident loads, making room by
-    `residency.plan_room` against the budget less the background less the resident
-    weights; one that cannot get room is in ``no_room``. The used models become the most
-    recently used, in first-use order. The testbed and the batched simulator both call this."""
+    """The step's rule for GPU weights. ``wanted``: the models of the step's GPU-placed
+    calls, in first-use call order, each with the working memory (``vram_mb``) of its first
+    such call. They are protected; in that order each one gets room for its weights (when not
+    resident) plus that working memory, evicting least recently used others by
+    `residency.plan_room` against the budget less the background less the resident weights.
+    A model not resident that cannot get room is in ``no_room`` (a resident one just keeps
+    what there is). The used models become the most recently used, in first-use order. The
+    testbed and the batched simulator both call this."""
     current = list(resident)
     capacity_mb = budget_mb - background_mb
-    protect = frozenset(wanted)
+    order = [m for m, _ in wanted]
+    protect = frozenset(order)
     loaded: list[str] = []
     no_room: set[str] = set()
     evicted: dict[str, tuple[str, ...]] = {}
-    for model in wanted:
-        if any(m == model for m, _ in current):
-            continue
+    for model, working_mb in wanted:
+        warm = any(m == model for m, _ in current)
         held = 0.0
         for _, mb in current:
             held += mb
-        need = weights_mb[model]
+        need = working_mb if warm else weights_mb[model] + working_mb
         out = plan_room([WarmModel(m, mb) for m, mb in current], need_mb=need,
                         free_mb=capacity_mb - held, protect=protect)
         if out is None:
-            no_room.add(model)
+            if not warm:
+                no_room.add(model)
             continue
         current = [(m, mb) for m, mb in current if m not in out]
-        current.append((model, need))
-        loaded.append(model)
+        if not warm:
+            current.append((model, weights_mb[model]))
+            loaded.append(model)
         evicted[model] = out
     used = [(m, mb) for m, mb in current if m in protect]
-    used.sort(key=lambda x: list(wanted).index(x[0]))
+    used.sort(key=lambda x: order.index(x[0]))
     after = tuple([(m, mb) for m, mb in current if m not in protect] + used)
     base = background_mb
     for _, mb in after:
@@ -155,7 +160,9 @@ class _RowModels:
         return any(x > 0 for x in self.cpu_load)
 
 
-def _row_models(np: Any, codes: Any, res: Residency, budget: float, bg_mb: float) -> _RowModels:
+def _row_models(
+    np: Any, codes: Any, res: Residency, budget: float, bg_mb: float, vram: Sequence[float]
+) -> _RowModels:
     """Plan each row's GPU weights: rows are grouped by the order in which their GPU-placed
     calls first use each model, and `plan_gpu` runs once per group (not once per row)."""
     m, n = codes.shape
@@ -179,8 +186,8 @@ def _row_models(np: Any, codes: Any, res: Residency, budget: float, bg_mb: float
     inverse = inverse.reshape(-1)
     cols = {k: [j for j in range(n) if model_index[j] == k] for k in range(len(names))}
     for g, key in enumerate(keys):
-        wanted = [names[k] for k in sorted(range(len(names)), key=lambda k: key[k])
-                  if key[k] < n]
+        wanted = [(names[k], float(vram[key[k]]))
+                  for k in sorted(range(len(names)), key=lambda k: key[k]) if key[k] < n]
         plan = plan_gpu(res.gpu, wanted, res.weights_mb, budget_mb=budget, background_mb=bg_mb)
         rows = inverse == g
         base[rows] = plan.base_mb
@@ -298,7 +305,8 @@ def lower_bounds(
     m = codes.shape[0]
     budget = float(vram_budget_mb)
     rm = None if residency is None or residency.idle else _row_models(
-        np, np.asarray(codes, dtype=np.int8), residency, budget, float(background.vram_mb))
+        np, np.asarray(codes, dtype=np.int8), residency, budget, float(background.vram_mb),
+        [p.vram_mb for p in params])
     if rm is None:
         capacity = budget - float(background.vram_mb)
         in_use = np.full(m, float(background.vram_mb))
@@ -415,7 +423,7 @@ def _run(
     capacity = budget - base_mb
     free_cores = max(1, cpu_cores - bg.cpu_threads)
     rm = None if residency is None or residency.idle else _row_models(
-        np, codes, residency, budget, base_mb)
+        np, codes, residency, budget, base_mb, vram)
 
     st = _State(np, m, n, base_mb if rm is None else rm.base_mb, base_share)
     st.cpu_ms = per_row("cpu_ms", np.float64)

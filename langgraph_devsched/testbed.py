@@ -14,9 +14,10 @@ simulation on a virtual clock:
 * Resident models (a tool with ``weights_mb > 0``; see `batchsim.plan_gpu` for the GPU rule):
   the testbed keeps state across steps, the models resident on the GPU (LRU order) and in
   host memory (unbounded). At a step's start the models of its GPU-placed calls are
-  protected and each one not resident loads, evicting least recently used others
-  (`residency.plan_room`) against the budget less the background less the resident weights;
-  the resident weights are then the ledger's base for the whole step. A GPU call on a model
+  protected; in first-use order each gets room for its weights (when not resident) plus its
+  first call's working memory, evicting least recently used others (`residency.plan_room`)
+  against the budget less the background less the resident weights, and loads. The resident
+  weights are then the ledger's base for the whole step. A GPU call on a model
   loaded this step waits until ``load_gpu_ms`` from the step's start (a fixed phase, not
   slowed by sharing) before its copy; a model that gets no room sends its `gpu_now` calls
   down the OOM path and its `gpu_queued` calls to the CPU (``vram_over_budget``). A CPU call
@@ -330,12 +331,16 @@ class SimulatedTestbed:
             task.cpu_forbidden = call_id in cpu_forbidden
             task.model = params.model_name(tool)
             tasks.append(task)
-        wanted = list(dict.fromkeys(
-            t.model for t in tasks if t.model is not None and t.option != "cpu"))
+        wanted: dict[str, float] = {}
+        for t in tasks:
+            if t.model is not None and t.option != "cpu":
+                wanted.setdefault(t.model, t.p.vram_mb)
         plan = batchsim.plan_gpu(
-            self._state.gpu, wanted, {m: self._models[m].weights_mb for m in wanted},
+            self._state.gpu, list(wanted.items()),
+            {m: self._models[m].weights_mb for m in wanted},
             budget_mb=self.vram_budget_mb, background_mb=self._background.vram_mb)
         first: set[str] = set()
+        first_use: set[str] = set()
         for t in tasks:
             if t.model is None or t.option == "cpu":
                 continue
@@ -344,7 +349,10 @@ class SimulatedTestbed:
                 t.gpu_load_ms = self._models[t.model].load_gpu_ms
                 if t.model not in first:
                     first.add(t.model)
-                    t.loaded, t.evicted = True, plan.evicted[t.model]
+                    t.loaded = True
+            if t.model not in first_use:
+                first_use.add(t.model)
+                t.evicted = plan.evicted.get(t.model, ())
         sim = _Simulation(self, tasks, base_mb=plan.base_mb)
         record = sim.run()
         host = tuple(self._state.host_order) + tuple(
