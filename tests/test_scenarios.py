@@ -1,4 +1,4 @@
-"""Scenario files: the format, its error messages, and the 13 built-ins' properties.
+"""Scenario files: the format, its error messages, and the 17 built-ins' properties.
 
 The built-ins' properties are checked from the oracle's own results (through the runner),
 never from labels written by hand.
@@ -66,7 +66,7 @@ def test_declared_profile_is_kept_not_derived(tmp_path: Path) -> None:
     ("old", "new", "expected"),
     [
         ("category: parallel", "category: gpu",
-         ["category", "expected one of 'serial', 'parallel' or 'memory'", "'gpu'"]),
+         ["category", "expected one of 'serial', 'parallel', 'memory' or 'residency'", "'gpu'"]),
         ("testbed: {vram_budget_mb: 8000, cpu_cores: 4}", "testbed: {cpu_cores: 4}",
          ["testbed.vram_budget_mb", "required field is missing"]),
         ("cpu_cores: 4", "cpu_cores: four",
@@ -139,12 +139,14 @@ def bench(builtins: list[Scenario]) -> BenchResult:
     return run_benchmark(builtins, ["all_gpu", "heft", "oracle"], rounds=2)
 
 
-def test_thirteen_builtins_by_category(builtins: list[Scenario]) -> None:
-    assert len(builtin_scenario_paths()) == 13
+def test_seventeen_builtins_by_category(builtins: list[Scenario]) -> None:
+    assert len(builtin_scenario_paths()) == 17
     cats = [s.category for s in builtins]
     assert cats.count("serial") >= 3
     assert cats.count("parallel") >= 5
     assert cats.count("memory") >= 4
+    assert cats.count("residency") >= 4
+    assert [s.has_resident_models() for s in builtins] == [c == "residency" for c in cats]
     assert all(len(b) <= 8 for s in builtins for b in s.batches())
 
 

@@ -14,6 +14,10 @@ that flatters every scheduler that reads profiles. The other modes drop or disto
 A profile written in the scenario file itself is the tool's own declaration: ``exact`` and
 ``none`` keep it as it is, ``noisy``/``stale`` distort it like a derived one.
 
+A tool whose hidden parameters keep model weights resident (``weights_mb > 0``) declares,
+except under ``none``, its ``model``, ``weights_mb`` and ``load_ms`` too (the file's own
+hints win); ``noisy`` distorts the load times like the latencies (its own seeded draws).
+
 >>> parse_declare("noisy(0.3)")
 Declare(kind='noisy', value=0.3)
 >>> parse_declare("stale(2)").label
@@ -33,7 +37,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec, validate_spec
+from langgraph_devsched.hints import LoadProfile, SoloProfile, ToolDeviceSpec, validate_spec
 
 DeclareKind = Literal["exact", "none", "noisy", "stale"]
 _PATTERN = re.compile(r"^\s*(exact|none|noisy|stale)\s*(?:\(\s*([0-9.eE+-]+)\s*\))?\s*$")
@@ -88,6 +92,13 @@ def declared_specs(
         hints = dict(entry.hints or {})
         p = entry.params
         hints.setdefault("vram_mb", p.vram_mb)
+        if p.weights_mb > 0 and declare.kind != "none":
+            if p.model is not None:
+                hints.setdefault("model", p.model)
+            hints.setdefault("weights_mb", p.weights_mb)
+            if "load_ms" not in hints:
+                hints["load_ms"] = _distorted_load(
+                    LoadProfile(gpu_ms=p.load_gpu_ms, cpu_ms=p.load_cpu_ms), declare, name, seed)
         own = hints.get("profile")
         if own is None and declare.kind != "none":
             own = SoloProfile(
@@ -98,6 +109,15 @@ def declared_specs(
             hints["profile"] = _distorted(profile, declare, name, seed)
         out[name] = validate_spec(name, hints)
     return out
+
+
+def _distorted_load(load: LoadProfile, declare: Declare, tool: str, seed: int) -> LoadProfile:
+    if declare.kind != "noisy" or not declare.value:
+        return load
+    rng = random.Random(zlib.crc32(f"{seed}:{tool}:load".encode()))
+    sigma = declare.value
+    return LoadProfile(gpu_ms=(load.gpu_ms or 0.0) * math.exp(rng.gauss(0.0, sigma)),
+                       cpu_ms=(load.cpu_ms or 0.0) * math.exp(rng.gauss(0.0, sigma)))
 
 
 def _distorted(profile: SoloProfile, declare: Declare, tool: str, seed: int) -> SoloProfile:

@@ -90,7 +90,7 @@ def figures(bench: BenchResult, *, where: str = SIMULATED) -> dict[str, Any]:
     for i, n in enumerate(names):
         rows = [s.results[n].round_makespans_ms for s in bench.scenarios if n in s.results]
         per_round = [
-            sum(max(0.0, s.results[n].round_makespans_ms[k] - s.optimal_makespan_ms)
+            sum(max(0.0, s.results[n].round_makespans_ms[k] - _reference(s, k))
                 for s in bench.scenarios
                 if n in s.results and k < len(s.results[n].round_makespans_ms))
             for k in range(max((len(r) for r in rows), default=0))
@@ -153,3 +153,9 @@ def write_plots(bench: BenchResult, folder: str | Path, *, where: str = SIMULATE
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def _reference(s: Any, k: int) -> float:
+    """Round ``k``'s reference makespan (with resident models: the oracle's round)."""
+    refs = getattr(s, "reference_makespans_ms", None) or []
+    return float(refs[k]) if k < len(refs) else float(s.optimal_makespan_ms)

@@ -9,7 +9,10 @@ scheduler left out to why (e.g. ``agentic`` without a configured LLM). Decision 
 ``decision_ms_p50``, ``decision_ms_p95``, and the same in ``summary`` (percentiles over every
 decision of the run); ``config.decision_cost`` says whether decision time counted in the wall
 time. ``config.declare`` says what the tools declared (``exact``: the ground truth's solo
-profiles, also ``config.ground_truth_declared``). Other keys are extra.
+profiles, also ``config.ground_truth_declared``). Resident models: ``resident_models`` and
+``reference_makespans_ms`` (each round's reference) per scenario, ``evictions_per_step`` and
+``loads`` per result; a third table (`residency_table`) shows them where a scenario has
+resident models. Other keys are extra.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ def declare_caption(bench: BenchResult) -> str:
 
 
 def ratio(result: SchedulerResult, scenario: ScenarioResult) -> float:
-    """Final noise-free makespan over the optimum (1.0 is optimal)."""
+    """Final noise-free makespan over the optimum (1.0 is optimal; with resident models the
+    reference is the oracle's final round)."""
     best = scenario.optimal_makespan_ms
     return result.final_makespan_ms / best if best > 0 else 1.0
 
@@ -117,6 +121,8 @@ def _result_json(r: SchedulerResult, s: ScenarioResult) -> dict[str, Any]:
         "agentic": r.agentic.model_dump() if r.agentic is not None else None,
         "probes": r.probes,
         "fallbacks": r.fallbacks,
+        "evictions_per_step": round(r.evictions_per_step, 4),
+        "loads": r.loads,
         "round_makespans_ms": [round(x, 3) for x in r.round_makespans_ms],
         "measured_makespans_ms": [round(x, 3) for x in r.measured_makespans_ms],
         "round_wall_ms": [round(x, 3) for x in r.round_wall_ms],
@@ -143,6 +149,8 @@ def to_json(bench: BenchResult) -> dict[str, Any]:
                 "rounds": s.rounds,
                 "optimal_makespan_ms": round(s.optimal_makespan_ms, 3),
                 "optimal_mapping": dict(s.optimal_mapping),
+                "resident_models": s.resident_models,
+                "reference_makespans_ms": [round(x, 3) for x in s.reference_makespans_ms],
                 "results": {name: _result_json(r, s) for name, r in s.results.items()},
             }
             for s in bench.scenarios
@@ -234,7 +242,40 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
             f"{row['decision_ms_p95']:.3f}",
             str(row["llm_calls"]),
         )
-    return [per, summ]
+    resident = residency_table(bench, caption=caption)
+    return [per, summ] if resident is None else [per, summ, resident]
+
+
+def residency_table(bench: BenchResult, *, caption: str = "") -> Any:
+    """Scenarios with resident models: per scheduler the ratio to the oracle's final round,
+    evictions per step and loads; None when no scenario has resident models."""
+    from rich.table import Table
+
+    scenarios = [s for s in bench.scenarios if s.resident_models]
+    if not scenarios:
+        return None
+    table = Table(title="Resident models (ratio to the oracle's final round · evictions/step · "
+                  "loads)", caption=caption)
+    table.add_column("scenario", no_wrap=True)
+    for name in bench.schedulers:
+        table.add_column(name, justify="right", no_wrap=True)
+    for s in scenarios:
+        table.add_row(s.name, *(
+            f"{ratio(r, s):.2f}× {r.evictions_per_step:.2f} {r.loads}"
+            if (r := s.results.get(n)) is not None else "" for n in bench.schedulers))
+    return table
+
+
+def residency_markdown(bench: BenchResult) -> str:
+    """`residency_table` as Markdown: ratio to the oracle's final round, evictions per step."""
+    scenarios = [s for s in bench.scenarios if s.resident_models]
+    lines = ["| scenario | " + " | ".join(bench.schedulers) + " |",
+             "| --- | " + " | ".join("---:" for _ in bench.schedulers) + " |"]
+    for s in scenarios:
+        cells = [f"{ratio(r, s):.2f}× · {r.evictions_per_step:.2f}"
+                 if (r := s.results.get(n)) is not None else "" for n in bench.schedulers]
+        lines.append(f"| {s.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def markdown_summary(bench: BenchResult) -> str:

@@ -10,6 +10,13 @@ counts). Decision time is cost too: each decision is timed (``clock``), and a ro
 ``wall_ms`` is its decision time plus its makespan (``decision_cost="measured"``, the
 default) or its makespan alone (``"none"``); ``wall_regret_ms`` is the regret on wall time.
 
+With resident models (`Scenario.has_resident_models`) a batch's cost depends on the state the
+earlier batches left (loads, evictions), so the reference is the oracle run for the same
+rounds on a noise-free copy, its state carried across batches and rounds (`reference`): each
+round is compared with the oracle's same round, and ``optimal``/the ratio use the final
+round's (the oracle's per-batch optimum is myopic: a scheduler may beat it). Without resident
+models every round's reference is the one per-batch optimum, as before.
+
 >>> from langgraph_devsched.bench.scenario import Scenario
 >>> s = Scenario.model_validate({"name": "fft", "category": "serial",
 ...     "testbed": {"vram_budget_mb": 8000, "noise": 0},
@@ -121,6 +128,10 @@ class SchedulerResult:
     """Decisions the scheduler reused unchanged (`Decision.reused`)."""
     agentic: AgenticSummary | None = None
     """The agentic scheduler's consultations: valid answers, fallbacks by cause, latency."""
+    evictions_per_step: float = 0.0
+    """Models evicted per executed step (mean over every batch of every round)."""
+    loads: int = 0
+    """Model loads (cold starts, GPU or host) over the whole run."""
 
     @property
     def decision_ms_p50(self) -> float:
@@ -141,6 +152,10 @@ class ScenarioResult:
     optimal_mapping: dict[str, DeviceOption]
     rounds: int
     results: dict[str, SchedulerResult] = field(default_factory=dict)
+    resident_models: bool = False
+    """The scenario's tools keep model weights resident (see `reference`)."""
+    reference_makespans_ms: list[float] = field(default_factory=list)
+    """The reference of each round (with resident models: the oracle's own rounds)."""
 
 
 def call_ids(scenario: Scenario) -> list[list[str]]:
@@ -280,6 +295,34 @@ def optimum(scenario: Scenario) -> tuple[list[float], dict[str, DeviceOption]]:
     return spans, mapping
 
 
+def reference(
+    scenario: Scenario, rounds: int
+) -> tuple[list[float], dict[str, DeviceOption]]:
+    """Each round's reference makespan and the reference's final mapping.
+
+    Without resident models: the per-batch optimum (`optimum`) every round. With them: the
+    oracle run sequentially on a noise-free testbed for ``rounds`` rounds, the resident-model
+    state carried across batches and rounds, each round's noise-free makespan."""
+    if not scenario.has_resident_models():
+        spans, best = optimum(scenario)
+        return [sum(spans)] * rounds, best
+    bed = scenario.make_testbed(noise=0.0)
+    oracle = OracleScheduler(testbed=bed)
+    batches = scenario_batches(scenario)
+    per_round: list[float] = []
+    mapping: dict[str, DeviceOption] = {}
+    for _ in range(rounds):
+        total = 0.0
+        for batch in batches:
+            decision = oracle.decide(batch, SchedulerView(device=bed.device_state()))
+            calls = list(zip(batch.call_ids, _tools(batch), decision.options_for(batch),
+                             strict=True))
+            total += bed.run_step(calls).makespan_ms
+            mapping.update(decision.mapping)
+        per_round.append(total)
+    return per_round, mapping
+
+
 def run_scenario(
     scenario: Scenario,
     schedulers: Sequence[str],
@@ -304,13 +347,14 @@ def run_scenario(
     rounds = scenario.workload.rounds if rounds is None else rounds
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
-    best_spans, best_mapping = optimum(scenario)
-    best = sum(best_spans)
-    out = ScenarioResult(scenario.name, scenario.category, best, best_mapping, rounds)
+    per_round, best_mapping = reference(scenario, rounds)
+    out = ScenarioResult(scenario.name, scenario.category, per_round[-1], best_mapping, rounds,
+                         resident_models=scenario.has_resident_models(),
+                         reference_makespans_ms=per_round)
     for name in names:
         out.results[name] = _run_one(
-            scenario, name, rounds, seed, noise, monitor_factory, best, on_round, step_runner,
-            counted=decision_cost == "measured", clock=clock, declare=mode,
+            scenario, name, rounds, seed, noise, monitor_factory, per_round, on_round,
+            step_runner, counted=decision_cost == "measured", clock=clock, declare=mode,
         )
     return out
 
@@ -322,7 +366,7 @@ def _run_one(
     seed: int | None,
     noise: float | None,
     monitor_factory: MonitorFactory | None,
-    best: float,
+    per_round: list[float],
     on_round: Callable[[str, int], None] | None,
     step_runner: StepRunner | None = None,
     *,
@@ -335,15 +379,15 @@ def _run_one(
     snapshot = batch_snapshot(monitor) if monitor is not None else None  # batch's tools only
     scheduler = build_scheduler(name, testbed=bed, monitor=monitor)
     batches = scenario_batches(scenario, declare=declare or Declare(), seed=seed)
-    cache: dict[tuple[int, tuple[DeviceOption, ...]], float] = {}
+    cache: dict[tuple[Any, ...], float] = {}
     round_spans: list[float] = []
     measured: list[float] = []
     decision_ms: list[float] = []
     walls: list[float] = []
-    llm_calls = probes = fallbacks = reused = 0
+    llm_calls = probes = fallbacks = reused = loads = evictions = steps = 0
     agentic = AgenticStats()
     final: dict[str, DeviceOption] = {}
-    limit = best * (1 + OPTIMAL_TOLERANCE) + 1e-9
+    limits = [best * (1 + OPTIMAL_TOLERANCE) + 1e-9 for best in per_round]
     first_optimal = None
     for r in range(1, rounds + 1):
         noise_free = took = deciding = 0.0
@@ -358,14 +402,18 @@ def _run_one(
             deciding += spent
             options = _check(decision, batch, name)
             calls = list(zip(batch.call_ids, _tools(batch), options, strict=True))
+            state = bed.residency()  # the noise-free cost is paid from the state before the step
+            key = (b, options, state.gpu, state.host)
+            if key not in cache:
+                cache[key] = bed.makespan(calls)
             record = bed.run_step(calls) if step_runner is None else step_runner(bed, batch, calls)
             scheduler.observe(batch, decision, record)
             if monitor is not None:
                 monitor.record(record, batch=batch, decision=decision)
-            key = (b, options)
-            if key not in cache:
-                cache[key] = bed.makespan(calls)
             noise_free += cache[key]
+            loads += record.loads
+            evictions += record.evictions
+            steps += 1
             took += record.makespan_ms
             llm_calls += decision.llm_calls
             probes += int(decision.probe)
@@ -375,7 +423,7 @@ def _run_one(
         round_spans.append(noise_free)
         walls.append(noise_free + (deciding if counted else 0.0))
         measured.append(took)
-        if first_optimal is None and noise_free <= limit:
+        if first_optimal is None and noise_free <= limits[r - 1]:
             first_optimal = r
         if on_round is not None:
             on_round(name, r)
@@ -384,9 +432,9 @@ def _run_one(
         scheduler=name,
         final_mapping=final,
         final_makespan_ms=final_span,
-        optimal=final_span <= limit,
+        optimal=final_span <= limits[-1],
         rounds_to_optimal=first_optimal,
-        regret_ms=sum(max(0.0, s - best) for s in round_spans),
+        regret_ms=sum(max(0.0, s - best) for s, best in zip(round_spans, per_round, strict=True)),
         llm_calls=llm_calls,
         decision_ms_median=statistics.median(decision_ms),
         round_makespans_ms=round_spans,
@@ -395,9 +443,11 @@ def _run_one(
         fallbacks=fallbacks,
         decision_ms=decision_ms,
         round_wall_ms=walls,
-        wall_regret_ms=sum(max(0.0, w - best) for w in walls),
+        wall_regret_ms=sum(max(0.0, w - best) for w, best in zip(walls, per_round, strict=True)),
         reused=reused,
         agentic=agentic.summary(),
+        evictions_per_step=evictions / steps if steps else 0.0,
+        loads=loads,
     )
 
 

@@ -23,10 +23,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec, validate_spec
+from langgraph_devsched.bench.declare import Declare, declared_specs
+from langgraph_devsched.hints import ToolDeviceSpec, validate_spec
 from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
 
-Category = Literal["serial", "parallel", "memory"]
+Category = Literal["serial", "parallel", "memory", "residency"]
 WorkloadKind = Literal["serial", "parallel", "sequence"]
 MAX_BATCH_CALLS = 10
 """Largest batch a scenario may hold: the oracle enumerates 3^n mappings of each batch."""
@@ -34,6 +35,16 @@ MAX_BATCH_CALLS = 10
 
 class ScenarioError(ValueError):
     """A scenario file that cannot be used: the message names the file and the field."""
+
+
+class ResidentModels(BaseModel):
+    """Model weights resident when the testbed starts (each named by a tool's params)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: list[str] = Field(
+        default_factory=list, description="on the GPU, least recently used first")
+    cpu: list[str] = Field(default_factory=list, description="loaded in host memory")
 
 
 class TestbedConfig(BaseModel):
@@ -49,6 +60,9 @@ class TestbedConfig(BaseModel):
     noise: float = Field(default=0.05, ge=0, lt=1, description="relative latency sigma")
     seed: int = Field(default=0, description="seed of the noise generator")
     oom_detect_ms: float = Field(default=20.0, ge=0, description="time lost to an OOM")
+    resident: ResidentModels = Field(
+        default_factory=lambda: ResidentModels(), description="models resident at the start"
+    )
 
 
 class ToolEntry(BaseModel):
@@ -126,20 +140,15 @@ class Scenario(BaseModel):
         return [list(w.calls or [])]
 
     def specs(self) -> dict[str, ToolDeviceSpec]:
-        """Declared hints per tool; a missing profile (or VRAM) is what a profiler would
-        measure alone: cpu_ms, gpu_ms = transfer + compute, transfer_ms (and peak VRAM)."""
-        out = {}
-        for name, entry in self.tools.items():
-            hints = dict(entry.hints or {})
-            p = entry.params
-            hints.setdefault(
-                "profile",
-                SoloProfile(cpu_ms=p.cpu_ms, gpu_ms=p.transfer_ms + p.gpu_ms,
-                            transfer_ms=p.transfer_ms),
-            )
-            hints.setdefault("vram_mb", p.vram_mb)
-            out[name] = validate_spec(name, hints)
-        return out
+        """Declared hints per tool; a missing profile (or VRAM, or resident model) is what a
+        profiler would measure alone: cpu_ms, gpu_ms = transfer + compute, transfer_ms (and
+        peak VRAM, the weights and their load times)."""
+        return declared_specs(self.tools, Declare("exact"))
+
+    def has_resident_models(self) -> bool:
+        """Whether any tool keeps model weights resident (or some start resident)."""
+        t = self.testbed.resident
+        return bool(t.gpu or t.cpu) or any(e.params.weights_mb > 0 for e in self.tools.values())
 
     def make_testbed(
         self, *, noise: float | None = None, seed: int | None = None
@@ -154,6 +163,7 @@ class Scenario(BaseModel):
             noise=t.noise if noise is None else noise,
             seed=t.seed if seed is None else seed,
             oom_detect_ms=t.oom_detect_ms,
+            resident={"gpu": list(t.resident.gpu), "cpu": list(t.resident.cpu)},
         )
 
 
@@ -176,11 +186,16 @@ def load_scenario(path: str | Path) -> Scenario:
             f"{', '.join(Scenario.model_fields)}, got {type(data).__name__}"
         )
     try:
-        return Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(_describe(path, exc)) from None
     except ValueError as exc:  # a HintsError raised inside a validator
         raise ScenarioError(f"scenario file {path}: {exc}") from None
+    try:
+        scenario.make_testbed()
+    except ValueError as exc:  # e.g. an unknown resident model
+        raise ScenarioError(f"scenario file {path}: testbed.{exc}") from None
+    return scenario
 
 
 def _describe(path: Path, exc: ValidationError) -> str:
