@@ -10,6 +10,7 @@ of the running calls, never over the budget. Every call answered once; at rest o
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from typing import Any
 
@@ -17,6 +18,7 @@ from langgraph_devsched.executors.local import GpuConfig, LocalBackend
 from langgraph_devsched.ledger import Reservation, VramLedger, WeightsNeed
 from langgraph_devsched.models import ResidentModel
 from langgraph_devsched.node import DeviceToolNode
+from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.stress.kit import (
     ProbeContext,
     ProbeResult,
@@ -124,7 +126,8 @@ def resident_models(ctx: ProbeContext) -> ProbeResult:
              for j in range(rng.randint(2, 6))]
     for cid, _ in calls:
         faults[cid] = rng.choice(["none", "none", "none", "gpu_oom", "tool_error"])
-    options = {cid: rng.choice(["gpu_now", "gpu_queued", "cpu"]) for cid, _ in calls}
+    choices: list[DeviceOption] = ["gpu_now", "gpu_queued", "cpu"]
+    options = {cid: rng.choice(choices) for cid, _ in calls}
     from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 
     class Drawn(SchedulerBase):
@@ -144,7 +147,7 @@ def resident_models(ctx: ProbeContext) -> ProbeResult:
         if mode == "async":
             out, why = asyncio.run(within(graph.ainvoke(inputs), STEP_LIMIT_S))
         else:
-            out, why = call_within(lambda step=inputs: graph.invoke(step), STEP_LIMIT_S)
+            out, why = call_within(functools.partial(graph.invoke, inputs), STEP_LIMIT_S)
         ok &= result.check(why is None, f"{mode} step {round_}: {why}")
         if why is None:
             ok &= check_answered(result, out, [c for c, _ in calls], f"{mode} step {round_}")
@@ -155,8 +158,9 @@ def resident_models(ctx: ProbeContext) -> ProbeResult:
                            f"step {round_}: ledger {ledger.in_use_mb:.0f} MB at rest, resident "
                            f"weights {resident:.0f} MB")
         for report in list(node.history)[-1:]:
-            result.count("evictions", report.record.evictions)
-            result.count("loads", report.record.loads)
+            if report.record is not None:
+                result.count("evictions", report.record.evictions)
+                result.count("loads", report.record.loads)
     for problem in ledger.problems[:5]:
         ok = result.check(False, problem)
     node.close()
