@@ -1,4 +1,5 @@
-"""Shared plumbing for the suite: sizes, the model cache, seeded inputs, tool metadata.
+"""Shared plumbing for the suite: sizes, the resident model handles, seeded inputs, tool
+metadata.
 
 >>> check_size("small")
 'small'
@@ -10,19 +11,23 @@ ValueError: unknown suite size 'huge'; valid sizes: small, full
 
 from __future__ import annotations
 
+import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar, cast, get_args
 
 from langchain_core.tools import BaseTool
 
 from langgraph_devsched.hints import device_hints
+from langgraph_devsched.models import ResidentModel, default_cache
 from langgraph_devsched.profiling.profiler import EXAMPLE_ARGS_KEY
 
 SuiteSize = Literal["small", "full"]
 """``small``: tens of ms per call on a laptop CPU (tests, docs). ``full``: real-size models."""
 
 SUITE_SIZES: tuple[SuiteSize, ...] = get_args(SuiteSize)
+M = TypeVar("M")
 
 MODEL_SEED = 1234
 """Seed of every randomly initialised model, so outputs are the same in every process."""
@@ -57,41 +62,104 @@ def require_transformers() -> Any:
     return transformers
 
 
-_CACHE: dict[tuple[str, str, str], Any] = {}
-_LOCKS: dict[tuple[str, str, str], threading.Lock] = {}
+SUITE_MODELS_MAX = 32
+"""Bound on the suite's model handles (13 models x 2 sizes, MiniLM shared: 25)."""
+
+_HANDLES: dict[str, ResidentModel[Any]] = {}
 _GUARD = threading.Lock()
+HOST_CACHE_MAX = 4
+"""Bound on the host-side helpers kept between calls (e.g. the archive, one per size)."""
+_HOST: OrderedDict[tuple[str, str], Any] = OrderedDict()
 
-M = TypeVar("M")
+
+def _placed(obj: Any, device: str) -> Any:
+    """``obj`` on ``device``: modules moved and put in eval mode, tensors moved, the items of
+    a tuple placed one by one, anything else (a tokenizer, a label) as it is."""
+    torch = require_torch()
+    if isinstance(obj, torch.nn.Module):
+        return obj.to(device).eval()
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, tuple):
+        return tuple(_placed(item, device) for item in obj)
+    return obj
 
 
-def cached(name: str, size: SuiteSize, device: str, build: Callable[[], M]) -> M:
-    """Build ``name`` once per (name, size, device): seeded, in eval mode, on ``device``.
+def _release(obj: Any) -> None:
+    """Free an instance the cache drops: a module's parameters and buffers go to the ``meta``
+    device (no copy back to the host; its device memory is freed at once, even where a stray
+    reference remains). A plain tensor is freed when the cache drops its reference."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    if isinstance(obj, tuple):
+        for item in obj:
+            _release(item)
+    elif isinstance(obj, torch.nn.Module):
+        obj.to("meta")
 
-    ``build`` returns the object on the CPU; modules are moved to ``device`` and put in eval
-    mode, anything else (tensors, tuples of tensors) is stored as built.
+
+def suite_model(name: str, build: Callable[[], Any], weights_mb: float) -> ResidentModel[Any]:
+    """The suite's `ResidentModel` named ``name`` (one handle per name, made on first use).
+
+    Its ``load(device)`` runs ``build()`` (which returns the object on the CPU) under the
+    fixed seed `MODEL_SEED`, so the weights are the same in every process, then moves it to
+    ``device`` (modules in eval mode; see `_placed`); its ``release`` frees it (`_release`).
+    ``weights_mb`` is declared: the parameter and buffer bytes of the built object, rounded
+    up to the MB (``tests/test_suite_resident.py`` checks it against the built models; on
+    CUDA the cache also measures the load with ``torch.cuda.memory_allocated``).
     """
-    key = (name, size, device)
-    if key in _CACHE:
-        return cast(M, _CACHE[key])
     with _GUARD:
-        lock = _LOCKS.setdefault(key, threading.Lock())
-    with lock:
-        if key not in _CACHE:
-            torch = require_torch()
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(MODEL_SEED)
-                obj = build()
-            if isinstance(obj, torch.nn.Module):
-                obj = obj.to(device).eval()
-            _CACHE[key] = obj
-    return cast(M, _CACHE[key])
+        handle = _HANDLES.get(name)
+        if handle is None:
+            if len(_HANDLES) >= SUITE_MODELS_MAX:
+                raise RuntimeError(f"more than {SUITE_MODELS_MAX} suite models: {name!r}")
+
+            def load(device: str) -> Any:
+                torch = require_torch()
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(MODEL_SEED)
+                    obj = build()
+                return _placed(obj, device)
+
+            handle = ResidentModel(name, load, weights_mb=weights_mb, release=_release)
+            _HANDLES[name] = handle
+        return handle
+
+
+def suite_models() -> tuple[ResidentModel[Any], ...]:
+    """The suite's model handles made so far."""
+    with _GUARD:
+        return tuple(_HANDLES.values())
+
+
+def host_cached(name: str, size: SuiteSize, build: Callable[[], M]) -> M:
+    """A host-side helper (not a model: e.g. a buffer the tool reads), built once per
+    (name, size) and kept, at most `HOST_CACHE_MAX` of them (least recently used dropped)."""
+    key = (name, size)
+    with _GUARD:
+        if key in _HOST:
+            _HOST.move_to_end(key)
+            return cast(M, _HOST[key])
+    obj = build()
+    with _GUARD:
+        obj = _HOST.setdefault(key, obj)
+        _HOST.move_to_end(key)
+        while len(_HOST) > HOST_CACHE_MAX:
+            _HOST.popitem(last=False)
+    return cast(M, obj)
 
 
 def clear_cache() -> None:
-    """Drop every cached model (frees memory; the next call rebuilds)."""
+    """Drop the suite's models from the process-wide model cache (`default_cache`, the one
+    tools use outside a node) and its host-side helpers; the next call loads again. A
+    node's models are freed by ``node.close()``."""
+    names = [h.name for h in suite_models()]
+    cache = default_cache()
+    cache.drop(names, "cpu")
+    cache.drop(names, "gpu")
     with _GUARD:
-        _CACHE.clear()
-        _LOCKS.clear()
+        _HOST.clear()
 
 
 def generator(seed: int) -> Any:
@@ -101,10 +169,12 @@ def generator(seed: int) -> Any:
 
 
 def finish(
-    tool: BaseTool, *, example: Mapping[str, Any], **hints: Any
+    tool: BaseTool, *, example: Mapping[str, Any], model: ResidentModel[Any] | None = None,
+    **hints: Any,
 ) -> BaseTool:
-    """Attach device hints and the profiler's example arguments to a suite tool."""
-    tool = device_hints(**hints)(tool)
+    """Attach device hints and the profiler's example arguments to a suite tool; a tool on a
+    resident ``model`` gets its ``model``/``weights_mb`` hints too (`ResidentModel.hints`)."""
+    tool = device_hints(**(model.hints(**hints) if model is not None else hints))(tool)
     tool.metadata = {**(tool.metadata or {}), EXAMPLE_ARGS_KEY: dict(example)}
     return tool
 

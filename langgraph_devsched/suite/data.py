@@ -19,14 +19,16 @@ from typing import Annotated, Any
 from langchain_core.tools import BaseTool, tool
 
 from langgraph_devsched.device import InjectedDevice
+from langgraph_devsched.models import ResidentModel
 from langgraph_devsched.profiling.transfer import to_device
 from langgraph_devsched.suite._common import (
     SuiteSize,
-    cached,
     check_size,
     finish,
     generator,
+    host_cached,
     require_torch,
+    suite_model,
 )
 
 _CORPUS = {"small": (100_000, 128), "full": (1_000_000, 256)}  # vectors, dimensions
@@ -34,12 +36,24 @@ _TABULAR = {"small": (2048, 64, 256), "full": (100_000, 64, 512)}  # rows, featu
 ARCHIVE_ELEMENTS = {"small": 8 * 2**20, "full": 128 * 2**20}  # int32: 32 MB, 512 MB
 ARCHIVE_MODULUS = 9973
 """``scan_archive``'s element ``i`` is ``i % ARCHIVE_MODULUS``."""
+WEIGHTS_MB: dict[str, dict[SuiteSize, float]] = {
+    "vector-index": {"small": 49, "full": 977},
+    "tabular-mlp": {"small": 1, "full": 3},
+}
+"""Declared resident bytes per model and size, rounded up to the MB: the search corpus
+(``vector-index``, float32 vectors x dimensions) and the MLP's parameters."""
 
 
 def _corpus(size: SuiteSize) -> Any:
     torch = require_torch()
     n, d = _CORPUS[size]
     return torch.nn.functional.normalize(torch.randn(n, d), dim=1)
+
+
+def index_model(size: SuiteSize) -> ResidentModel[Any]:
+    """The search corpus, resident on the device like a loaded index (`vector_search`)."""
+    return suite_model(f"vector-index:{size}", lambda: _corpus(size),
+                       WEIGHTS_MB["vector-index"][size])
 
 
 def _query_vector(query: str, corpus_cpu_row: Any, dim: int) -> Any:
@@ -57,10 +71,10 @@ def search(query: str, k: int, size: SuiteSize, device: str) -> dict[str, Any]:
     """
     torch = require_torch()
     n, d = _CORPUS[size]
-    corpus = cached("corpus", size, device, lambda: _corpus(size).to(device))
+    corpus = index_model(size).get(device)
     row = None
     if query.startswith("doc:") and query[4:].isdigit() and int(query[4:]) < n:
-        row = cached("corpus", size, "cpu", lambda: _corpus(size))[int(query[4:])]
+        row = corpus[int(query[4:])].cpu()  # the same values as the host copy
     q = torch.nn.functional.normalize(_query_vector(query, row, d), dim=0)
     with torch.inference_mode():
         scores = corpus @ to_device(q, device)
@@ -82,11 +96,17 @@ def _mlp(size: SuiteSize) -> Any:
     )
 
 
+def mlp_model(size: SuiteSize) -> ResidentModel[Any]:
+    """The tabular classifier (`tabular_predict`)."""
+    return suite_model(f"tabular-mlp:{size}", lambda: _mlp(size),
+                       WEIGHTS_MB["tabular-mlp"][size])
+
+
 def tabular(seed: int, size: SuiteSize, device: str) -> dict[str, Any]:
     """A 4-layer MLP over a seeded table; returns predicted class counts and mean confidence."""
     torch = require_torch()
     rows, features, _ = _TABULAR[size]
-    model = cached("tabular-mlp", size, device, lambda: _mlp(size))
+    model = mlp_model(size).get(device)
     table = torch.randn(rows, features, generator=generator(seed))
     with torch.inference_mode():
         probs = model(to_device(table, device)).softmax(-1)
@@ -103,7 +123,7 @@ def _archive(size: SuiteSize) -> Any:
 def scan(stride: int, offset: int, size: SuiteSize, device: str) -> dict[str, Any]:
     """Exact checksum of ``archive[offset::stride]`` (on a GPU: copy all of it, then reduce)."""
     torch = require_torch()
-    archive = cached("archive", size, "cpu", lambda: _archive(size))  # always host memory
+    archive = host_cached("archive", size, lambda: _archive(size))  # always host memory
     stride = max(1, int(stride))
     offset = max(0, min(int(offset), archive.shape[0] - 1))
     data = archive if device == "cpu" else to_device(archive, device)
@@ -143,9 +163,10 @@ def tools(size: str = "small") -> list[BaseTool]:
     corpus_mb = _CORPUS[sz][0] * _CORPUS[sz][1] * 4 / 2**20
     archive_mb = ARCHIVE_ELEMENTS[sz] * 4 / 2**20
     return [
-        finish(vector_search, example={"query": "doc:4242", "k": 5},
-               vram_mb=round(corpus_mb * 1.2), gpu_share=0.3 if full else 0.1),
-        finish(tabular_predict, example={"seed": 21},
+        # the corpus is the resident weights; the call's working memory is the scores
+        finish(vector_search, example={"query": "doc:4242", "k": 5}, model=index_model(sz),
+               vram_mb=round(corpus_mb * 0.2), gpu_share=0.3 if full else 0.1),
+        finish(tabular_predict, example={"seed": 21}, model=mlp_model(sz),
                vram_mb=2000 if full else 30, gpu_share=0.6 if full else 0.1),
         finish(scan_archive, example={"stride": 4096},
                vram_mb=round(archive_mb * 1.1), gpu_share=0.05),

@@ -16,16 +16,17 @@ from typing import Annotated, Any
 from langchain_core.tools import BaseTool, tool
 
 from langgraph_devsched.device import InjectedDevice
+from langgraph_devsched.models import ResidentModel
 from langgraph_devsched.profiling.transfer import to_device
 from langgraph_devsched.suite import signals
 from langgraph_devsched.suite._common import (
     SuiteSize,
-    cached,
     check_size,
     checksum,
     finish,
     require_torch,
     require_transformers,
+    suite_model,
     sync,
 )
 
@@ -57,6 +58,12 @@ _VITS: dict[str, dict[str, Any]] = {
     "full": dict(vocab_size=64),  # VitsConfig defaults: the MMS-TTS architecture
 }
 
+WEIGHTS_MB: dict[str, dict[SuiteSize, float]] = {
+    "whisper": {"small": 1, "full": 145},
+    "vits": {"small": 1, "full": 139},
+}
+"""Declared weights per model and size: parameter and buffer bytes, rounded up to the MB."""
+
 _SECONDS = {
     "pitch": {"small": 2.0, "full": 120.0},
     "vad": {"small": 4.0, "full": 300.0},
@@ -70,10 +77,25 @@ def _whisper(size: SuiteSize) -> Any:
     return tf.WhisperForConditionalGeneration(tf.WhisperConfig(**_WHISPER[size], **ids))
 
 
+def whisper_model(size: SuiteSize) -> ResidentModel[Any]:
+    """The speech-to-text model (`transcribe_speech`)."""
+    return suite_model(f"whisper:{size}", lambda: _whisper(size), WEIGHTS_MB["whisper"][size])
+
+
+def _vits(size: SuiteSize) -> Any:
+    tf = require_transformers()
+    return tf.VitsModel(tf.VitsConfig(**_VITS[size]))
+
+
+def vits_model(size: SuiteSize) -> ResidentModel[Any]:
+    """The text-to-speech model (`synthesize_speech`)."""
+    return suite_model(f"vits:{size}", lambda: _vits(size), WEIGHTS_MB["vits"][size])
+
+
 def transcribe(seed: int, size: SuiteSize, device: str) -> dict[str, Any]:
     """Log-mel features of a synthetic clip, Whisper encoder, greedy decoding of a few tokens."""
     torch = require_torch()
-    model = cached("whisper", size, device, lambda: _whisper(size))
+    model = whisper_model(size).get(device)
     cfg = _WHISPER[size]
     samples = 2 * cfg["max_source_positions"] * signals.HOP
     wave, _, _ = signals.speechlike(seed, samples / signals.SAMPLE_RATE)
@@ -93,8 +115,7 @@ def transcribe(seed: int, size: SuiteSize, device: str) -> dict[str, Any]:
 def synthesize(text: str, seed: int, size: SuiteSize, device: str) -> dict[str, Any]:
     """VITS text-to-speech (characters as ids); the stochastic duration noise uses ``seed``."""
     torch = require_torch()
-    tf = require_transformers()
-    model = cached("vits", size, device, lambda: tf.VitsModel(tf.VitsConfig(**_VITS[size])))
+    model = vits_model(size).get(device)
     vocab = model.config.vocab_size
     ids = torch.tensor([[1 + ord(c) % (vocab - 1) for c in text[:200] or " "]])
     devices = [torch.device(device).index or 0] if device.startswith("cuda") else []
@@ -196,9 +217,10 @@ def tools(size: str = "small") -> list[BaseTool]:
         return json.dumps(spectrogram(seed, sz, device))
 
     return [
-        finish(transcribe_speech, example={"seed": 7},
+        finish(transcribe_speech, example={"seed": 7}, model=whisper_model(sz),
                vram_mb=600 if full else 60, gpu_share=0.5 if full else 0.2),
         finish(synthesize_speech, example={"text": "the quick brown fox jumps", "seed": 1},
+               model=vits_model(sz),
                vram_mb=900 if full else 60, gpu_share=0.5 if full else 0.2),
         finish(estimate_pitch, example={"seed": 3},
                vram_mb=400 if full else 40, gpu_share=0.3 if full else 0.1),

@@ -22,15 +22,16 @@ from typing import Annotated, Any
 from langchain_core.tools import BaseTool, tool
 
 from langgraph_devsched.device import InjectedDevice
+from langgraph_devsched.models import ResidentModel
 from langgraph_devsched.profiling.transfer import to_device
 from langgraph_devsched.suite import signals
 from langgraph_devsched.suite._common import (
     SuiteSize,
-    cached,
     check_size,
     finish,
     require_torch,
     require_transformers,
+    suite_model,
 )
 
 _RERANKER: dict[str, dict[str, Any]] = {
@@ -45,6 +46,12 @@ _MINILM_FALLBACK = dict(
     vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
     intermediate_size=1536,
 )
+WEIGHTS_MB: dict[str, dict[SuiteSize, float]] = {
+    "minilm": {"small": 87, "full": 87},
+    "reranker": {"small": 1, "full": 418},
+}
+"""Declared weights per model and size: parameter and buffer bytes, rounded up to the MB
+(MiniLM is the same model at both sizes: one handle, ``minilm``)."""
 
 
 def _minilm_path() -> Any:
@@ -56,8 +63,8 @@ def _minilm_path() -> Any:
     return path if (path / "model.safetensors").exists() else None
 
 
-def _encoder(device: str) -> tuple[Any, Any, str]:
-    """(model on ``device``, tokenizer or None, weights label) for the embedding tool."""
+def _encoder() -> tuple[Any, Any, str]:
+    """(model on the CPU, tokenizer or None, weights label) for the embedding tool."""
     tf = require_transformers()
     path = _minilm_path()
     if path is not None:
@@ -67,13 +74,29 @@ def _encoder(device: str) -> tuple[Any, Any, str]:
     else:
         model, tok = tf.BertModel(tf.BertConfig(**_MINILM_FALLBACK)), None
         label = "random-bert (MiniLM shape)"
-    return model.to(device).eval(), tok, label
+    return model, tok, label
+
+
+def minilm_model() -> ResidentModel[Any]:
+    """The sentence encoder (`embed_texts`), the same at both sizes."""
+    return suite_model("minilm", _encoder, WEIGHTS_MB["minilm"]["full"])
+
+
+def _reranker(size: SuiteSize) -> Any:
+    tf = require_transformers()
+    return tf.BertForSequenceClassification(tf.BertConfig(**_RERANKER[size]))
+
+
+def reranker_model(size: SuiteSize) -> ResidentModel[Any]:
+    """The cross-encoder (`rerank_passages`)."""
+    return suite_model(f"reranker:{size}", lambda: _reranker(size),
+                       WEIGHTS_MB["reranker"][size])
 
 
 def embed(texts: list[str], size: SuiteSize, device: str) -> dict[str, Any]:
     """Mean-pooled, L2-normalised sentence embeddings and their cosine similarity matrix."""
     torch = require_torch()
-    net, tok, label = cached("minilm", size, device, lambda: _encoder(device))
+    net, tok, label = minilm_model().get(device)
     texts = texts or [""]
     if tok is not None:
         batch = tok(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
@@ -99,12 +122,8 @@ def embed(texts: list[str], size: SuiteSize, device: str) -> dict[str, Any]:
 def rerank(query: str, passages: list[str], size: SuiteSize, device: str) -> dict[str, Any]:
     """Cross-encoder scores of (query, passage) pairs; returns the order, best first."""
     torch = require_torch()
-    tf = require_transformers()
     cfg = _RERANKER[size]
-    model = cached(
-        "reranker", size, device,
-        lambda: tf.BertForSequenceClassification(tf.BertConfig(**cfg)),
-    )
+    model = reranker_model(size).get(device)
     length = _RERANK_LEN[size]
     half = length // 2
     rows, types = [], []
@@ -182,11 +201,12 @@ def tools(size: str = "small") -> list[BaseTool]:
     ]
     texts = sentences * (26 if full else 1)
     passages = [f"{s} (passage {i})" for i, s in enumerate(sentences * (4 if full else 2))]
-    neutral = dict(gpu_capable=True, vram_mb=0, gpu_share=0.01)
+    neutral: dict[str, Any] = dict(gpu_capable=True, vram_mb=0, gpu_share=0.01)
     return [
-        finish(embed_texts, example={"texts": texts},
+        finish(embed_texts, example={"texts": texts}, model=minilm_model(),
                vram_mb=400 if full else 200, gpu_share=0.3 if full else 0.1),
         finish(rerank_passages, example={"query": "cat on a rug", "passages": passages},
+               model=reranker_model(sz),
                vram_mb=1200 if full else 40, gpu_share=0.6 if full else 0.1),
         finish(tokenize_text, example={"text": doc}, **neutral),
         finish(extract_patterns, example={"text": doc}, **neutral),

@@ -18,17 +18,18 @@ from typing import Annotated, Any
 from langchain_core.tools import BaseTool, tool
 
 from langgraph_devsched.device import InjectedDevice
+from langgraph_devsched.models import ResidentModel
 from langgraph_devsched.profiling.transfer import to_device
 from langgraph_devsched.suite import signals
 from langgraph_devsched.suite._common import (
     SuiteSize,
-    cached,
     check_size,
     checksum,
     finish,
     generator,
     require_torch,
     require_transformers,
+    suite_model,
 )
 
 _IMAGE = {"small": 64, "full": 224}
@@ -44,6 +45,21 @@ _CAPTION_TOKENS = {"small": 4, "full": 8}
 _OCR = {"small": (32, 256, 16, 1), "full": (64, 1024, 64, 8)}  # height, width, channels, lines
 _UNET = {"small": (32, 16, 4), "full": (128, 48, 12)}  # side, channels, steps
 OCR_ALPHABET = "-0123456789abcdefghijklmnopqrstuvwxyz"  # index 0 is the CTC blank
+WEIGHTS_MB: dict[str, dict[SuiteSize, float]] = {
+    "detr": {"small": 2, "full": 159},
+    "captioner": {"small": 2, "full": 913},
+    "clip": {"small": 1, "full": 578},
+    "resnet": {"small": 2, "full": 98},
+    "crnn": {"small": 1, "full": 10},
+    "unet": {"small": 1, "full": 2},
+}
+"""Declared weights per model and size: parameter and buffer bytes, rounded up to the MB."""
+
+
+def vision_model(name: str, size: SuiteSize) -> ResidentModel[Any]:
+    """The resident model ``name`` (a key of `WEIGHTS_MB`) of a vision tool at ``size``."""
+    build = _BUILDERS[name]
+    return suite_model(f"{name}:{size}", lambda: build(size), WEIGHTS_MB[name][size])
 
 
 def _detr(size: SuiteSize) -> Any:
@@ -67,7 +83,7 @@ def _detr(size: SuiteSize) -> Any:
 def detect(seed: int, size: SuiteSize, device: str) -> dict[str, Any]:
     """DETR: class probabilities and boxes per query; reports the three most confident."""
     torch = require_torch()
-    model = cached("detr", size, device, lambda: _detr(size))
+    model = vision_model("detr", size).get(device)
     img = signals.image(seed, _DETR_IMAGE[size])
     with torch.inference_mode():
         out = model(pixel_values=to_device(img, device))
@@ -101,7 +117,7 @@ def _captioner(size: SuiteSize) -> Any:
 def caption(seed: int, size: SuiteSize, device: str) -> dict[str, Any]:
     """ViT encoder + GPT-2 decoder, greedy decoding of a few tokens."""
     torch = require_torch()
-    model = cached("captioner", size, device, lambda: _captioner(size))
+    model = vision_model("captioner", size).get(device)
     img = signals.image(seed, _IMAGE[size])
     with torch.inference_mode():
         encoded = model.encoder(pixel_values=to_device(img, device)).last_hidden_state
@@ -129,7 +145,7 @@ def _clip(size: SuiteSize) -> Any:
 def clip_match(seed: int, labels: list[str], size: SuiteSize, device: str) -> dict[str, Any]:
     """Zero-shot CLIP: softmax over the labels for the synthetic image."""
     torch = require_torch()
-    model = cached("clip", size, device, lambda: _clip(size))
+    model = vision_model("clip", size).get(device)
     vocab = model.config.text_config.vocab_size
     labels = labels or [""]
     bos, eos = model.config.text_config.bos_token_id, model.config.text_config.eos_token_id
@@ -154,7 +170,7 @@ def _resnet(size: SuiteSize) -> Any:
 def classify(seed: int, size: SuiteSize, device: str) -> dict[str, Any]:
     """ResNet image classification (ResNet-50 at full size): the five best classes."""
     torch = require_torch()
-    model = cached("resnet", size, device, lambda: _resnet(size))
+    model = vision_model("resnet", size).get(device)
     img = signals.image(seed, _IMAGE[size])
     with torch.inference_mode():
         probs = model(pixel_values=to_device(img, device)).logits.softmax(-1)[0]
@@ -194,7 +210,7 @@ def ocr(seed: int, size: SuiteSize, device: str) -> dict[str, Any]:
     """CRNN (conv + BiLSTM) with greedy CTC decoding of synthetic text-line images."""
     torch = require_torch()
     height, width, _, lines = _OCR[size]
-    model = cached("crnn", size, device, lambda: _crnn(size))
+    model = vision_model("crnn", size).get(device)
     gen = generator(seed)
     # glyph-like strokes: random vertical bars on a light background
     bars = (torch.rand(lines, 1, 1, width // 4, generator=gen) > 0.6).float()
@@ -248,7 +264,7 @@ def generate(seed: int, size: SuiteSize, device: str) -> dict[str, Any]:
     """DDIM-style sampling: start from seeded noise, subtract the predicted noise each step."""
     torch = require_torch()
     side, _, steps = _UNET[size]
-    model = cached("unet", size, device, lambda: _unet(size))
+    model = vision_model("unet", size).get(device)
     x = torch.randn(1, 3, side, side, generator=generator(seed))
     with torch.inference_mode():
         x = to_device(x, device)
@@ -263,6 +279,12 @@ def generate(seed: int, size: SuiteSize, device: str) -> dict[str, Any]:
         "mean": round(float(img.mean()), 4),
         "checksum": checksum(img),
     }
+
+
+_BUILDERS = {
+    "detr": _detr, "captioner": _captioner, "clip": _clip, "resnet": _resnet, "crnn": _crnn,
+    "unet": _unet,
+}
 
 
 def tools(size: str = "small") -> list[BaseTool]:
@@ -304,16 +326,17 @@ def tools(size: str = "small") -> list[BaseTool]:
 
     labels = ["a dog", "a cat", "a car", "a tree"]
     return [
-        finish(detect_objects, example={"seed": 11},
+        finish(detect_objects, example={"seed": 11}, model=vision_model("detr", sz),
                vram_mb=1500 if full else 60, gpu_share=0.7 if full else 0.2),
-        finish(caption_image, example={"seed": 12},
+        finish(caption_image, example={"seed": 12}, model=vision_model("captioner", sz),
                vram_mb=1400 if full else 50, gpu_share=0.6 if full else 0.2),
         finish(match_image_text, example={"seed": 13, "labels": labels},
+               model=vision_model("clip", sz),
                vram_mb=1000 if full else 50, gpu_share=0.4 if full else 0.1),
-        finish(classify_image, example={"seed": 14},
+        finish(classify_image, example={"seed": 14}, model=vision_model("resnet", sz),
                vram_mb=500 if full else 40, gpu_share=0.4 if full else 0.1),
-        finish(read_text, example={"seed": 15},
+        finish(read_text, example={"seed": 15}, model=vision_model("crnn", sz),
                vram_mb=600 if full else 40, gpu_share=0.4 if full else 0.1),
-        finish(generate_image, example={"seed": 16},
+        finish(generate_image, example={"seed": 16}, model=vision_model("unet", sz),
                vram_mb=1200 if full else 50, gpu_share=0.8 if full else 0.2),
     ]
