@@ -273,3 +273,47 @@ def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
     assert all(t.runs["cpu"].latency.runs == 1 for t in p.tools)
     assert p.cpu_threads == 1
     assert (tmp_path / "out" / "profile_scatter.png").exists()
+
+
+def test_a_cold_start_becomes_a_load_time_hint() -> None:
+    """The first call loads the tool's model (here 80 ms of a fake clock, then 2 ms a call):
+    the profile says so, and the hints carry it as ``load_ms``; a tool without a load has
+    none."""
+    from langchain_core.tools import tool
+
+    from langgraph_devsched.profiling import profiler
+    from langgraph_devsched.profiling.to_hints import profile_hints
+
+    now = [0.0]
+    seen: list[int] = []
+
+    @tool
+    def loads(text: str) -> str:
+        """Loads a model on first use."""
+        now[0] += 0.080 if not seen else 0.002
+        seen.append(1)
+        return text
+
+    @tool
+    def steady(text: str) -> str:
+        """No model to load."""
+        now[0] += 0.002
+        return text
+
+    runs = {t.name: profiler.measure(t, {"text": "x"}, "cpu", repeats=3, warmup=1,
+                                     cpu_threads=1, clock=lambda: now[0])
+            for t in (loads, steady)}
+    assert runs["loads"].cold_ms == pytest.approx(80.0)
+    assert runs["loads"].load_ms == pytest.approx(78.0)
+    assert runs["steady"].load_ms == pytest.approx(0.0)
+    from langgraph_devsched.profiling.model import Profile, ToolProfile
+
+    rows = [ToolProfile(tool=name, runs={"cpu": run}) for name, run in runs.items()]
+    p = Profile(created="now", repeats=3, warmup=1, cpu_threads=1, devices_requested=["cpu"],
+                devices_measured=["cpu"], tools=rows)
+    hints = profile_hints(p)
+    assert hints["loads"]["load_ms"] == {"cpu_ms": 78.0}
+    from langgraph_devsched.hints import validate_spec
+
+    assert validate_spec("loads", hints["loads"]).load_ms.cpu_ms == 78.0  # type: ignore[union-attr]
+    assert "load_ms" not in hints["steady"] and "weights_mb" not in hints["steady"]

@@ -82,6 +82,22 @@ class DeviceRun(BaseModel):
     )
     cpu_threads: int = Field(ge=1, description="torch.set_num_threads during the runs")
     output_preview: str = Field(default="", description="first characters of the last output")
+    cold_ms: float | None = Field(
+        default=None, ge=0,
+        description="the first call's latency (a cold start: it loads the tool's model)",
+    )
+    resident_mb: float | None = Field(
+        default=None, ge=0,
+        description="CUDA memory still allocated after the first call returned, above what "
+        "was there before it (the weights it keeps resident; GPU only)",
+    )
+
+    @property
+    def load_ms(self) -> float | None:
+        """What the cold start cost on top of a warm call (the first call less the median)."""
+        if self.cold_ms is None:
+            return None
+        return max(0.0, self.cold_ms - self.latency.median_ms)
 
 
 class ToolProfile(BaseModel):
@@ -93,6 +109,8 @@ class ToolProfile(BaseModel):
     gpu_capable: bool = True
     declared_vram_mb: float = 0.0
     declared_gpu_share: float | None = Field(default=None, description="from the tool's hints")
+    declared_model: str | None = Field(default=None, description="the tool's model hint")
+    declared_weights_mb: float = Field(default=0.0, ge=0, description="its weights_mb hint")
     runs: dict[str, DeviceRun] = Field(default_factory=dict, description="keyed 'cpu' / 'cuda'")
     skipped: dict[str, str] = Field(
         default_factory=dict, description="device kind -> why it was not measured"

@@ -1,12 +1,14 @@
 """Measure tools on each available device: warm-up, repeated runs, transfers, peak VRAM.
 
-Per tool and device: ``warmup`` unrecorded calls (the first builds the tool's model), then
-``repeats`` timed calls (``perf_counter`` around ``tool.invoke``, then a CUDA synchronize, so
-queued kernels are inside the time). Transfers are the copies the tool makes through
-`to_device` (timed in isolation, see `transfer`), else the ``transfer_ms`` of its declared
-profile. Peak VRAM is ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``,
-minus what was allocated before the tool's first call (so other tools' cached models do not
-count). CPU threads are pinned with ``torch.set_num_threads`` for the whole run and restored.
+Per tool and device: ``warmup`` calls (the first builds the tool's model: its latency is the
+cold start, ``cold_ms``, and on CUDA the memory it leaves allocated is the resident weights,
+``resident_mb``), then ``repeats`` timed calls (``perf_counter`` around ``tool.invoke``,
+then a CUDA synchronize, so queued kernels are inside the time). Transfers are the copies
+the tool makes through `to_device` (timed in isolation, see `transfer`), else the
+``transfer_ms`` of its declared profile. Peak VRAM is ``torch.cuda.max_memory_allocated``
+after ``reset_peak_memory_stats``, minus what was allocated before the tool's first call (so
+other tools' cached models do not count). CPU threads are pinned with
+``torch.set_num_threads`` for the whole run and restored.
 
 >>> from langchain_core.tools import tool
 >>> @tool
@@ -181,6 +183,13 @@ class _Cuda:
         return float(torch.cuda.memory_allocated(device))
 
     @staticmethod
+    def allocated(device: str) -> float:
+        import torch
+
+        torch.cuda.synchronize(device)
+        return float(torch.cuda.memory_allocated(device))
+
+    @staticmethod
     def peak_mb(device: str, baseline: float) -> float:
         import torch
 
@@ -212,8 +221,16 @@ def measure(
     on_gpu = device != "cpu"
     baseline = _Cuda.start_peak(device) if on_gpu else 0.0
     out: Any = None
-    for _ in range(warmup):
+    cold_ms = resident_mb = None
+    for i in range(warmup):
+        before = _Cuda.allocated(device) if on_gpu and i == 0 else 0.0
+        start = clock()
         out = _invoke(tool, args, device, injected)
+        _Cuda.sync(device)
+        if i == 0:  # the cold start: the call that loads the tool's model
+            cold_ms = (clock() - start) * 1000.0
+            if on_gpu:
+                resident_mb = max(0.0, _Cuda.allocated(device) - before) / 2**20
     samples, copies_ms, copies_bytes = [], [], []
     for _ in range(repeats):
         with recording_transfers() as log:
@@ -234,6 +251,8 @@ def measure(
         peak_vram_mb=_Cuda.peak_mb(device, baseline) if on_gpu else None,
         cpu_threads=cpu_threads,
         output_preview=str(getattr(out, "content", out))[:120],
+        cold_ms=None if cold_ms is None else round(cold_ms, 4),
+        resident_mb=None if resident_mb is None else round(resident_mb, 3),
     )
 
 
@@ -358,6 +377,8 @@ def _profile_one(
         gpu_capable=gpu_capable,
         declared_vram_mb=float(hints.get("vram_mb", 0.0)),
         declared_gpu_share=float(share) if share is not None else None,
+        declared_model=hints.get("model"),
+        declared_weights_mb=float(hints.get("weights_mb", 0.0)),
     )
     row.skipped.update(unavailable)
     try:

@@ -4,7 +4,10 @@
 Per tool: ``profile.cpu_ms`` = CPU median, ``profile.gpu_ms`` = GPU median (transfers
 included, as the profiler measures it), ``profile.transfer_ms`` = GPU transfer median,
 ``vram_mb`` = peak VRAM measured on the GPU (else the declared estimate), ``gpu_share`` = the
-declared share, ``gpu_capable: false`` for a tool the profiler found CPU-only. A tool measured
+declared share, ``gpu_capable: false`` for a tool the profiler found CPU-only; ``weights_mb`` =
+the CUDA memory the first call left allocated (else the declared weights), ``load_ms`` = per
+side, what the first (cold) call cost over the warm median where that is a real load (over
+`LOAD_FLOOR_MS` and `LOAD_FLOOR_RATIO` of the median), ``model`` as declared. A tool measured
 nowhere keeps only what it declared.
 
 >>> from langgraph_devsched.profiling.model import DeviceRun, Profile, ToolProfile, summarize
@@ -58,7 +61,34 @@ def tool_hints(row: ToolProfile) -> dict[str, Any]:
             solo["transfer_ms"] = round(gpu.transfer_ms, 4)
     if solo:
         hints["profile"] = solo
+    hints.update(_residency(row))
     return hints
+
+
+LOAD_FLOOR_MS = 5.0
+"""A cold start counts as a model load above this many ms over a warm call ..."""
+LOAD_FLOOR_RATIO = 0.5
+"""... and above this fraction of the warm median (JIT and caches make any first call slower)."""
+
+
+def _residency(row: ToolProfile) -> dict[str, Any]:
+    """``model``, ``weights_mb`` and ``load_ms`` from the cold starts and resident memory."""
+    out: dict[str, Any] = {}
+    load: dict[str, float] = {}
+    for side, run in (("cpu_ms", row.cpu), ("gpu_ms", row.gpu)):
+        extra = run.load_ms if run is not None else None
+        if run is not None and extra is not None and extra > max(
+                LOAD_FLOOR_MS, LOAD_FLOOR_RATIO * run.latency.median_ms):
+            load[side] = round(extra, 1)
+    weights = row.gpu.resident_mb if row.gpu is not None else None
+    weights = weights if weights and weights >= 1.0 else row.declared_weights_mb
+    if row.declared_model:
+        out["model"] = row.declared_model
+    if weights:
+        out["weights_mb"] = round(float(weights), 1)
+    if load:
+        out["load_ms"] = load
+    return out
 
 
 def profile_hints(profile: Profile | Mapping[str, Any] | str | Path) -> dict[str, dict[str, Any]]:
