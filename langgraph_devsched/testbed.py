@@ -135,10 +135,12 @@ class SimulatedTestbed:
         seed: int = 0,
         oom_detect_ms: float = 20.0,
         gpu_name: str = "simulated-gpu",
-        resident: Mapping[str, Sequence[str]] | None = None,
+        resident: Mapping[str, Sequence[str | tuple[str, float]]] | None = None,
     ) -> None:
         """``resident``: models resident at the start, ``{"gpu": [...], "cpu": [...]}``
-        (GPU ones least recently used first; each named by some tool's parameters)."""
+        (GPU ones least recently used first), each named by some tool's parameters; a GPU
+        entry may also be ``(model, weights_mb)``, a model no tool uses (it only holds VRAM
+        until evicted)."""
         if cpu_cores < 1:
             raise ValueError(f"cpu_cores must be >= 1, got {cpu_cores}")
         if not 0 <= noise < 1:
@@ -165,27 +167,33 @@ class SimulatedTestbed:
     def tool_names(self) -> tuple[str, ...]:
         return tuple(self._params)
 
-    def _initial(self, resident: Mapping[str, Sequence[str]]) -> batchsim.Residency:
+    def _initial(
+        self, resident: Mapping[str, Sequence[str | tuple[str, float]]]
+    ) -> batchsim.Residency:
         unknown_sides = set(resident) - {"gpu", "cpu"}
         if unknown_sides:
             raise ValueError(f"resident: unknown side(s) {sorted(unknown_sides)}; valid: gpu, cpu")
+        sized: dict[str, float] = {}
         for side in ("gpu", "cpu"):
-            for model in resident.get(side, ()):
-                if model not in self._models:
+            for entry in resident.get(side, ()):
+                if not isinstance(entry, str) and side == "gpu":
+                    sized[entry[0]] = float(entry[1])
+                    continue
+                if entry not in self._models:
                     known = ", ".join(sorted(self._models)) or "(none)"
                     raise ValueError(
-                        f"resident.{side}: unknown model {model!r}; models of the tools: {known}")
-        gpu = tuple(dict.fromkeys(resident.get("gpu", ())))
-        held = sum(self._models[m].weights_mb for m in gpu)
+                        f"resident.{side}: unknown model {entry!r}; models of the tools: {known}")
+        gpu = tuple(dict.fromkeys(e if isinstance(e, str) else e[0]
+                                  for e in resident.get("gpu", ())))
+        weights = {m: sized[m] if m in sized else self._models[m].weights_mb for m in gpu}
+        held = sum(weights.values())
         if held > self.vram_budget_mb - self._background.vram_mb + _EPS:
             raise ValueError(
                 f"resident.gpu: {held:.0f} MB of weights do not fit in the budget less the "
                 f"background ({self.vram_budget_mb - self._background.vram_mb:.0f} MB)")
+        host = tuple(dict.fromkeys(str(m) for m in resident.get("cpu", ())))
         return batchsim.Residency(
-            gpu=tuple((m, self._models[m].weights_mb) for m in gpu),
-            host=frozenset(resident.get("cpu", ())),
-            host_order=tuple(dict.fromkeys(resident.get("cpu", ()))),
-        )
+            gpu=tuple((m, weights[m]) for m in gpu), host=frozenset(host), host_order=host)
 
     def residency(self) -> batchsim.Residency:
         """The resident-model state now (immutable: keep it to `restore` it later)."""

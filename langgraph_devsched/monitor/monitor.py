@@ -157,14 +157,16 @@ class RuntimeMonitor:
                 continue  # a failed call, or a time that is no measurement
             ctx = call_context(rec, step_record, device_state).key
             device: Literal["gpu", "cpu"] = "gpu" if rec.on_gpu else "cpu"
+            if rec.load_ms > 0:  # a cold start: its load is kept apart from the tool's time
+                tables.put_load(rec.tool, device, rec.load_ms)
             ks = tables.get_stat(rec.tool, rec.option, ctx) or KeyStats()
-            run = ks.run.add(rec.run_ms, step=st.step, time=now)
+            run = ks.run.add(_warm(rec.run_ms, rec), step=st.step, time=now)
             if run.count < ks.run.count:  # the outlier rule restarted it: the regime changed
                 st.resets += 1
                 st.last_reset_step = st.step
             tables.put_stat(rec.tool, rec.option, ctx, KeyStats(
                 run=run,
-                latency=ks.latency.add(rec.latency_ms, step=st.step, time=now),
+                latency=ks.latency.add(_warm(rec.latency_ms, rec), step=st.step, time=now),
                 device=device,
                 fallbacks=ks.fallbacks + (1 if rec.fell_back else 0),
             ))
@@ -172,7 +174,8 @@ class RuntimeMonitor:
                 tables.put_vram(rec.tool, rec.vram_reserved_mb)
             last_calls.append(
                 LastCall(tool=rec.tool, option=rec.option, device=device, context=ctx,
-                         run_ms=rec.run_ms, wait_ms=max(0.0, rec.latency_ms - rec.run_ms))
+                         run_ms=_warm(rec.run_ms, rec),
+                         wait_ms=max(0.0, rec.latency_ms - rec.run_ms))
             )
         if not step_record.calls or not _finite(
             step_record.makespan_ms, *(c.run_ms for c in step_record.calls),
@@ -189,8 +192,10 @@ class RuntimeMonitor:
         tables.put_outcome(shape, placement, OutcomeStats(
             makespan=out.makespan.add(step_record.makespan_ms, step=st.step, time=now),
             probes=out.probes + probe,
-            runs=[r.add(c.run_ms, step=st.step) for r, c in zip(runs, ordered, strict=True)],
-            ends=[r.add(c.latency_ms, step=st.step) for r, c in zip(ends, ordered, strict=True)],
+            runs=[r.add(_warm(c.run_ms, c), step=st.step)
+                  for r, c in zip(runs, ordered, strict=True)],
+            ends=[r.add(_warm(c.latency_ms, c), step=st.step)
+                  for r, c in zip(ends, ordered, strict=True)],
         ))
         bg = background_bucket(device_state)
         tables.put_last(LastStep(
@@ -249,6 +254,8 @@ class RuntimeMonitor:
             vram = dict(st.vram_seen_mb)
         else:
             vram = {t: st.vram_seen_mb[t] for t in names if t in st.vram_seen_mb}
+        loads = {k: v for k, v in st.load_seen_ms.items()
+                 if tools is None or k.rpartition("|")[0] in names}
         device = None
         if self._device is not None:
             d = self._device
@@ -264,7 +271,7 @@ class RuntimeMonitor:
         )
         return Observations(
             step=st.step, epoch=st.resets, drift=st.last_reset_step == st.step,
-            device=device, estimates=tuple(estimates), vram_seen_mb=vram,
+            device=device, estimates=tuple(estimates), vram_seen_mb=vram, load_seen_ms=loads,
             outcomes=tuple(outcomes), hints=propose_hints(inputs, batch),
         )
 
@@ -336,3 +343,8 @@ class RuntimeMonitor:
     def load_from_store(cls, store: Any, **kwargs: Any) -> RuntimeMonitor:
         """A monitor with the stats kept in ``store``; cold (with a warning) if unusable."""
         return cls(state=load_store(store), **kwargs)
+
+
+def _warm(ms: float, rec: Any) -> float:
+    """A call's time without the wait for its model to load (the tool's own time)."""
+    return max(0.0, ms - getattr(rec, "load_ms", 0.0))

@@ -93,6 +93,9 @@ class Observations(BaseModel):
     )
     outcomes: tuple[PlacementOutcome, ...] = ()
     hints: tuple[ExplorationHint, ...] = ()
+    load_seen_ms: dict[str, float] = Field(
+        default_factory=dict,
+        description="largest model load seen per 'tool|gpu' or 'tool|cpu' (cold starts)")
 
     def for_tool(self, tool: str) -> tuple[OptionEstimate, ...]:
         return tuple(e for e in self.estimates if e.tool == tool)

@@ -151,6 +151,8 @@ class MonitorState(BaseModel):
     step: int = Field(default=0, ge=0)
     stats: dict[str, KeyStats] = Field(default_factory=dict)
     vram_seen_mb: dict[str, float] = Field(default_factory=dict)
+    load_seen_ms: dict[str, float] = Field(
+        default_factory=dict, description="largest model load seen per 'tool|gpu' or 'tool|cpu'")
     outcomes: dict[str, OutcomeStats] = Field(default_factory=dict)
     probes_used: dict[str, NonNegativeInt] = Field(default_factory=dict)
     tools: dict[str, ToolFacts] = Field(default_factory=dict)

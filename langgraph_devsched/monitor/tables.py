@@ -102,6 +102,14 @@ class Tables:
         while len(self.state.vram_seen_mb) > self.limits.max_tools:
             del self.state.vram_seen_mb[next(iter(self.state.vram_seen_mb))]
 
+    def put_load(self, tool: str, side: str, ms: float) -> None:
+        """The largest time seen a call of ``tool`` waited for its model to load on ``side``
+        (bounded: two sides of at most ``max_tools`` tools)."""
+        key = f"{tool}|{side}"
+        _touch(self.state.load_seen_ms, key, max(self.state.load_seen_ms.get(key, 0.0), ms))
+        while len(self.state.load_seen_ms) > 2 * self.limits.max_tools:
+            del self.state.load_seen_ms[next(iter(self.state.load_seen_ms))]
+
     def put_stat(self, tool: str, option: DeviceOption, context: str, ks: KeyStats) -> None:
         key = stats_key(tool, option, context)
         if _touch(self.state.stats, key, ks):
@@ -243,6 +251,8 @@ class Tables:
     def _evict_tool(self, tool: str) -> None:
         del self.state.tools[tool]
         self.state.vram_seen_mb.pop(tool, None)
+        for side in ("gpu", "cpu"):
+            self.state.load_seen_ms.pop(f"{tool}|{side}", None)
         for key in list(self._tool_stats.get(tool, ())):
             self._evict_stat(key)
 
@@ -278,6 +288,7 @@ class Tables:
         st, lim = self.state, self.limits
         _keep_newest(st.tools, lim.max_tools)
         _keep_newest(st.vram_seen_mb, lim.max_tools)
+        _keep_newest(st.load_seen_ms, 2 * lim.max_tools)
         _keep_newest(st.last, lim.max_shapes)
         _keep_newest(st.probes_used, 2 * lim.max_shapes)
         st.stats = _keep_newest_grouped(

@@ -9,7 +9,9 @@ transfer penalty. Expected lengths come from history per (tool, architecture), l
 is used. It learns contention only as history; it does not model sharing. History is bounded:
 the mean of the last ``history_window`` samples per pair, for the ``max_tools`` most recently
 used tools.
-The first call given to the GPU gets `gpu_now`, later ones `gpu_queued`.
+The first call given to the GPU gets `gpu_now`, later ones `gpu_queued`. A resident model
+not warm on a worker's side adds its declared load time there (`costs.load_cost`, once per
+batch and side); history samples leave out the time a call waited for a load.
 
 >>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 >>> from langgraph_devsched.telemetry import DeviceState
@@ -33,6 +35,7 @@ from langgraph_devsched.schedulers.costs import (
     can_use,
     declared_cost,
     declared_transfer,
+    load_cost,
 )
 from langgraph_devsched.schedulers.static import constrained
 from langgraph_devsched.schedulers.tables import LruTable
@@ -105,6 +108,7 @@ class DmdaScheduler(SchedulerBase):
         mapping: dict[str, DeviceOption] = {}
         predicted: dict[str, float] = {}
         gpu_used = False
+        loaded: set[tuple[str, str]] = set()
         for call in batch.calls:
             transfer = declared_transfer(call.spec)
             candidates: list[tuple[float, int, Arch, int]] = []
@@ -112,11 +116,13 @@ class DmdaScheduler(SchedulerBase):
                 length = self.expected_length(
                     call.tool, "gpu", declared_cost(call.spec, "gpu"), transfer
                 )
-                candidates.append((gpu_end + length + transfer, 0, "gpu", -1))
+                load = load_cost(call.spec, call.tool, "gpu", view.device, loaded)
+                candidates.append((gpu_end + length + transfer + load, 0, "gpu", -1))
             if can_use(call.spec, "cpu", gpu_ok):
                 k = min(range(workers), key=lambda w: (cpu_end[w], w))
                 length = self.expected_length(call.tool, "cpu", declared_cost(call.spec, "cpu"), 0)
-                candidates.append((cpu_end[k] + length, 1, "cpu", k))
+                load = load_cost(call.spec, call.tool, "cpu", view.device, loaded)
+                candidates.append((cpu_end[k] + length + load, 1, "cpu", k))
             end, _, arch, k = min(candidates)
             wanted: DeviceOption
             if arch == "gpu":
@@ -128,6 +134,9 @@ class DmdaScheduler(SchedulerBase):
                 wanted = "cpu"
             predicted[call.call_id] = end
             mapping[call.call_id] = constrained(call.spec, wanted, gpu_ok)
+            model = call.spec.model_name(call.tool)
+            if model is not None:
+                loaded.add((model, arch))
         return self._decision(
             mapping, "dmda: minimum expected end time per worker queue", predicted_ms=predicted
         )
@@ -137,8 +146,9 @@ class DmdaScheduler(SchedulerBase):
         for call in record.calls:
             if call.fell_back or call.error is not None or call.call_id not in specs:
                 continue
+            run = call.run_ms - call.load_ms  # a load is no part of the tool's own time
             if call.on_gpu:
-                length = max(0.0, call.run_ms - declared_transfer(specs[call.call_id]))
+                length = max(0.0, run - declared_transfer(specs[call.call_id]))
                 self._sample(call.tool, "gpu", length)
             else:
-                self._sample(call.tool, "cpu", call.run_ms)
+                self._sample(call.tool, "cpu", run)

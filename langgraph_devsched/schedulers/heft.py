@@ -4,7 +4,9 @@ The batch's calls are independent, so a call's upward rank is its mean declared 
 devices it may use. In rank order each call goes to the processor where it would finish first:
 the GPU (one processor running one call at a time) or one of the CPU cores. The first call
 placed on the GPU gets `gpu_now`, later ones `gpu_queued` (HEFT's serial GPU processor).
-HEFT never sees sharing, VRAM pressure or background load: only the declared profiles.
+HEFT never sees sharing, VRAM pressure or background load: only the declared profiles, and
+(resident models) the declared load time of a model not warm on that side (`costs.load_cost`;
+the first call placed there pays it).
 
 >>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 >>> from langgraph_devsched.telemetry import DeviceState
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
-from langgraph_devsched.schedulers.costs import declared_cost
+from langgraph_devsched.schedulers.costs import declared_cost, load_cost
 from langgraph_devsched.schedulers.static import constrained
 
 
@@ -48,9 +50,12 @@ class HeftScheduler(SchedulerBase):
         mapping: dict[str, DeviceOption] = {}
         predicted: dict[str, float] = {}
         gpu_used = False
+        loaded: set[tuple[str, str]] = set()
         for i in order:
             call = batch.calls[i]
             gpu_cost, cpu_cost = costs[i]
+            gpu_cost += load_cost(call.spec, call.tool, "gpu", view.device, loaded)
+            cpu_cost += load_cost(call.spec, call.tool, "cpu", view.device, loaded)
             core = min(range(cores), key=lambda k: (cpu_free[k], k))
             eft_gpu, eft_cpu = gpu_free + gpu_cost, cpu_free[core] + cpu_cost
             wanted: DeviceOption
@@ -59,10 +64,15 @@ class HeftScheduler(SchedulerBase):
                 wanted = "gpu_queued" if gpu_used else "gpu_now"
                 gpu_used = True
                 predicted[call.call_id] = eft_gpu
+                side = "gpu"
             else:
                 cpu_free[core] = eft_cpu
                 wanted = "cpu"
                 predicted[call.call_id] = eft_cpu
+                side = "cpu"
+            model = call.spec.model_name(call.tool)
+            if model is not None:
+                loaded.add((model, side))
             mapping[call.call_id] = constrained(call.spec, wanted, gpu_ok)
         mapping = {cid: mapping[cid] for cid in batch.call_ids}
         return self._decision(

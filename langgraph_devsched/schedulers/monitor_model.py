@@ -16,6 +16,11 @@ once a probe has measured it. A tool known not at all is guessed at `DEFAULT_MS`
 guessed at nothing (its device is forced, so an invented time would only set the step's
 length).
 
+Resident models: a tool's declared ``model``/``weights_mb`` and load times (``load_ms``, else
+the load times the monitor saw on loading calls, else none) go into its estimate, and the
+twin starts from the models `DeviceState.resident` says are warm, so it charges loads and
+evictions like the testbed. The contention fit runs without them (it replays warm steps).
+
 >>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 >>> from langgraph_devsched.monitor.observations import Observations
 >>> spec = ToolDeviceSpec(vram_mb=500, profile=SoloProfile(cpu_ms=90, gpu_ms=30, transfer_ms=5))
@@ -126,10 +131,27 @@ def estimate_params(
         cpu = (gpu_compute + transfer) * UNKNOWN_FACTOR
     assert cpu is not None and gpu_compute is not None
     vram = max(spec.vram_mb, obs.vram_seen_mb.get(tool, 0.0))
+    load_gpu, load_cpu = _load_times(tool, spec, obs)
     return ToolParams(
         cpu_ms=max(_MIN_MS, cpu), gpu_ms=gpu_compute, transfer_ms=transfer, vram_mb=vram,
-        gpu_share=share, cpu_threads=threads,
+        gpu_share=share, cpu_threads=threads, model=spec.model, weights_mb=spec.weights_mb,
+        load_gpu_ms=load_gpu, load_cpu_ms=load_cpu,
     )
+
+
+def _load_times(tool: str, spec: ToolDeviceSpec, obs: Observations) -> tuple[float, float]:
+    """Load time of the tool's model on (GPU, CPU): declared, else seen on loading calls."""
+    if spec.model_name(tool) is None:
+        return 0.0, 0.0
+    seen = getattr(obs, "load_seen_ms", {}) or {}
+    declared = spec.load_ms
+    out = []
+    for side in ("gpu", "cpu"):
+        value = None if declared is None else getattr(declared, f"{side}_ms")
+        if value is None:
+            value = seen.get(f"{tool}|{side}")
+        out.append(float(value or 0.0))
+    return out[0], out[1]
 
 
 def declared_error(tool: str, spec: ToolDeviceSpec, obs: Observations) -> float:
@@ -172,20 +194,57 @@ def oom_detect_ms(obs: Observations, params: Mapping[str, ToolParams]) -> float:
 
 
 def twin(
-    params: Mapping[str, ToolParams], device: DeviceState, *, oom_ms: float
+    params: Mapping[str, ToolParams], device: DeviceState, *, oom_ms: float,
+    residency: bool = True,
 ) -> SimulatedTestbed:
-    """A noise-free testbed with the estimated parameters, sized from telemetry."""
+    """A noise-free testbed with the estimated parameters, sized from telemetry, starting
+    from the resident models telemetry lists (``residency=False``: no resident models)."""
     budget = max(device.vram_budget_mb, device.vram_used_mb, 1.0)
+    background = min(device.vram_used_mb, budget)
+    tools = _one_model_each(params) if residency else {
+        t: p.model_copy(update={"weights_mb": 0.0}) for t, p in params.items()}
+    resident: dict[str, list[Any]] = {"gpu": [], "cpu": []}
+    if residency:
+        known = {p.model_name(t): p for t, p in tools.items() if p.model_name(t) is not None}
+        room = budget - background
+        for warm in reversed(device.resident):  # the most recently used first
+            if warm.side == "cpu":
+                if warm.model in known:
+                    resident["cpu"].insert(0, warm.model)
+                continue
+            mb = known[warm.model].weights_mb if warm.model in known else warm.weights_mb
+            if mb <= room:
+                room -= mb
+                resident["gpu"].insert(0, warm.model if warm.model in known else (
+                    warm.model, mb))
     return SimulatedTestbed(
-        dict(params),
+        tools,
         vram_budget_mb=budget,
         cpu_cores=max(1, device.cpu_cores),
         background=BackgroundLoad(
-            vram_mb=min(device.vram_used_mb, budget),
+            vram_mb=background,
             gpu_share=min(1.0, max(0.0, device.gpu_utilization)),
         ),
         oom_detect_ms=oom_ms,
+        resident=resident,
     )
+
+
+def _one_model_each(params: Mapping[str, ToolParams]) -> dict[str, ToolParams]:
+    """The parameters with every tool of one model agreeing on its weights and load times
+    (the first tool's), as the testbed requires."""
+    first: dict[str, ToolParams] = {}
+    out = {}
+    for tool, p in params.items():
+        model = p.model_name(tool)
+        if model is None:
+            out[tool] = p
+            continue
+        ref = first.setdefault(model, p)
+        out[tool] = p if ref is p else p.model_copy(update={
+            "weights_mb": ref.weights_mb, "load_gpu_ms": ref.load_gpu_ms,
+            "load_cpu_ms": ref.load_cpu_ms})
+    return out
 
 
 def predict_makespans(
@@ -316,7 +375,7 @@ def fit_contention(
             table.pop(tool, None)
         else:
             table[tool] = saved
-        bed = twin(params, device, oom_ms=oom_ms)
+        bed = twin(params, device, oom_ms=oom_ms, residency=False)
         g, pn = len(values), len(plans)
         cols = [i for i, t in enumerate(tools) if t == tool]
         rows: dict[str, Any] = {}

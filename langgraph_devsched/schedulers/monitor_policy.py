@@ -158,7 +158,7 @@ class MonitorPolicy(SchedulerBase):
         tools = [c.tool for c in batch.calls]
         key = tuple(tools)
         specs = tuple(c.spec for c in batch.calls)
-        bucket = telemetry_bucket(view.device)
+        bucket = telemetry_bucket(view.device) + _warmth(batch, view.device)
         versions = self._changes.versions(tools)
         samples = self._changes.samples(tools)
         last = self._last.get(key)
@@ -226,7 +226,10 @@ class MonitorPolicy(SchedulerBase):
         }
         bed = twin(params, device, oom_ms=oom_detect_ms(obs, params))
         noise = _pooled_cv(obs)
-        model = _ModelScores(bed, tools, outcomes, noise, self.override_floor)
+        warm = None  # resident models: observations are warm, the twin charges loads
+        if any(c.spec.model_name(c.tool) is not None for c in batch.calls) or device.resident:
+            warm = twin(params, device, oom_ms=oom_detect_ms(obs, params), residency=False)
+        model = _ModelScores(bed, tools, outcomes, noise, self.override_floor, warm=warm)
         seeds = self._seeds(batch, view, tools, outcomes, last)
         remaining = None if budget is None else max(
             0.0, budget - (self.clock() - started) * 1000.0)
@@ -454,9 +457,12 @@ class _ModelScores:
 
     def __init__(
         self, bed: SimulatedTestbed, tools: list[str], outcomes: Sequence[PlacementOutcome],
-        noise: float, override_floor: float,
+        noise: float, override_floor: float, *, warm: SimulatedTestbed | None = None,
     ) -> None:
         self.bed = bed
+        self.warm = warm
+        """The twin without resident models: what the (warm) observations are compared with;
+        an override keeps the twin's load and eviction cost on top."""
         self.tools = tools
         self.seen = {_canon(o.placement): o for o in outcomes if o.count}
         self.noise = noise
@@ -466,9 +472,11 @@ class _ModelScores:
         """The observed makespan of the executed mappings (2+ runs), for near-ties."""
 
     def __call__(self, mappings: Sequence[Mapping_]) -> list[float]:
-        preds = self.bed.mapping_makespans(self.tools, mappings)
+        preds = self.bed.mapping_makespans(self.tools, mappings).tolist()
+        warm = preds if self.warm is None else self.warm.mapping_makespans(
+            self.tools, mappings).tolist()
         out = []
-        for m, pred in zip(mappings, preds.tolist(), strict=True):
+        for m, pred, base in zip(mappings, preds, warm, strict=True):
             score = pred
             seen = self.seen.get(_canon(zip(self.tools, m, strict=True))) if self.seen else None
             if seen is not None:
@@ -480,8 +488,8 @@ class _ModelScores:
                 if seen.count >= 2:
                     self.observed[m] = seen_ms
                 tolerance = max(self.override_floor, 3.0 * self.noise / math.sqrt(seen.count))
-                if abs(seen_ms - pred) > tolerance * max(pred, 1e-9):
-                    score = seen_ms
+                if abs(seen_ms - base) > tolerance * max(base, 1e-9):
+                    score = seen_ms if self.warm is None else seen_ms + (pred - base)
             self.values[m] = score
             out.append(score)
         return out
@@ -560,3 +568,9 @@ def _pooled_cv(obs: Observations) -> float:
     """Typical relative spread of the per-call estimates (0 when nothing is repeated)."""
     cvs = [e.std_ms / e.run_ms for e in obs.estimates if e.count >= 2 and e.run_ms > 0]
     return sum(cvs) / len(cvs) if cvs else 0.0
+
+
+def _warmth(batch: Batch, device: DeviceState) -> tuple[object, ...]:
+    """Which of the batch's models are warm on each side (a reused decision must match)."""
+    models = dict.fromkeys(m for c in batch.calls if (m := c.spec.model_name(c.tool)))
+    return tuple((m, device.warm(m, "gpu"), device.warm(m, "cpu")) for m in models)
