@@ -60,7 +60,9 @@ LATER_HINT_FIELDS = {
     k: v
     for k, v in ToolDeviceSpec().model_dump(mode="json", exclude={"cpu_impl", "gpu_impl"}).items()
     if k not in {"gpu_capable", "cpu_allowed", "vram_mb", "gpu_share", "pinned", "preferred",
-                 "profile"}
+                 "profile",
+                 # resident-model fields are shown only where a tool sets them
+                 "model", "weights_mb", "load_ms", "keep_warm"}
 }
 
 

@@ -357,3 +357,27 @@ def test_the_traced_tool_run_says_model_warmth_and_evictions() -> None:
         {"devsched.model": "a", "devsched.model_warm": True},
         {"devsched.model": "b", "devsched.model_warm": False, "devsched.evicted": ["a"]},
     ]
+
+
+def test_the_agentic_sub_agent_sees_which_models_are_warm() -> None:
+    import json
+
+    from langgraph_devsched.hints import ToolDeviceSpec
+    from langgraph_devsched.residency import WarmModel
+    from langgraph_devsched.schedulers.agentic_tools import observation_tools
+    from langgraph_devsched.telemetry import DeviceState
+
+    batch = Batch.of([
+        ("c1", "caption", ToolDeviceSpec(model="blip", weights_mb=990, vram_mb=600)),
+        ("c2", "embed", ToolDeviceSpec(vram_mb=300)),
+    ])
+    device = DeviceState(True, "gpu", 8000, 1500, 0.0, 8,
+                         resident=(WarmModel("blip", 990.0, "gpu"),))
+    tools = {t.name: t for t in observation_tools(batch, SchedulerView(device))}
+    calls = json.loads(tools["step_calls"].invoke({}))
+    assert calls[0]["model_warm"] == {"gpu": True, "cpu": False}
+    assert calls[0]["hints"]["weights_mb"] == 990.0 and calls[0]["hints"]["model"] == "blip"
+    assert "model_warm" not in calls[1] and "weights_mb" not in calls[1]["hints"]
+    state = json.loads(tools["device_state"].invoke({}))
+    assert state["resident_models"] == [
+        {"model": "blip", "side": "gpu", "weights_mb": 990.0, "in_use": 0, "keep_warm": False}]

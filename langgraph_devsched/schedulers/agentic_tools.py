@@ -50,8 +50,9 @@ def _dumps(data: Any) -> str:
 
 
 def device_data(device: DeviceState) -> dict[str, Any]:
-    """Telemetry as JSON data, with the free VRAM spelled out."""
-    return {
+    """Telemetry as JSON data, with the free VRAM spelled out, and the resident models
+    (when there are any: which model's weights are warm on which side)."""
+    data: dict[str, Any] = {
         "gpu_available": device.gpu_available,
         "gpu_name": device.gpu_name,
         "vram_budget_mb": float(device.vram_budget_mb),
@@ -61,10 +62,32 @@ def device_data(device: DeviceState) -> dict[str, Any]:
         "cpu_cores": device.cpu_cores,
         "reason": device.reason,
     }
+    if device.resident:
+        data["resident_models"] = [
+            {"model": w.model, "side": w.side, "weights_mb": float(w.weights_mb),
+             "in_use": w.in_use, "keep_warm": w.keep_warm}
+            for w in device.resident
+        ]
+    return data
 
 
-def calls_data(batch: Batch, constraints: HardConstraints | None = None) -> list[dict[str, Any]]:
-    """The step's calls: id, tool, allowed options and declared hints. No arguments."""
+_RESIDENCY_FIELDS = ("model", "weights_mb", "load_ms", "keep_warm")
+
+
+def _hints_data(spec: Any) -> dict[str, Any]:
+    """Declared hints as JSON data; the resident-model fields only where a tool sets them."""
+    data = spec.model_dump(mode="json", exclude={"cpu_impl", "gpu_impl"})
+    for name in _RESIDENCY_FIELDS:
+        if data.get(name) in (None, 0.0, False):
+            data.pop(name, None)
+    return data
+
+
+def calls_data(
+    batch: Batch, constraints: HardConstraints | None = None, device: DeviceState | None = None
+) -> list[dict[str, Any]]:
+    """The step's calls: id, tool, allowed options and declared hints, and for a call on a
+    resident model whether it is warm on each side (``device``). No arguments."""
     rules = constraints or HardConstraints()
     out = []
     for call in batch.calls:
@@ -75,14 +98,17 @@ def calls_data(batch: Batch, constraints: HardConstraints | None = None) -> list
             allowed = [pinned]
         elif call.tool in rules.cpu_forbidden:
             allowed = [o for o in allowed if o != "cpu"] or allowed
-        out.append(
-            {
-                "call_id": call.call_id,
-                "tool": call.tool,
-                "allowed_options": allowed,
-                "hints": spec.model_dump(mode="json", exclude={"cpu_impl", "gpu_impl"}),
-            }
-        )
+        row: dict[str, Any] = {
+            "call_id": call.call_id,
+            "tool": call.tool,
+            "allowed_options": allowed,
+            "hints": _hints_data(spec),
+        }
+        model = spec.model_name(call.tool)
+        if model is not None and device is not None:
+            row["model_warm"] = {"gpu": device.warm(model, "gpu"),
+                                 "cpu": device.warm(model, "cpu")}
+        out.append(row)
     return out
 
 
@@ -96,8 +122,9 @@ def observation_tools(
 
     def step_calls() -> str:
         """The calls of this step: call_id, tool name, allowed options, declared hints
-        (vram_mb, gpu_share, pinned, preferred, solo profile)."""
-        return _dumps(calls_data(batch, rules))
+        (vram_mb, gpu_share, pinned, preferred, solo profile, resident model weights and load
+        times), and whether a call's model is already warm on the GPU / CPU."""
+        return _dumps(calls_data(batch, rules, view.device))
 
     def tool_estimates(tool: str) -> str:
         """Measured latency of one tool per option and load context (mean run_ms, std_ms,
@@ -116,7 +143,8 @@ def observation_tools(
         )
 
     def device_state() -> str:
-        """GPU availability, VRAM budget/used/free in MB, GPU utilization, CPU cores."""
+        """GPU availability, VRAM budget/used/free in MB, GPU utilization, CPU cores, and
+        the resident models (weights warm on each side)."""
         return _dumps(device_data(view.device))
 
     def exploration_hints() -> str:
