@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# One-command device check. On a CUDA machine: run the GPU-marked tests, profile the full
-# tool suite on cuda and cpu, build bench scenarios from that profile and run the simulated
-# bench on them, then one real contention scenario (`devsched bench --real`).
-# Without CUDA: profile the small suite on the CPU and say so.
+# One-command device check. On a CUDA machine: run the GPU-marked tests, check resident models
+# on the GPU (scripts/gpu_residency_check.py: cold vs warm load, eviction under a small VRAM
+# budget, the ledger vs torch.cuda.memory_allocated), profile the full tool suite on cuda and
+# cpu, build bench scenarios from that profile and run the simulated bench on them, then one
+# real contention scenario (`devsched bench --real`).
+# Without CUDA: the residency check's host path, then profile the small suite on the CPU and
+# say so.
 #
 #   scripts/gpu_check.sh [OUT_DIR]        (default out/gpu_check)
 #
@@ -81,6 +84,13 @@ if [[ "$CUDA" == "1" ]]; then
   else
     say "GPU tests skipped: pytest is not installed"
   fi
+  say "resident models on cuda:0 through the node (cold/warm, eviction, ledger vs memory_allocated)"
+  timeout 240 "$PYTHON" scripts/gpu_residency_check.py --device cuda --size "$SIZE" \
+    --json "$OUT/residency.json" 2>&1 | tee "$OUT/residency.log"
+  rc=${PIPESTATUS[0]}
+  grep -E '^(FAIL|residency check)' "$OUT/residency.log" | tee -a "$OUT/summary.txt"
+  say "residency check exit code $rc"
+  [[ $rc -ne 0 ]] && status=1
   say "profiling the $SIZE suite on cuda and cpu ($REPEATS repeats)"
   timeout 240 "${CLI[@]}" profile --suite builtin --size "$SIZE" --devices cuda,cpu \
     --repeats "$REPEATS" --warmup 1 --budget-s 170 "${TOOLS_ARG[@]}" --json "$OUT/profile_$SIZE.json" \
@@ -103,6 +113,12 @@ else
   SIZE="${DEVSCHED_GPU_CHECK_SIZE:-small}"
   REPEATS="${DEVSCHED_GPU_CHECK_REPEATS:-3}"
   say "no CUDA device visible to torch: running the CPU path only ($SIZE suite, $REPEATS repeats)"
+  say "resident models on the host through the node (cold/warm, host-side eviction, close)"
+  timeout 120 "$PYTHON" scripts/gpu_residency_check.py --device cpu --size small \
+    --json "$OUT/residency.json" 2>&1 | tee "$OUT/residency.log"
+  rc=${PIPESTATUS[0]}
+  say "residency check exit code $rc"
+  [[ $rc -ne 0 ]] && status=1
   "${CLI[@]}" profile --suite builtin --size "$SIZE" --devices cpu --repeats "$REPEATS" \
     "${TOOLS_ARG[@]}" --json "$OUT/profile_$SIZE.json" --plots "$OUT" 2>&1 | tee "$OUT/profile.log"
   rc=${PIPESTATUS[0]}

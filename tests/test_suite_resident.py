@@ -8,8 +8,13 @@ the same path is checked on CUDA by ``scripts/gpu_residency_check.py``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import py_compile
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -208,3 +213,48 @@ def test_outside_a_node_tools_load_into_the_default_cache_and_clear_cache_frees(
     assert all(w.model not in {h.name for h in suite_models()} for w in cache.resident())
     assert direct("classify_image") == out  # rebuilt from the same seed
     assert cache.loads == loads + 1
+
+
+# -- scripts/gpu_residency_check.py: its host path here, its CUDA path on a GPU machine -------
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "gpu_residency_check.py"
+
+
+def _script() -> Any:
+    spec = importlib.util.spec_from_file_location("gpu_residency_check", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_gpu_scripts_parse() -> None:
+    py_compile.compile(str(SCRIPT), doraise=True)
+    res = subprocess.run(["bash", "-n", str(REPO / "scripts" / "gpu_check.sh")],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    assert "gpu_residency_check.py --device cuda" in (REPO / "scripts/gpu_check.sh").read_text()
+
+
+def test_the_residency_check_passes_on_the_host(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "residency.json"
+    assert _script().main(["--device", "cpu", "--size", "small", "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "FAIL" not in out
+    passed = {line.split(":")[0].removeprefix("PASS ") for line in out.splitlines()
+              if line.startswith("PASS ")}
+    assert {"cold load", "warm hit", "eviction", "evicted instance released", "close"} <= passed
+    doc = json.loads(report.read_text())
+    assert doc["figures"]["device"] == "cpu" and all(c["ok"] for c in doc["checks"])
+
+
+def test_the_residency_check_fails_when_an_evicted_model_is_not_freed(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from langgraph_devsched.suite.text import reranker_model
+
+    monkeypatch.setattr(reranker_model("small"), "release", None)
+    assert _script().main(["--device", "cpu", "--size", "small"]) == 1
+    assert "FAIL evicted instance released" in capsys.readouterr().out
