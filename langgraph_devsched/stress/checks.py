@@ -132,6 +132,8 @@ class Checker:
             ok = error
         elif fired == "tool_error":
             ok = error and "injected tool error" in text
+            # as for a hang: the fault fired in a cancelled step, whose retry found no room
+            ok = ok or (error and gpu_only and "cannot run" in text)
         elif fired == "hang":
             ok = error and ("timed out" if self.node_timeout else "did not answer within") in text
             # a cancelled step's retry may find no room for a GPU-only tool that hung before
