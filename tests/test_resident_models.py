@@ -381,3 +381,15 @@ def test_the_agentic_sub_agent_sees_which_models_are_warm() -> None:
     state = json.loads(tools["device_state"].invoke({}))
     assert state["resident_models"] == [
         {"model": "blip", "side": "gpu", "weights_mb": 990.0, "in_use": 0, "keep_warm": False}]
+
+
+def test_a_remembered_decision_is_not_reused_once_the_warm_models_changed() -> None:
+    from langgraph_devsched.residency import WarmModel
+    from langgraph_devsched.schedulers.reuse import telemetry_bucket
+    from langgraph_devsched.telemetry import DeviceState
+
+    cold = DeviceState(True, "gpu", 8000, 0, 0.0, 8)
+    warm = DeviceState(True, "gpu", 8000, 0, 0.0, 8, resident=(WarmModel("blip", 10.0),))
+    assert telemetry_bucket(cold) != telemetry_bucket(warm)
+    assert telemetry_bucket(warm) == telemetry_bucket(
+        DeviceState(True, "gpu", 8000, 0, 0.0, 8, resident=(WarmModel("blip", 10.0, in_use=1),)))

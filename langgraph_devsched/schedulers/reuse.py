@@ -8,8 +8,9 @@ gives each tool a *version* that moves only when a sample of it is surprising: i
 mean. It also counts each tool's samples: the noise band of an estimate narrows as its
 samples grow, so a decision is also made again once the batch's tools have twice the samples
 they had when it was made. `reusable` then says whether a remembered decision still stands:
-same hints, same telemetry bucket (`telemetry_bucket`), same tool versions, fewer than twice
-the samples, not a probe, not refreshed for too long. The tables are `LruTable`\\ s.
+same hints, same telemetry bucket (`telemetry_bucket`: also the warm models), same tool
+versions, fewer than twice the samples, not a probe, not refreshed for too long. The tables
+are `LruTable`\\ s.
 
 >>> from langgraph_devsched.records import CallRecord, StepRecord
 >>> det = ChangeDetector()
@@ -48,12 +49,14 @@ UTIL_BUCKET = 0.1
 
 
 def telemetry_bucket(device: DeviceState) -> tuple[object, ...]:
-    """The telemetry a decision depends on, coarsened so that jitter does not count."""
+    """The telemetry a decision depends on, coarsened so that jitter does not count, and
+    which models are warm on each side (a load or an eviction changes what a mapping costs)."""
     budget = max(device.vram_budget_mb, 1.0)
     return (
         device.gpu_available, round(device.vram_budget_mb), device.cpu_cores,
         math.floor(device.vram_used_mb / budget / VRAM_BUCKET),
         math.floor(device.gpu_utilization / UTIL_BUCKET),
+        frozenset((w.model, w.side) for w in device.resident),
     )
 
 
