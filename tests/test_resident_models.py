@@ -25,9 +25,9 @@ from langgraph_devsched import (
     ResidentModel,
     device_hints,
 )
-from langgraph_devsched.ledger import VramLedger
 from langgraph_devsched.schedulers import Batch, Decision, SchedulerView
 from langgraph_devsched.schedulers.base import SchedulerBase
+from langgraph_devsched.stress.probe_models import CheckedLedger
 
 WAIT_S = 10.0
 
@@ -269,37 +269,6 @@ def test_host_copies_are_bounded() -> None:
 
 
 # -- the ledger invariant under random steps -----------------------------------------------
-
-class Checked(VramLedger):
-    """Checks at every grant and release: in use = resident weights + live working memory,
-    never over the budget."""
-
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        super().__init__(*a, **kw)
-        self.live: dict[int, float] = {}
-        self.violations: list[str] = []
-
-    def _check(self, where: str) -> None:
-        weights = sum(w.mb for w in self._weights.values())
-        expected = weights + sum(self.live.values())
-        if abs(self.in_use_mb - expected) > 1e-6:
-            self.violations.append(f"{where}: {self.in_use_mb} != {expected}")
-        if self.in_use_mb > self.capacity_mb + 1e-6:
-            self.violations.append(f"{where}: over budget {self.in_use_mb}")
-
-    def _grant_locked(self, mb, share, need=None):  # type: ignore[no-untyped-def]
-        res = super()._grant_locked(mb, share, need)
-        self.live[res.ticket] = mb
-        self._check("grant")
-        return res
-
-    def _release_locked(self, reservation):  # type: ignore[no-untyped-def]
-        if not reservation.released:
-            self.live.pop(reservation.ticket, None)
-        super()._release_locked(reservation)
-        self._check("release")
-
-
 MODELS = {"a": 2500.0, "b": 3500.0, "c": 1500.0, "d": 4000.0}
 
 
@@ -315,7 +284,7 @@ def test_the_ledger_is_weights_plus_working_memory_at_every_instant(
     handles = {n: loads.handle(n, mb) for n, mb in MODELS.items()}
     backend = LocalBackend(gpu=GpuConfig(8000, device="fake:0"))
     backend._detect()
-    ledger = Checked(8000)
+    ledger = CheckedLedger(8000)  # checks weights + working memory at every grant/release
     backend._ledger = ledger
     backend.models.ledger = ledger
     tools = [model_tool(f"t{n}", h, 900) for n, h in handles.items()]
@@ -329,7 +298,7 @@ def test_the_ledger_is_weights_plus_working_memory_at_every_instant(
         assert ledger.working_mb == 0  # at rest: resident weights only
         resident = {w.model for w in ledger.resident()}
         assert ledger.in_use_mb == sum(MODELS[m] for m in resident)
-    assert ledger.violations == []
+    assert ledger.problems == []
     node.close()
     assert ledger.in_use_mb == 0 and ledger.resident() == ()
 
