@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langgraph_devsched.hints import ToolDeviceSpec
@@ -267,12 +267,14 @@ class MonitorPolicy(SchedulerBase):
                       f"{len(scores)} mappings")
         decision = self._decision(mapping, reason, predicted_ms=predicted, probe=bool(probe))
         # settled: the fit is done, and past the runs after each of which it is refitted,
-        # or its refit stopped moving and chose the last decision's mapping again
+        # or its refit stopped moving, chose the last decision's mapping again and leaves no
+        # near-tie untried
         learning = bool(fit.shares or fit.threads) and sum(
             o.count for o in outcomes) < EVERY_RUN_UNTIL
         converged = (
             before is not None and before[1].complete and _same_fit(before[1], fit)
             and last is not None and last.options == chosen and not probe
+            and not _untried_near_tie(model, scores, best, low + tie)
         )
         return decision, fit.complete and (converged or not learning)
 
@@ -499,6 +501,21 @@ class _ModelScores:
         todo = [m for m in dict.fromkeys(mappings) if m not in self.values]
         if todo:
             self(todo)
+
+
+def _untried_near_tie(
+    model: _ModelScores, scores: Mapping[Mapping_, float], best: Mapping_, below: float
+) -> bool:
+    """Whether a mapping the twin scores within the tie of ``best`` (under ``below``), and
+    that is not just ``best`` with equal calls swapped, never ran: the twin cannot tell the
+    two apart, so the shape is not settled until a later decision has tried it."""
+    mine = _canon(zip(model.tools, best, strict=True))
+    for m, score in scores.items():
+        if score < below:
+            placement = _canon(zip(model.tools, m, strict=True))
+            if placement != mine and placement not in model.seen:
+                return True
+    return False
 
 
 def _same_fit(a: ContentionFit, b: ContentionFit) -> bool:
