@@ -64,7 +64,7 @@ def _use_llm(llm: str | None, base_url: str | None, names: list[str] | None) -> 
 def bench(
     scenarios: Annotated[
         Path | None,
-        typer.Option(help="scenario file or folder of *.yaml (default: the 13 built-ins)"),
+        typer.Option(help="scenario file or folder of *.yaml (default: the built-ins)"),
     ] = None,
     schedulers: Annotated[
         str | None,

@@ -151,7 +151,8 @@ class _Entry:
 
 
 class ModelCache:
-    """Resident model instances per (model, side); GPU weights accounted in ``ledger``."""
+    """Resident model instances per (model, device); GPU weights accounted in ``ledger``
+    (one GPU: the backend's)."""
 
     def __init__(
         self,
@@ -166,8 +167,8 @@ class ModelCache:
         self.max_models = max_models
         self._clock = clock
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, ModelSide], _Entry] = OrderedDict()
-        self._loading: dict[tuple[str, ModelSide], threading.Lock] = {}
+        self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
+        self._loading: dict[tuple[str, str], threading.Lock] = {}
         self._measured: dict[str, float] = {}
         self.loads = 0
         self.hits = 0
@@ -199,13 +200,12 @@ class ModelCache:
 
     def drop(self, models: Iterable[str], side: ModelSide = "gpu") -> None:
         """Free the instances of ``models`` on ``side`` (the ledger already evicted them)."""
+        names = set(models)
         freed = []
         with self._lock:
-            for name in models:
-                entry = self._entries.pop((name, side), None)
-                if entry is not None:
-                    freed.append(entry)
-                    self.evictions += 1
+            for key in [k for k in self._entries if k[0] in names and side_of(k[1]) == side]:
+                freed.append(self._entries.pop(key))
+                self.evictions += 1
         self._free(freed)
 
     def settle(self, record: CallModels) -> None:
@@ -216,7 +216,7 @@ class ModelCache:
         model = record.model
         if model is None or side_of(record.device) != "gpu" or self.ledger is None:
             return
-        if (model, "gpu") in self._entries or not self.ledger.is_resident(model):
+        if (model, record.device) in self._entries or not self.ledger.is_resident(model):
             return
         if model in record.asked:
             self.ledger.evict(model)
@@ -227,11 +227,11 @@ class ModelCache:
         """GPU weights (from the ledger, least recently used first), then host instances."""
         gpu = self.ledger.resident() if self.ledger is not None else ()
         with self._lock:
-            host = tuple(WarmModel(n, e.weights_mb, "cpu") for (n, s), e in self._entries.items()
-                         if s == "cpu")
+            host = tuple(WarmModel(n, e.weights_mb, "cpu") for (n, d), e in self._entries.items()
+                         if side_of(d) == "cpu")
             if self.ledger is None:
                 gpu = tuple(WarmModel(n, e.weights_mb, "gpu")
-                            for (n, s), e in self._entries.items() if s == "gpu")
+                            for (n, d), e in self._entries.items() if side_of(d) == "gpu")
         return gpu + host
 
     def clear(self) -> None:
@@ -250,7 +250,7 @@ class ModelCache:
         """The instance of ``handle`` on ``device``, loaded (once, also under concurrent
         calls) when absent."""
         side = side_of(device)
-        key = (handle.name, side)
+        key = (handle.name, device)
         if record is not None:
             record.asked.add(handle.name)
         with self._lock:
@@ -321,7 +321,8 @@ class ModelCache:
         are bounded by the ledger's budget."""
         over: list[_Entry] = []
         while len(self._entries) > self.max_models:
-            key = next((k for k in self._entries if k[1] == "cpu" or self.ledger is None),
+            key = next((k for k in self._entries
+                        if side_of(k[1]) == "cpu" or self.ledger is None),
                        None)
             if key is None:
                 break

@@ -47,7 +47,8 @@ class DeviceState:
     processes: tuple[GpuProcess, ...] = ()
     """Processes holding GPU memory (NVML), empty when unknown."""
     resident: tuple[WarmModel, ...] = ()
-    """Model weights resident now (GPU and host side), least recently used first."""
+    """Model weights resident now (GPU and host side), least recently used first.
+    ``vram_used_mb`` leaves out the GPU weights listed here (it is what else holds the GPU)."""
 
     def warm(self, model: str, side: str = "gpu") -> bool:
         """Whether ``model``'s weights are resident on ``side`` now."""

@@ -362,3 +362,25 @@ def test_a_remembered_decision_is_not_reused_once_the_warm_models_changed() -> N
     assert telemetry_bucket(cold) != telemetry_bucket(warm)
     assert telemetry_bucket(warm) == telemetry_bucket(
         DeviceState(True, "gpu", 8000, 0, 0.0, 8, resident=(WarmModel("blip", 10.0, in_use=1),)))
+
+
+def test_telemetry_vram_in_use_leaves_out_the_resident_weights_it_lists(
+        monkeypatch: Any) -> None:
+    """On CUDA, memory in use (NVML/torch) counts this process's resident weights too; the
+    device state lists them in ``resident`` and leaves them out of ``vram_used_mb``, so that
+    a scheduler's twin does not count them twice."""
+    from langgraph_devsched.executors import local
+    from langgraph_devsched.telemetry import DeviceState
+
+    monkeypatch.setattr(local, "cuda_status", lambda index=0: (True, None))
+    monkeypatch.setattr(local, "local_device_state", lambda index=0, budget=None: DeviceState(
+        True, "H200", 8000, 3000, 0.2, 16))
+    loads = Loads()
+    backend = LocalBackend(gpu=GpuConfig(8000, device="cuda:0"), telemetry_ttl_s=0.0)
+    node = DeviceToolNode([model_tool("ta", loads.handle("a", 2000), 500)], backend=backend,
+                          scheduler=Fixed())
+    graph_of(node).invoke(step("ta"))
+    state = backend.device_state()
+    assert state.warm("a", "gpu") and state.vram_used_mb == 1000.0
+    node.close()
+    assert backend.device_state().vram_used_mb == 3000.0

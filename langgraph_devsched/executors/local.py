@@ -180,7 +180,15 @@ class LocalBackend:
         resident = self.models.resident()
         if not resident and not cached[1].resident:
             return cached[1]
-        return dataclasses.replace(cached[1], resident=resident)
+        state = cached[1]
+        # `vram_used_mb` is what else holds the GPU: a CUDA reading also counts this process's
+        # resident weights, which `resident` lists (the schedulers' twins add them back)
+        held = self.ledger.weights_mb if self.ledger is not None and self._reads_cuda() else 0.0
+        return dataclasses.replace(state, resident=resident,
+                                   vram_used_mb=max(0.0, state.vram_used_mb - held))
+
+    def _reads_cuda(self) -> bool:
+        return self.gpu is not None and self.gpu.device.startswith("cuda") and cuda_status(0)[0]
 
     def _read_state(self) -> DeviceState:
         if self.gpu is None:

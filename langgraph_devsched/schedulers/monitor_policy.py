@@ -158,7 +158,7 @@ class MonitorPolicy(SchedulerBase):
         tools = [c.tool for c in batch.calls]
         key = tuple(tools)
         specs = tuple(c.spec for c in batch.calls)
-        bucket = telemetry_bucket(view.device) + _warmth(batch, view.device)
+        bucket = telemetry_bucket(view.device)  # the warm models included
         versions = self._changes.versions(tools)
         samples = self._changes.samples(tools)
         last = self._last.get(key)
@@ -586,8 +586,3 @@ def _pooled_cv(obs: Observations) -> float:
     cvs = [e.std_ms / e.run_ms for e in obs.estimates if e.count >= 2 and e.run_ms > 0]
     return sum(cvs) / len(cvs) if cvs else 0.0
 
-
-def _warmth(batch: Batch, device: DeviceState) -> tuple[object, ...]:
-    """Which of the batch's models are warm on each side (a reused decision must match)."""
-    models = dict.fromkeys(m for c in batch.calls if (m := c.spec.model_name(c.tool)))
-    return tuple((m, device.warm(m, "gpu"), device.warm(m, "cpu")) for m in models)
