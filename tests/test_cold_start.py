@@ -62,6 +62,25 @@ def test_an_unmeasured_cpu_side_is_not_probed_beyond_the_steps_cost() -> None:
     assert r.results["monitor"].optimal
 
 
+LIGHT = {
+    "name": "light", "category": "serial",
+    "testbed": {"vram_budget_mb": 16000, "cpu_cores": 8, "noise": 0.05, "seed": 11},
+    "tools": {"vad": {"params": {"cpu_ms": 9, "gpu_ms": 2, "transfer_ms": 12, "vram_mb": 200,
+                                 "gpu_share": 0.1}}},
+    "workload": {"kind": "serial", "calls": ["vad"], "rounds": 8},
+}
+
+
+def test_a_light_tools_unknown_cpu_side_is_measured() -> None:
+    """Old: 14 ms on the GPU, its CPU side guessed at 4x (56 ms) was never probed (42 ms over
+    half the step), so the 9 ms CPU stayed unknown for good. A probe of a light step may cost
+    up to `min_probe_ms` once."""
+    r = run_scenario(Scenario.model_validate(LIGHT), ["monitor"], declare="none")
+    result = r.results["monitor"]
+    assert result.optimal and result.probes == 1, result.round_makespans_ms
+    assert max(result.round_makespans_ms) < 60.0  # the probe cost at most its bound
+
+
 def test_a_cpu_only_tools_cost_is_not_invented() -> None:
     """Old: 400 ms guessed, which alone set the length of every step it was in."""
     p = estimate_params("bm25", ToolDeviceSpec(gpu_capable=False), Observations(step=0),

@@ -23,7 +23,8 @@ Exploration: the monitor's hints (unknown device, symmetric, swap) name what was
 measured. The policy turns a hint into a *probe* — the chosen mapping with that one change —
 when the shape's probe budget is not spent, the probe's placement was never executed, and its
 predicted extra cost is at most ``probe_horizon`` times the hint's expected gain (the gain
-would be collected on later steps of the shape) and at most ``max_probe_cost`` of the step.
+would be collected on later steps of the shape) and at most ``max_probe_cost`` of the step
+(or ``min_probe_ms``, for a light step).
 Probes are marked ``Decision(probe=True)``.
 
 Cold start: a tool with no declared solo time and no measurement is started on the GPU where
@@ -113,6 +114,7 @@ class MonitorPolicy(SchedulerBase):
         *,
         probe_horizon: float = 4.0,
         max_probe_cost: float = 0.5,
+        min_probe_ms: float = 50.0,
         override_floor: float = 0.03,
         tie_tolerance: float = 0.005,
         exact_limit: int = EXACT_LIMIT,
@@ -126,6 +128,7 @@ class MonitorPolicy(SchedulerBase):
     ) -> None:
         self.probe_horizon = probe_horizon
         self.max_probe_cost = max_probe_cost
+        self.min_probe_ms = min_probe_ms
         self.override_floor = override_floor
         self.tie_tolerance = tie_tolerance
         self.exact_limit = exact_limit
@@ -378,7 +381,9 @@ class MonitorPolicy(SchedulerBase):
                 # (`monitor_model.UNKNOWN_FACTOR` times the measured side): the probe's
                 # cost stays bounded by the step's, whatever the unknown side turns out
                 cost = model.values[m] - base
-                affordable = cost <= self.max_probe_cost * base
+                # a probe of a light step may cost up to `min_probe_ms` (once): otherwise a
+                # 10 ms tool's unknown side, guessed at 4x, would never be measured
+                affordable = cost <= max(self.max_probe_cost * base, self.min_probe_ms)
                 gain = _gain(batch, obs, hint)
                 if affordable and cost <= self.probe_horizon * gain:
                     value = gain - cost / self.probe_horizon
