@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, cast, get_args
 
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.residency import WarmModel, plan_room
@@ -52,6 +52,40 @@ class BackgroundLoad(Protocol):
     def gpu_share(self) -> float: ...
     @property
     def cpu_threads(self) -> int: ...
+
+Physics = Literal["processor_sharing", "time_slicing", "idle_queue", "bandwidth"]
+"""How computing GPU calls slow each other (see ``docs/physics.md``)."""
+PHYSICS: tuple[Physics, ...] = get_args(Physics)
+
+
+def check_physics(name: str) -> Physics:
+    """``name`` as a `Physics`, or `ValueError` listing the valid names."""
+    if name not in PHYSICS:
+        raise ValueError(f"unknown physics {name!r}; valid: {', '.join(PHYSICS)}")
+    return cast(Physics, name)
+
+
+@dataclass(frozen=True)
+class Contention:
+    """The GPU contention physics of a step (``docs/physics.md``); with k calls computing
+    and the background's share b, every computing call progresses at 1/D when D > 1, else 1:
+
+    * ``processor_sharing``: D = b + the sum of the computing calls' shares;
+    * ``time_slicing``: D = b + k, times ``1 + slice_overhead`` when k >= 2;
+    * ``idle_queue``: only the call computing longest (ties: call order) progresses, with
+      D = b + its share; the others hold their VRAM and wait;
+    * ``bandwidth``: D = b + the sum of share_i * (1 + mem_bound_i * (k - 1)).
+
+    ``mem_bound``: per call, in call order (``bandwidth`` only)."""
+
+    physics: Physics = "processor_sharing"
+    slice_overhead: float = 0.0
+    mem_bound: tuple[float, ...] = ()
+
+    @property
+    def default(self) -> bool:
+        return self.physics == "processor_sharing"
+
 
 _EPS = 1e-9
 _CHUNK = 1 << 16
@@ -242,6 +276,7 @@ def makespans(
     oom_detect_ms: float,
     prune: bool = False,
     residency: Residency | None = None,
+    contention: Contention | None = None,
 ) -> Any:
     """Noise-free makespan of each row of ``codes`` (shape (m, n), option codes per call).
 
@@ -254,7 +289,8 @@ def makespans(
     codes = np.asarray(codes, dtype=np.int8)
     if codes.ndim != 2 or codes.shape[1] != len(params):
         raise ValueError(f"codes must have shape (m, {len(params)}), got {codes.shape}")
-    machine = (float(vram_budget_mb), cpu_cores, background, float(oom_detect_ms), residency)
+    machine = (float(vram_budget_mb), cpu_cores, background, float(oom_detect_ms), residency,
+               contention)
     if not prune:
         return _chunked(np, params, codes, machine)
     lb = lower_bounds(params, codes, vram_budget_mb=vram_budget_mb, cpu_cores=cpu_cores,
@@ -275,10 +311,10 @@ _INCUMBENT_ROWS = 256
 
 def _chunked(np: Any, params: Sequence[ToolParams], codes: Any, machine: tuple[Any, ...]) -> Any:
     out = np.empty(codes.shape[0], dtype=np.float64)
-    budget, cores, bg, oom_ms, residency = machine
+    budget, cores, bg, oom_ms, residency, contention = machine
     for lo in range(0, codes.shape[0], _CHUNK):
         out[lo : lo + _CHUNK] = _run(np, params, codes[lo : lo + _CHUNK], budget, cores, bg,
-                                     oom_ms, residency=residency)
+                                     oom_ms, residency=residency, contention=contention)
     return out
 
 
@@ -291,6 +327,7 @@ def lower_bounds(
     background: BackgroundLoad,
     oom_detect_ms: float,
     residency: Residency | None = None,
+    contention: Contention | None = None,
 ) -> Any:
     """An admissible lower bound on each row's makespan (slightly loosened for float safety).
 
@@ -300,7 +337,10 @@ def lower_bounds(
     share-weighted work per ms, D the largest possible demand) after the shortest transfer.
     With resident models, the ledger base is each row's resident weights too, a call whose
     model gets no room is off the GPU, and a call waiting for a load ends no earlier than it.
+    The bound holds under every `Contention` physics (none is faster than processor
+    sharing at any instant), so ``contention`` is accepted and not needed.
     """
+    del contention
     np = _numpy()
     m = codes.shape[0]
     budget = float(vram_budget_mb)
@@ -373,6 +413,7 @@ def call_times(
     oom_detect_ms: float,
     rows: dict[str, Any] | None = None,
     residency: Residency | None = None,
+    contention: Contention | None = None,
 ) -> tuple[Any, Any]:
     """Start and end time (ms from the step's start) of every call of every row of
     ``codes``, as two (m, n) arrays; ``rows`` may give any of `ROW_FIELDS` per row and call
@@ -387,7 +428,8 @@ def call_times(
         raise ValueError(f"unknown row fields {sorted(unknown)}; valid: {', '.join(ROW_FIELDS)}")
     times = (np.zeros(codes.shape), np.zeros(codes.shape))
     _run(np, params, codes, float(vram_budget_mb), cpu_cores, background,
-         float(oom_detect_ms), rows=rows, times=times, residency=residency)
+         float(oom_detect_ms), rows=rows, times=times, residency=residency,
+         contention=contention)
     return times
 
 
@@ -403,12 +445,22 @@ def _run(
     rows: dict[str, Any] | None = None,
     times: tuple[Any, Any] | None = None,
     residency: Residency | None = None,
+    contention: Contention | None = None,
 ) -> Any:
     """The lockstep simulation; mirrors `testbed._Simulation` operation by operation."""
     m, n = codes.shape
     if n == 0:
         return np.zeros(m)
     given = rows or {}
+    physics = "processor_sharing" if contention is None else contention.physics
+    if physics == "bandwidth":
+        assert contention is not None
+        if len(contention.mem_bound) != n:
+            raise ValueError(f"contention.mem_bound: {len(contention.mem_bound)} values for "
+                             f"{n} calls")
+        mem_bound = np.array(contention.mem_bound, dtype=np.float64)
+    overhead = 0.0 if contention is None else float(contention.slice_overhead)
+    fifo = physics == "idle_queue"
 
     def per_row(field: str, dtype: Any) -> Any:
         if field in given:
@@ -434,6 +486,8 @@ def _run(
         st.extend(gpu_load=rm.gpu_load, dev_gpu=np.zeros((m, n), dtype=bool),
                   host_end=np.full((m, max(1, len(rm.cpu_load))), np.inf))
         capacity_rows = budget - rm.base_mb
+    if fifo:  # when each call began computing (idle_queue serves the earliest)
+        st.extend(gpu_since=np.full((m, n), np.inf))
     transfer_row = np.array(transfer, dtype=np.float64)
 
     def start_gpu(rows: Any, j: int) -> None:
@@ -447,6 +501,8 @@ def _run(
                 first = transfer[j] * 1.0 if transfer[j] > 0 else st.gpu_ms[rows, j] * 1.0
                 st.phase[rows, j] = np.where(wait, _LOAD, nxt)
                 st.remaining[rows, j] = np.where(wait, pre, first)
+                if fifo and nxt == _GPU:
+                    st.gpu_since[rows, j] = np.where(wait, np.inf, st.now[rows])
                 return
         if transfer[j] > 0:
             st.phase[rows, j] = _TRANSFER
@@ -454,6 +510,8 @@ def _run(
         else:
             st.phase[rows, j] = _GPU
             st.remaining[rows, j] = st.gpu_ms[rows, j] * 1.0
+            if fifo:
+                st.gpu_since[rows, j] = st.now[rows]
 
     def start_cpu(rows: Any, j: int) -> None:
         k = -1 if rm is None else rm.model_index[j]
@@ -551,9 +609,24 @@ def _run(
         now = st.now
         in_gpu = phase == _GPU
         on_cpu = phase == _CPU
-        # a running sum in call order (as the event simulation adds): bit-identical
-        demand_sum = np.cumsum(np.where(in_gpu, st.share, 0.0), axis=1)[:, -1]
-        demand = base_share + demand_sum
+        head = None
+        if physics == "processor_sharing":
+            # a running sum in call order (as the event simulation adds): bit-identical
+            demand_sum = np.cumsum(np.where(in_gpu, st.share, 0.0), axis=1)[:, -1]
+            demand = base_share + demand_sum
+        elif physics == "time_slicing":
+            k = in_gpu.sum(axis=1)
+            demand = base_share + k.astype(np.float64)
+            demand = np.where(k >= 2, demand * (1.0 + overhead), demand)
+        elif physics == "bandwidth":
+            k1 = (in_gpu.sum(axis=1) - 1).astype(np.float64)
+            inflated = st.share * (1.0 + mem_bound[None, :] * k1[:, None])
+            demand = base_share + np.cumsum(np.where(in_gpu, inflated, 0.0), axis=1)[:, -1]
+        else:  # idle_queue: the call computing longest, ties in call order
+            head = np.argmin(np.where(in_gpu, st.gpu_since, inf), axis=1)
+            any_gpu = in_gpu.any(axis=1)
+            demand = np.where(any_gpu, base_share + st.share[np.arange(len(head)), head],
+                              base_share)
         over = demand > 1.0
         gpu_rate = np.where(over, 1.0 / np.where(over, demand, 1.0), 1.0)
         used_threads = (np.where(on_cpu, st.threads, 0)).sum(axis=1)
@@ -562,7 +635,13 @@ def _run(
         )
         rate = np.where(in_gpu, gpu_rate[:, None], np.where(on_cpu, cpu_rate[:, None], 1.0))
         remaining = st.remaining
-        dt = np.where(active, remaining / rate, inf).min(axis=1)
+        if head is None:
+            dt = np.where(active, remaining / rate, inf).min(axis=1)
+        else:
+            stalled = in_gpu & (np.arange(n)[None, :] != head[:, None])
+            rate = np.where(stalled, 0.0, rate)
+            dt = np.where(active & ~stalled, remaining / np.where(stalled, 1.0, rate),
+                          inf).min(axis=1)
         if waiting.any():
             dt = np.minimum(dt, np.where(waiting, st.ready_at - now[:, None], inf).min(axis=1))
         dt = np.maximum(dt, 0.0)
@@ -583,6 +662,8 @@ def _run(
         to_gpu = finished & (phase == _TRANSFER)
         phase[to_gpu] = _GPU
         remaining = np.where(to_gpu, st.gpu_ms * 1.0, remaining)
+        if fifo:
+            st.gpu_since = np.where(to_gpu, now[:, None], st.gpu_since)
         loaded = None
         if rm is not None:
             loaded = finished & (phase == _LOAD)
@@ -595,6 +676,8 @@ def _run(
                 phase[to_cpu] = _CPU
                 remaining = np.where(to_transfer, transfer_row[None, :] * 1.0, remaining)
                 remaining = np.where(to_compute, st.gpu_ms * 1.0, remaining)
+                if fifo:
+                    st.gpu_since = np.where(to_compute, now[:, None], st.gpu_since)
                 remaining = np.where(to_cpu, st.cpu_ms * 1.0, remaining)
         st.remaining = remaining
         done = finished & ~to_gpu
@@ -639,6 +722,7 @@ class _State:
         self.gpu_load: Any = None
         self.dev_gpu: Any = None
         self.host_end: Any = None
+        self.gpu_since: Any = None
 
     def extend(self, **fields: Any) -> None:
         """Per-row fields of the resident-model rule, dropped with their rows too."""

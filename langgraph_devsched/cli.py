@@ -106,6 +106,12 @@ def bench(
         typer.Option(help="measured: a round's wall time is its decision time plus its "
                      "makespan; none: the makespan alone"),
     ] = "measured",
+    physics: Annotated[
+        str | None,
+        typer.Option(help="ground-truth contention physics: processor_sharing, time_slicing, "
+                     "idle_queue, bandwidth, a comma-separated list, or all (results "
+                     "labelled scenario@physics; default: the scenarios' own)"),
+    ] = None,
     llm: Annotated[
         str | None,
         typer.Option(help="chat model name: adds the agentic scheduler's row "
@@ -151,7 +157,7 @@ def bench(
         run_bench_command(
             scenarios=scenarios, schedulers=names, rounds=rounds, seed=seed, noise=noise,
             json_path=json_path, plots=plots, backend=backend, real=real, declare=declare,
-            decision_cost=decision_cost,
+            decision_cost=decision_cost, physics=physics,
         )
     except ValueError as exc:  # ScenarioError, unknown scheduler names, bad --declare
         typer.echo(f"Error: {exc}", err=True)

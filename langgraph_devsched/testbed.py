@@ -4,8 +4,10 @@ Each tool has hidden parameters (`ToolParams`). A step's calls run as a discrete
 simulation on a virtual clock:
 
 * GPU path: reserve VRAM, copy (``transfer_ms``, not slowed by sharing), then compute
-  ``gpu_ms`` of work. When the GPU shares of the computing calls (plus the background's) sum
-  to D > 1, every one of them progresses at rate 1/D (GPU utilization contention).
+  ``gpu_ms`` of work. With the default ``physics="processor_sharing"``, when the GPU shares
+  of the computing calls (plus the background's) sum to D > 1, every one of them progresses
+  at rate 1/D (GPU utilization contention); ``time_slicing``, ``idle_queue`` and
+  ``bandwidth`` are other contention physics (`batchsim.Contention`, ``docs/physics.md``).
 * `gpu_now` whose VRAM does not fit at start pays ``oom_detect_ms`` and falls back to the
   CPU (VRAM capacity contention); `gpu_queued` waits in FIFO order for admission (VRAM fits,
   shares within 1 or the GPU idle), by the same `VramLedger` the real executor uses.
@@ -45,6 +47,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from langgraph_devsched import batchsim
+from langgraph_devsched.batchsim import Physics, check_physics
 from langgraph_devsched.ledger import Reservation, VramLedger
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import CallRecord, StepRecord
@@ -52,6 +55,8 @@ from langgraph_devsched.residency import WarmModel
 from langgraph_devsched.telemetry import DeviceState
 
 SIM_GPU_DEVICE = "cuda:0"
+DEFAULT_MEM_BOUND = 0.5
+"""Under ``physics="bandwidth"``, how memory-bound a tool is when its parameters do not say."""
 _EPS = 1e-9
 
 
@@ -74,6 +79,9 @@ class ToolParams(BaseModel):
     load_gpu_ms: float = Field(default=0.0, ge=0, description="time to load the weights on the GPU")
     load_cpu_ms: float = Field(
         default=0.0, ge=0, description="time to load the weights into host memory")
+    mem_bound: float | None = Field(
+        default=None, ge=0, le=1, description="how memory-bound the GPU compute is, under "
+        "physics 'bandwidth' (default: the testbed's mem_bound)")
 
     def model_name(self, tool: str) -> str | None:
         """The resident model ``tool``'s calls use, or None (no resident weights)."""
@@ -119,6 +127,9 @@ class _Task:
     load_ms: float = 0.0
     loaded: bool = False
     evicted: tuple[str, ...] = ()
+    mem_bound: float = 0.0
+    gpu_since: float = float("inf")
+    """When the call began computing (``idle_queue`` serves the earliest)."""
 
 
 class SimulatedTestbed:
@@ -136,15 +147,27 @@ class SimulatedTestbed:
         oom_detect_ms: float = 20.0,
         gpu_name: str = "simulated-gpu",
         resident: Mapping[str, Sequence[str | tuple[str, float]]] | None = None,
+        physics: Physics = "processor_sharing",
+        slice_overhead: float = 0.0,
+        mem_bound: float = DEFAULT_MEM_BOUND,
     ) -> None:
         """``resident``: models resident at the start, ``{"gpu": [...], "cpu": [...]}``
         (GPU ones least recently used first), each named by some tool's parameters; a GPU
         entry may also be ``(model, weights_mb)``, a model no tool uses (it only holds VRAM
-        until evicted)."""
+        until evicted). ``physics``: how computing GPU calls slow each other
+        (`batchsim.Contention`); ``slice_overhead`` (``time_slicing``) and ``mem_bound``
+        (``bandwidth``: the value of every tool whose parameters leave it out) tune it."""
         if cpu_cores < 1:
             raise ValueError(f"cpu_cores must be >= 1, got {cpu_cores}")
         if not 0 <= noise < 1:
             raise ValueError(f"noise is a relative sigma in [0, 1), got {noise}")
+        self.physics = check_physics(physics)
+        if not 0 <= slice_overhead <= 1:
+            raise ValueError(f"slice_overhead must be in [0, 1], got {slice_overhead}")
+        if not 0 <= mem_bound <= 1:
+            raise ValueError(f"mem_bound must be in [0, 1], got {mem_bound}")
+        self.slice_overhead = float(slice_overhead)
+        self.mem_bound = float(mem_bound)
         self._params = {
             name: p if isinstance(p, ToolParams) else ToolParams.model_validate(p)
             for name, p in tools.items()
@@ -238,7 +261,19 @@ class SimulatedTestbed:
             "background": self._background,
             "oom_detect_ms": self._oom_detect_ms,
             "residency": self._residency_for(tools),
+            "contention": self.contention(tools),
         }
+
+    def contention(self, tools: Sequence[str] = ()) -> batchsim.Contention | None:
+        """The physics as `batchsim` takes it for ``tools``' calls (None: the default)."""
+        if self.physics == "processor_sharing":
+            return None
+        return batchsim.Contention(
+            self.physics, self.slice_overhead,
+            tuple(self._mem_bound(self._require(t)) for t in tools))
+
+    def _mem_bound(self, p: ToolParams) -> float:
+        return self.mem_bound if p.mem_bound is None else p.mem_bound
 
     def _require(self, tool: str) -> ToolParams:
         try:
@@ -338,6 +373,7 @@ class SimulatedTestbed:
             task = _Task(i, call_id, tool, option, params, scale)
             task.cpu_forbidden = call_id in cpu_forbidden
             task.model = params.model_name(tool)
+            task.mem_bound = self._mem_bound(params)
             tasks.append(task)
         wanted: dict[str, float] = {}
         for t in tasks:
@@ -420,7 +456,10 @@ class _Simulation:
         if t.p.transfer_ms > 0:
             t.phase, t.remaining = "transfer", t.p.transfer_ms * t.scale
         else:
-            t.phase, t.remaining = "gpu", t.p.gpu_ms * t.scale
+            self._compute(t)
+
+    def _compute(self, t: _Task) -> None:
+        t.phase, t.remaining, t.gpu_since = "gpu", t.p.gpu_ms * t.scale, self.now
 
     def _start_cpu(self, t: _Task) -> None:
         t.device = "cpu"
@@ -481,12 +520,30 @@ class _Simulation:
         self._admit_queue()
 
     def _rates(self, active: list[_Task]) -> list[float]:
-        demand = self.bg_share + sum(t.p.gpu_share for t in active if t.phase == "gpu")
+        """Each active call's progress per ms (0: waiting for the GPU under ``idle_queue``);
+        the GPU demand D by the testbed's physics (`batchsim.Contention`)."""
+        physics = self.bed.physics
+        computing = [t for t in active if t.phase == "gpu"]
+        head = None
+        if physics == "processor_sharing":
+            demand = self.bg_share + sum(t.p.gpu_share for t in computing)
+        elif physics == "time_slicing":
+            demand = self.bg_share + len(computing)
+            if len(computing) >= 2:
+                demand = demand * (1.0 + self.bed.slice_overhead)
+        elif physics == "bandwidth":
+            peers = len(computing) - 1
+            demand = self.bg_share + sum(
+                t.p.gpu_share * (1.0 + t.mem_bound * peers) for t in computing)
+        else:  # idle_queue
+            head = min(computing, key=lambda t: (t.gpu_since, t.index), default=None)
+            demand = self.bg_share + (head.p.gpu_share if head is not None else 0.0)
         gpu_rate = 1.0 / demand if demand > 1.0 else 1.0
         threads = sum(t.p.cpu_threads for t in active if t.phase == "cpu")
         cpu_rate = self.free_cores / threads if threads > self.free_cores else 1.0
         return [
-            gpu_rate if t.phase == "gpu" else cpu_rate if t.phase == "cpu" else 1.0 for t in active
+            (gpu_rate if head is None or t is head else 0.0) if t.phase == "gpu"
+            else cpu_rate if t.phase == "cpu" else 1.0 for t in active
         ]
 
     def run(self) -> StepRecord:
@@ -504,7 +561,7 @@ class _Simulation:
                 if t.phase == "gpu":
                     t.peers = max(t.peers, gpu_now_count - 1)
             dt = min(
-                [t.remaining / r for t, r in zip(active, rates, strict=True)]
+                [t.remaining / r for t, r in zip(active, rates, strict=True) if r > 0]
                 + [t.ready_at - self.now for t in waiting]
             )
             dt = max(dt, 0.0)
@@ -522,7 +579,7 @@ class _Simulation:
                 if t.remaining > _EPS * max(1.0, self.now):
                     continue
                 if t.phase == "transfer":
-                    t.phase, t.remaining = "gpu", t.p.gpu_ms * t.scale
+                    self._compute(t)
                     continue
                 if t.phase == "load":
                     if t.after_load == "gpu":

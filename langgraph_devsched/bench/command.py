@@ -18,7 +18,7 @@ from langgraph_devsched.bench.runner import (
     run_benchmark,
     validate_scheduler_names,
 )
-from langgraph_devsched.bench.scenario import Scenario, load_scenarios
+from langgraph_devsched.bench.scenario import Scenario, load_scenarios, under_physics
 
 BENCH_BACKENDS = ("local", "ray")
 """``local``: the testbed alone; ``ray``: every simulated call also runs as a Ray task."""
@@ -51,6 +51,7 @@ def run_bench_command(
     real: bool = False,
     decision_cost: str = "measured",
     declare: str = "exact",
+    physics: str | None = None,
     progress: Any | None = None,
 ) -> BenchResult:
     """What ``devsched bench`` does; raises `ValueError` on bad scenarios or names.
@@ -60,7 +61,10 @@ def run_bench_command(
 
     ``decision_cost``: ``measured`` (a round's wall time is its decision time plus its
     makespan) or ``none`` (makespan only). ``declare``: what the tools declare
-    (`bench.declare.parse_declare`: exact, none, noisy(SIGMA), stale(FACTOR))."""
+    (`bench.declare.parse_declare`: exact, none, noisy(SIGMA), stale(FACTOR)).
+    ``physics``: the ground truth's contention physics, one name, a comma-separated list or
+    ``all`` (every scenario under each, labelled ``scenario@physics``; default: the
+    scenarios' own)."""
     cost = check_decision_cost(decision_cost)
     mode = parse_declare(declare)
     from rich.console import Console
@@ -73,6 +77,8 @@ def run_bench_command(
         )
     runner = step_runner_for(backend)
     loaded = load_scenarios(scenarios)
+    if physics is not None:
+        loaded = under_physics(loaded, physics)
     skipped: dict[str, str] = {}
     if schedulers is None:
         names = default_schedulers(skipped=skipped)

@@ -12,7 +12,9 @@ time. ``config.declare`` says what the tools declared (``exact``: the ground tru
 profiles, also ``config.ground_truth_declared``). Resident models: ``resident_models`` and
 ``reference_makespans_ms`` (each round's reference) per scenario, ``evictions_per_step`` and
 ``loads`` per result; a third table (`residency_table`) shows them where a scenario has
-resident models. Other keys are extra.
+resident models. ``physics`` per scenario names the ground truth's contention physics;
+``summary_by_physics.<physics>.<scheduler>`` (a run with several) has the summary's keys per
+physics, and a fourth table (`physics_table`) shows it. Other keys are extra.
 """
 
 from __future__ import annotations
@@ -75,12 +77,19 @@ def decision_times(r: SchedulerResult) -> list[float]:
     return list(r.decision_ms) if r.decision_ms else [r.decision_ms_median]
 
 
-def summary(bench: BenchResult) -> dict[str, dict[str, Any]]:
+def physics_of(bench: BenchResult) -> list[str]:
+    """The contention physics of the run's scenarios, in order of first appearance."""
+    return list(dict.fromkeys(s.physics for s in bench.scenarios))
+
+
+def summary(bench: BenchResult, *, physics: str | None = None) -> dict[str, dict[str, Any]]:
     """Per scheduler: scenarios solved optimally, total, regret (makespan and wall), mean
-    ratio, LLM calls, decision time (median of the medians, p50 and p95 over all)."""
+    ratio, LLM calls, decision time (median of the medians, p50 and p95 over all); with
+    ``physics``, over that physics' scenarios alone."""
     out: dict[str, dict[str, Any]] = {}
     for name in bench.schedulers:
-        rows = [(s, s.results[name]) for s in bench.scenarios if name in s.results]
+        rows = [(s, s.results[name]) for s in bench.scenarios if name in s.results
+                and (physics is None or s.physics == physics)]
         times = [t for _, r in rows for t in decision_times(r)]
         out[name] = {
             "optimal": sum(r.optimal for _, r in rows),
@@ -152,10 +161,13 @@ def to_json(bench: BenchResult) -> dict[str, Any]:
                 "resident_models": s.resident_models,
                 "reference_makespans_ms": [round(x, 3) for x in s.reference_makespans_ms],
                 "results": {name: _result_json(r, s) for name, r in s.results.items()},
+                "physics": s.physics,
             }
             for s in bench.scenarios
         ],
         "summary": summary(bench),
+        **({"summary_by_physics": {p: summary(bench, physics=p) for p in physics_of(bench)}}
+           if len(physics_of(bench)) > 1 else {}),
     }
 
 
@@ -242,8 +254,57 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
             f"{row['decision_ms_p95']:.3f}",
             str(row["llm_calls"]),
         )
+    out = [per, summ]
     resident = residency_table(bench, caption=caption)
-    return [per, summ] if resident is None else [per, summ, resident]
+    if resident is not None:
+        out.append(resident)
+    by_physics = physics_table(bench, caption=caption)
+    if by_physics is not None:
+        out.append(by_physics)
+    return out
+
+
+def physics_table(bench: BenchResult, *, caption: str = "") -> Any:
+    """A run over several contention physics: per physics and scheduler, optimal/total and
+    the mean ratio; None when the run has one physics."""
+    from rich.table import Table
+
+    names = physics_of(bench)
+    if len(names) < 2:
+        return None
+    table = Table(title="Per physics (optimal · mean ratio)", caption=caption)
+    table.add_column("physics", no_wrap=True)
+    for name in bench.schedulers:
+        table.add_column(name, justify="right", no_wrap=True)
+    for p in names:
+        rows = summary(bench, physics=p)
+        table.add_row(p, *(f"{r['optimal']}/{r['total']} · {r['mean_ratio']:.3f}"
+                           if (r := rows[n])["total"] else "" for n in bench.schedulers))
+    return table
+
+
+def physics_markdown(bench: BenchResult) -> str:
+    """Scenario x physics as Markdown: per scenario a row, per physics a column group of
+    the schedulers' final ratio (✓ optimal), then the per-physics summary rows."""
+    names = physics_of(bench)
+    base = list(dict.fromkeys(s.name.split("@")[0] for s in bench.scenarios))
+    cells = {(s.name.split("@")[0], s.physics): s for s in bench.scenarios}
+    head = [f"{p} {n}" for p in names for n in bench.schedulers]
+    lines = ["| scenario | " + " | ".join(head) + " |",
+             "| --- | " + " | ".join("---:" for _ in head) + " |"]
+    for b in base:
+        row = []
+        for p in names:
+            s = cells.get((b, p))
+            for n in bench.schedulers:
+                r = None if s is None else s.results.get(n)
+                row.append("" if r is None or s is None else
+                           f"{'✓' if r.optimal else '✗'} {ratio(r, s):.3f}")
+        lines.append(f"| {b} | " + " | ".join(row) + " |")
+    summ = ["| **optimal · mean ratio** | " + " | ".join(
+        f"{r['optimal']}/{r['total']} · {r['mean_ratio']:.3f}"
+        for p in names for r in (summary(bench, physics=p)[n] for n in bench.schedulers)) + " |"]
+    return "\n".join(lines + summ) + "\n"
 
 
 def residency_table(bench: BenchResult, *, caption: str = "") -> Any:

@@ -156,6 +156,8 @@ class ScenarioResult:
     """The scenario's tools keep model weights resident (see `reference`)."""
     reference_makespans_ms: list[float] = field(default_factory=list)
     """The reference of each round (with resident models: the oracle's own rounds)."""
+    physics: str = "processor_sharing"
+    """The ground truth's contention physics (``testbed.physics``)."""
 
 
 def call_ids(scenario: Scenario) -> list[list[str]]:
@@ -350,7 +352,7 @@ def run_scenario(
     per_round, best_mapping = reference(scenario, rounds)
     out = ScenarioResult(scenario.name, scenario.category, per_round[-1], best_mapping, rounds,
                          resident_models=scenario.has_resident_models(),
-                         reference_makespans_ms=per_round)
+                         reference_makespans_ms=per_round, physics=scenario.physics)
     for name in names:
         out.results[name] = _run_one(
             scenario, name, rounds, seed, noise, monitor_factory, per_round, on_round,

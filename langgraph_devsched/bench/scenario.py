@@ -16,6 +16,7 @@ SoloProfile(cpu_ms=900.0, gpu_ms=60.0, transfer_ms=0.0)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -23,9 +24,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from langgraph_devsched.batchsim import PHYSICS, Physics, check_physics
 from langgraph_devsched.bench.declare import Declare, declared_specs
 from langgraph_devsched.hints import ToolDeviceSpec, validate_spec
-from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
+from langgraph_devsched.testbed import (
+    DEFAULT_MEM_BOUND,
+    BackgroundLoad,
+    SimulatedTestbed,
+    ToolParams,
+)
 
 Category = Literal["serial", "parallel", "memory", "residency"]
 WorkloadKind = Literal["serial", "parallel", "sequence"]
@@ -63,6 +70,13 @@ class TestbedConfig(BaseModel):
     resident: ResidentModels = Field(
         default_factory=lambda: ResidentModels(), description="models resident at the start"
     )
+    physics: Physics = Field(
+        default="processor_sharing", description="GPU contention physics (docs/physics.md)")
+    slice_overhead: float = Field(
+        default=0.0, ge=0, le=1, description="time_slicing: context-switch overhead factor")
+    mem_bound: float = Field(
+        default=DEFAULT_MEM_BOUND, ge=0, le=1,
+        description="bandwidth: mem_bound of every tool whose params leave it out")
 
 
 class ToolEntry(BaseModel):
@@ -155,6 +169,10 @@ class Scenario(BaseModel):
     ) -> SimulatedTestbed:
         """A fresh testbed (clock at 0); ``noise``/``seed`` override the file's values."""
         t = self.testbed
+        extra: dict[str, Any] = {}
+        if t.physics != "processor_sharing":
+            extra = {"physics": t.physics, "slice_overhead": t.slice_overhead,
+                     "mem_bound": t.mem_bound}
         return SimulatedTestbed(
             {name: e.params for name, e in self.tools.items()},
             vram_budget_mb=t.vram_budget_mb,
@@ -164,7 +182,35 @@ class Scenario(BaseModel):
             seed=t.seed if seed is None else seed,
             oom_detect_ms=t.oom_detect_ms,
             resident={"gpu": list(t.resident.gpu), "cpu": list(t.resident.cpu)},
+            **extra,
         )
+
+    def with_physics(self, physics: str) -> Scenario:
+        """This scenario under another contention physics, named ``name@physics``."""
+        name = check_physics(physics)
+        return self.model_copy(update={
+            "name": f"{self.name}@{name}",
+            "testbed": self.testbed.model_copy(update={"physics": name})})
+
+    @property
+    def physics(self) -> Physics:
+        return self.testbed.physics
+
+
+def parse_physics(value: str) -> list[Physics]:
+    """``--physics``: one name, several comma-separated, or ``all`` (every physics)."""
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if names == ["all"]:
+        return list(PHYSICS)
+    if not names:
+        raise ValueError(f"--physics needs a name; valid: {', '.join(PHYSICS)}, all")
+    return list(dict.fromkeys(check_physics(n) for n in names))
+
+
+def under_physics(scenarios: Sequence[Scenario], physics: str) -> list[Scenario]:
+    """Every scenario under each physics ``parse_physics`` reads, labelled
+    ``scenario@physics``, grouped by physics."""
+    return [s.with_physics(p) for p in parse_physics(physics) for s in scenarios]
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -275,4 +321,6 @@ __all__ = [
     "builtin_scenario_paths",
     "load_scenario",
     "load_scenarios",
+    "parse_physics",
+    "under_physics",
 ]
