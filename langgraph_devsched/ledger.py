@@ -69,6 +69,9 @@ class Reservation:
     """The model's weights were reserved by this admission (they must be loaded)."""
     evicted: tuple[str, ...] = ()
     """Idle models whose weights this admission evicted (the caller frees them)."""
+    call: bool = True
+    """A call's reservation (counted as active, against ``max_active``); False for weights
+    alone (`try_hold_weights`)."""
 
 
 @dataclass(eq=False)
@@ -225,8 +228,8 @@ class VramLedger:
                 f"{self._base_mb:.0f} MB held by the background"
             )
 
-    def _grant_locked(self, mb: float, share: float, need: WeightsNeed | None = None
-                      ) -> Reservation:
+    def _grant_locked(self, mb: float, share: float, need: WeightsNeed | None = None,
+                      *, call: bool = True) -> Reservation:
         evicted = self._room_locked(mb, need) or ()
         for name in evicted:
             self._in_use_mb -= self._weights.pop(name).mb
@@ -241,11 +244,11 @@ class VramLedger:
             self._weights[need.model] = held  # most recently used
         self._in_use_mb += mb
         self._share += share
-        self._active += 1
+        self._active += int(call)
         self._peak_mb = max(self._peak_mb, self._in_use_mb)
         return Reservation(mb=mb, share=share, ticket=next(self._tickets),
                            model=None if need is None else need.model, loaded=loaded,
-                           evicted=evicted)
+                           evicted=evicted, call=call)
 
     def _admit_queue_locked(self) -> None:
         while self._queue and self.admissible(
@@ -334,7 +337,7 @@ class VramLedger:
         reservation.released = True
         self._in_use_mb -= reservation.mb
         self._share -= reservation.share
-        self._active -= 1
+        self._active -= int(reservation.call)
         held = self._weights.get(reservation.model) if reservation.model else None
         if held is not None:
             held.in_use -= 1
@@ -344,6 +347,16 @@ class VramLedger:
         self._admit_queue_locked()
 
     # -- resident weights ------------------------------------------------------------------
+    def try_hold_weights(self, need: WeightsNeed) -> Reservation | None:
+        """Pin ``need``'s model for a running call that did not declare it: its weights are
+        reserved now when not resident (evicting idle models where that makes room), else
+        None. Not a call: it counts against neither ``max_active`` nor the GPU share."""
+        self._check_size(0.0, need)
+        with self._lock:
+            if self._room_locked(0.0, need) is None:
+                return None
+            return self._grant_locked(0.0, 0.0, need, call=False)
+
     def resize_weights(self, model: str, mb: float) -> bool:
         """Set a resident model's weights to ``mb`` (e.g. as measured after its load); a
         growth is taken only where it fits. Returns whether the ledger now holds ``mb``."""

@@ -119,11 +119,18 @@ class CallModels:
 
     device: str
     model: str | None = None
+    declared: str | None = None
+    """The model the call's hints name (its reservation pins it on the GPU)."""
     loaded: bool = False
     load_ms: float = 0.0
     evicted: tuple[str, ...] = ()
     asked: set[str] = field(default_factory=set)
     """Models the tool asked for through `ResidentModel.get`."""
+    pinned: set[str] = field(default_factory=set)
+    """Models the hints do not name, pinned on the GPU for this call (`extra`)."""
+    fresh: set[str] = field(default_factory=set)
+    """Models whose GPU weights were reserved anew for this call: an instance still cached
+    from before their eviction is stale and loads again."""
     extra: list[Reservation] = field(default_factory=list)
     """Weights reserved during the call for a model its hints did not declare."""
 
@@ -184,11 +191,14 @@ class ModelCache:
 
     @contextlib.contextmanager
     def scope(self, device: str, model: str | None = None,
-              evicted: tuple[str, ...] = ()) -> Iterator[CallModels]:
-        """The block runs one call on ``device``: `ResidentModel.get` answers from here and
-        the returned record says what it loaded. Weights taken for undeclared models are
-        given back at the end (they stay resident, idle)."""
-        record = CallModels(device, model, evicted=evicted)
+              evicted: tuple[str, ...] = (), *, cold: bool = False) -> Iterator[CallModels]:
+        """The block runs one call on ``device`` on its declared ``model`` (``cold``: whose
+        weights its admission reserved anew): `ResidentModel.get` answers from here and the
+        returned record says what it loaded. Pins taken for undeclared models are given back
+        at the end (their weights stay resident, idle)."""
+        record = CallModels(device, model, declared=model, evicted=evicted)
+        if cold and model is not None and side_of(device) == "gpu":
+            record.fresh.add(model)
         token = _SCOPE.set(_Scope(self, record))
         try:
             yield record
@@ -251,23 +261,31 @@ class ModelCache:
         calls) when absent."""
         side = side_of(device)
         key = (handle.name, device)
+        name = handle.name
         if record is not None:
-            record.asked.add(handle.name)
+            record.asked.add(name)
+            if (side == "gpu" and self.ledger is not None and name != record.declared
+                    and name not in record.pinned):
+                self._pin(handle, record)
+        stale: list[_Entry] = []
         with self._lock:
+            if record is not None and name in record.fresh and key in self._entries:
+                stale.append(self._entries.pop(key))  # evicted since: its weights went
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return entry.instance
             gate = self._loading.setdefault(key, threading.Lock())
+        self._free(stale)
         with gate:
             with self._lock:
                 entry = self._entries.get(key)
                 if entry is not None:
                     self.hits += 1
                     return entry.instance
-            if side == "gpu":
-                self._room_for(handle, record)
+            if side == "gpu" and record is None and self.ledger is not None:
+                self._pin(handle, None)  # no call to hold it: reserved and left idle
             started = self._clock()
             before = _cuda_allocated(device)
             instance = handle.load(device)
@@ -288,20 +306,20 @@ class ModelCache:
             if record is not None:
                 record.loaded = True
                 record.load_ms += load_ms
-                record.model = record.model or handle.name
+                record.model = record.model or name
+                record.fresh.discard(name)
             self._free(over)
             return instance
 
-    def _room_for(self, handle: ResidentModel[Any], record: CallModels | None) -> None:
-        """Weights for a GPU load the call's hints did not declare: reserved now (evicting
-        idle models), held to the call's end, or `ModelRoomError`."""
+    def _pin(self, handle: ResidentModel[Any], record: CallModels | None) -> None:
+        """A model the call's hints do not name, on the GPU: pinned for the call's duration,
+        its weights reserved when not resident (evicting idle models), or `ModelRoomError`."""
         ledger = self.ledger
-        if ledger is None or ledger.is_resident(handle.name):
-            return
+        assert ledger is not None
         need = self.need(handle.name, handle.weights_mb or 0.0, handle.keep_warm)
         assert need is not None
         try:
-            res = ledger.try_reserve(0.0, 0.0, need)
+            res = ledger.try_hold_weights(need)
         except ValueError as exc:  # larger than the whole budget
             raise ModelRoomError(str(exc)) from None
         if res is None:
@@ -312,7 +330,10 @@ class ModelCache:
             self.drop(res.evicted)
         if record is not None:
             record.extra.append(res)
+            record.pinned.add(handle.name)
             record.evicted += res.evicted
+            if res.loaded:
+                record.fresh.add(handle.name)
         else:
             ledger.release(res)
 

@@ -384,3 +384,77 @@ def test_telemetry_vram_in_use_leaves_out_the_resident_weights_it_lists(
     assert state.warm("a", "gpu") and state.vram_used_mb == 1000.0
     node.close()
     assert backend.device_state().vram_used_mb == 3000.0
+
+
+def test_a_model_the_hints_do_not_name_is_pinned_while_its_call_runs() -> None:
+    """Old: an undeclared model found resident was used unpinned, so another admission could
+    evict it under the running call; and its weights took a GPU slot (max_active), so with
+    ``gpu_concurrency=1`` it never found room."""
+    loads = Loads()
+    ocr, b = loads.handle("ocr", 5000), loads.handle("b", 5000)
+    gate = threading.Event()
+    reading = threading.Event()
+
+    @device_hints(vram_mb=300, gpu_share=0.3)
+    @tool
+    def read(text: str) -> str:
+        """OCR without a model hint."""
+        instance = ocr.get()
+        reading.set()
+        assert gate.wait(WAIT_S)
+        return instance
+
+    backend = LocalBackend(gpu=GpuConfig(8000, device="fake:0"), gpu_concurrency=2)
+    node = DeviceToolNode([read, model_tool("tb", b, 300, gpu_share=0.3)], backend=backend,
+                          scheduler=Fixed())
+    graph = graph_of(node)
+    gate.set()
+    assert answers(graph.invoke(step("read"))) == {"read-0": "ocr@fake:0"}  # resident, idle
+    gate.clear()
+    ledger = backend.ledger
+    assert ledger is not None
+
+    async def main() -> dict[str, Any]:
+        run = asyncio.ensure_future(graph.ainvoke(step("read", "tb")))
+        for _ in range(500):
+            if reading.is_set() and ledger.queued == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert [(w.model, w.in_use) for w in ledger.resident()] == [("ocr", 1)]
+        gate.set()
+        return await run
+
+    out = answers(asyncio.run(main()))
+    assert out == {"read-0": "ocr@fake:0", "tb-1": "b@fake:0"}
+    assert loads.released == ["ocr@fake:0"]  # evicted once its call was done
+
+
+def test_an_undeclared_model_loads_on_a_gpu_with_one_slot() -> None:
+    loads = Loads()
+    ocr = loads.handle("ocr", 1500)
+
+    @device_hints(vram_mb=300)
+    @tool
+    def read(text: str) -> str:
+        """OCR without a model hint."""
+        return ocr.get()
+
+    backend = LocalBackend(gpu=GpuConfig(8000, device="fake:0"), gpu_concurrency=1)
+    node = DeviceToolNode([read], backend=backend, scheduler=Fixed())
+    assert answers(graph_of(node).invoke(step("read"))) == {"read-0": "ocr@fake:0"}
+
+
+def test_an_instance_cached_from_before_its_eviction_is_loaded_again() -> None:
+    """The ledger evicts an idle model at an admission and the cache then frees it; a call
+    whose admission reserved the weights anew never gets the old instance."""
+    loads = Loads()
+    a = loads.handle("a", 5000)
+    backend = LocalBackend(gpu=GpuConfig(8000, device="fake:0"))
+    node = DeviceToolNode([model_tool("ta", a, 500)], backend=backend, scheduler=Fixed())
+    graph = graph_of(node)
+    graph.invoke(step("ta"))
+    ledger = backend.ledger
+    assert ledger is not None and ledger.evict("a")  # gone from the ledger, still cached
+    graph.invoke(step("ta"))
+    assert loads.loaded == [("a", "fake:0"), ("a", "fake:0")]
+    assert loads.released == ["a@fake:0"] and node.history[-1].record.calls[0].loaded

@@ -343,7 +343,7 @@ class _LocalStep(BookedStep):
         """`ResidentModel.get` answers from the backend's cache while the call runs here."""
         p = run.placement
         with self._b.models.scope(p.device, p.model or call.spec.model_name(call.tool),
-                                  p.evicted) as used:
+                                  p.evicted, cold=p.warm is False) as used:
             run.models.append(used)
             yield
 
