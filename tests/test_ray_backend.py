@@ -516,3 +516,27 @@ def test_devsched_bench_runs_with_the_ray_backend(ray_local: Any) -> None:
     result = CliRunner().invoke(app, [*args, "--schedulers", "oracle,heft"])
     assert result.exit_code == 0, result.output
     assert "serial_voice_assistant" in result.output
+
+
+@pytest.mark.ray
+def test_a_models_weights_are_reserved_once_per_gpu_and_kept(ray_local: Any) -> None:
+    """On Ray the weights live in worker processes the node cannot make free them: the GPU's
+    ledger reserves them the first time a call of the model lands there and keeps them, so a
+    second model that does not fit beside them goes to the CPU instead of over-committing."""
+    backend = RayBackend()
+    reports: list[StepReport] = []
+    hints = {"embed": {"vram_mb": 500, "model": "minilm", "weights_mb": 5000,
+                       "pinned": "gpu_now"},
+             "rerank": {"vram_mb": 500, "model": "bge", "weights_mb": 3000}}
+    node = DeviceToolNode([embed, rerank], hints=hints, backend=backend, on_step=reports.append,
+                          scheduler="all_gpu")
+    first = answers(graph(node).invoke(step(("embed", "e1"))))
+    again = answers(graph(node).invoke(step(("embed", "e2"), ("rerank", "r1"))))
+    assert first["e1"].status == again["e2"].status == "success"
+    cold, warm = reports[0].record.by_id()["e1"], reports[1].record.by_id()["e2"]  # type: ignore[union-attr]
+    assert cold.model == warm.model == "minilm" and cold.loaded and not warm.loaded
+    r1 = reports[1].record.by_id()["r1"]  # type: ignore[union-attr]
+    assert r1.device == "cpu" and r1.fallback == "oom"  # 5000 + 3000 + 500 + 500 > 8000
+    (slot,) = backend.slots()
+    assert [(w.model, w.keep_warm) for w in slot.ledger.resident()] == [("minilm", True)]
+    assert slot.ledger.working_mb == 0 and slot.ledger.in_use_mb == 5000

@@ -49,7 +49,7 @@ from langgraph_devsched.executors.ray_cluster import (
 )
 from langgraph_devsched.executors.ray_task import Where, portable_config, remote_invoke
 from langgraph_devsched.executors.ray_tool import RemoteTool
-from langgraph_devsched.ledger import QueueTimeoutError, Reservation, VramLedger
+from langgraph_devsched.ledger import QueueTimeoutError, Reservation, VramLedger, WeightsNeed
 from langgraph_devsched.records import CallRecord
 from langgraph_devsched.telemetry import DeviceState
 
@@ -288,14 +288,17 @@ class _RayStep(BookedStep):
             if avoid:
                 why += " other than the one its task was lost with"
             return self._cpu_or_fail(call, "no_gpu", why)
-        big = [s for s in slots if call.spec.vram_mb <= s.ledger.capacity_mb + 1e-9]
+        need = _weights(call)
+        weights = need.mb if need is not None else 0.0
+        big = [s for s in slots if call.spec.vram_mb + weights <= s.ledger.capacity_mb + 1e-9]
         if not big:
             most = max(s.ledger.capacity_mb for s in slots)
+            with_weights = f" and {weights:.0f} MB for its model's weights" if weights else ""
             return self._cpu_or_fail(
                 call,
                 "vram_over_budget",
-                f"it needs {call.spec.vram_mb:.0f} MB of VRAM, the largest GPU in the cluster "
-                f"has {most:.0f} MB ({self.backend.vram_resource})",
+                f"it needs {call.spec.vram_mb:.0f} MB of VRAM{with_weights}, the largest GPU in "
+                f"the cluster has {most:.0f} MB ({self.backend.vram_resource})",
             )
         return sorted(big, key=lambda s: (-s.ledger.free_mb, s.key))
 
@@ -315,7 +318,8 @@ class _RayStep(BookedStep):
         self._slot_of[call.call_id] = slot
         in_use = sum(s.ledger.in_use_mb for s in self.backend.slots())
         self._peak = max(self._peak, in_use)
-        return Placement(call.option, GPU_DEVICE_IN_TASK, None, res.mb)
+        warm = None if res.model is None else not res.loaded
+        return Placement(call.option, GPU_DEVICE_IN_TASK, None, res.mb, res.model, warm)
 
     def _now(
         self, call: PlannedCall, slots: list[GpuSlot]
@@ -323,7 +327,7 @@ class _RayStep(BookedStep):
         for slot in slots:
             if not self._free_in_ray(slot, call):
                 continue
-            res = slot.ledger.try_reserve(call.spec.vram_mb, call.spec.gpu_share)
+            res = slot.ledger.try_reserve(call.spec.vram_mb, call.spec.gpu_share, _weights(call))
             if res is not None:
                 return self._granted(call, slot, res), (slot, res)
         free = max(s.ledger.free_mb for s in slots)
@@ -333,7 +337,7 @@ class _RayStep(BookedStep):
     def _queue_slot(self, call: PlannedCall, slots: list[GpuSlot]) -> GpuSlot:
         for slot in slots:
             if slot.ledger.queued == 0 and slot.ledger.admissible(
-                call.spec.vram_mb, call.spec.gpu_share
+                call.spec.vram_mb, call.spec.gpu_share, _weights(call)
             ):
                 return slot
         return min(slots, key=lambda s: (s.ledger.queued, s.ledger.active, s.key))
@@ -347,7 +351,8 @@ class _RayStep(BookedStep):
         slot = self._queue_slot(call, slots)
         try:
             res = slot.ledger.reserve(
-                call.spec.vram_mb, call.spec.gpu_share, self.backend.queue_timeout_s
+                call.spec.vram_mb, call.spec.gpu_share, self.backend.queue_timeout_s,
+                _weights(call),
             )
         except QueueTimeoutError as exc:
             return self._cpu_or_fail(call, "queue_timeout", str(exc)), None
@@ -362,7 +367,8 @@ class _RayStep(BookedStep):
         slot = self._queue_slot(call, slots)
         try:
             res = await slot.ledger.areserve(
-                call.spec.vram_mb, call.spec.gpu_share, self.backend.queue_timeout_s
+                call.spec.vram_mb, call.spec.gpu_share, self.backend.queue_timeout_s,
+                _weights(call),
             )
         except QueueTimeoutError as exc:
             return self._cpu_or_fail(call, "queue_timeout", str(exc)), None
@@ -415,6 +421,8 @@ class _RayStep(BookedStep):
                 error=f"lost: {lost}" if lost else None,
                 node=node or (slot.ip if slot is not None else None),
                 gpu_type=slot.gpu_type if slot is not None else None,
+                model=call.spec.model_name(call.tool),
+                loaded=placement.warm is False,
             )
         )
 
@@ -500,3 +508,14 @@ class _RayStep(BookedStep):
             raise AssertionError("unreachable")  # pragma: no cover
         finally:
             lease.end(lambda: self._end(call, state))
+
+
+def _weights(call: PlannedCall) -> WeightsNeed | None:
+    """A call's model weights on a Ray GPU: reserved on that GPU's ledger the first time a
+    call of the model lands there, and kept (``keep_warm``): they live in Ray worker
+    processes, which the node cannot make free them, so they are never evicted for
+    another model."""
+    model = call.spec.model_name(call.tool)
+    if model is None:
+        return None
+    return WeightsNeed(model, call.spec.weights_mb, keep_warm=True)
