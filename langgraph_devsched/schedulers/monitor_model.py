@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from langgraph_devsched.batchsim import Physics
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.context import LoadContext
 from langgraph_devsched.monitor.observations import (
@@ -193,17 +194,68 @@ def oom_detect_ms(obs: Observations, params: Mapping[str, ToolParams]) -> float:
     return max(0.0, total / count)
 
 
+@dataclass(frozen=True)
+class ContentionModel:
+    """A contention physics the twin may run (`batchsim.Contention`, ``docs/physics.md``),
+    with its one tunable: ``slice_overhead`` (time slicing) or ``mem_bound`` (bandwidth,
+    one value for every tool)."""
+
+    physics: Physics = "processor_sharing"
+    slice_overhead: float = 0.0
+    mem_bound: float = 0.5
+
+    @property
+    def label(self) -> str:
+        if self.physics == "time_slicing" and self.slice_overhead:
+            return f"time_slicing(overhead {self.slice_overhead:g})"
+        if self.physics == "bandwidth":
+            return f"bandwidth(mem_bound {self.mem_bound:g})"
+        return self.physics
+
+
+_CANDIDATES: tuple[tuple[Physics, tuple[float, ...]], ...] = (
+    ("processor_sharing", (0.0,)),
+    ("time_slicing", (0.0, 0.1)),
+    ("idle_queue", (0.0,)),
+    ("bandwidth", (0.25, 0.5, 1.0)),
+)
+"""The contention models the fit selects among, each physics with the values of its
+tunable (time slicing: ``slice_overhead``; bandwidth: ``mem_bound``)."""
+GROUP_SCALES: tuple[float, ...] = (0.3, 0.5, 0.7, 0.85)
+"""A group move scales the shares of every tool that shared the GPU together by these."""
+
+
+def _tuned(physics: Physics, value: float) -> ContentionModel:
+    if physics == "time_slicing":
+        return ContentionModel(physics, slice_overhead=value)
+    if physics == "bandwidth":
+        return ContentionModel(physics, mem_bound=value)
+    return ContentionModel(physics)
+
+
+def _on_grid(share: float) -> float:
+    """The `SHARE_GRID` value nearest ``share``."""
+    return min(SHARE_GRID, key=lambda v: (abs(v - share), v))
+
+
+SELECT_BELOW = 0.7
+"""Another model replaces the current one only when its loss is below this fraction of the
+current one's (the noise leaves every model some loss)."""
+
+
 def twin(
     params: Mapping[str, ToolParams], device: DeviceState, *, oom_ms: float,
-    residency: bool = True,
+    residency: bool = True, model: ContentionModel | None = None,
 ) -> SimulatedTestbed:
     """A noise-free testbed with the estimated parameters, sized from telemetry, starting
-    from the resident models telemetry lists (``residency=False``: no resident models)."""
+    from the resident models telemetry lists (``residency=False``: no resident models),
+    running the contention ``model`` (default: processor sharing)."""
     budget = max(device.vram_budget_mb, device.vram_used_mb, 1.0)
     background = min(device.vram_used_mb, budget)
     tools = _one_model_each(params) if residency else {
         t: p.model_copy(update={"weights_mb": 0.0}) for t, p in params.items()}
     resident: dict[str, list[Any]] = {"gpu": [], "cpu": []}
+    model = model or ContentionModel()
     if residency:
         known = {p.model_name(t): p for t, p in tools.items() if p.model_name(t) is not None}
         room = budget - background
@@ -227,6 +279,9 @@ def twin(
         ),
         oom_detect_ms=oom_ms,
         resident=resident,
+        physics=model.physics,
+        slice_overhead=model.slice_overhead,
+        mem_bound=model.mem_bound,
     )
 
 
@@ -282,6 +337,13 @@ class ContentionFit:
     """The ``offset`` that resumes an incomplete fit at the tool it stopped before ..."""
     visits_left: int = 0
     """... and the ``visits`` (tool updates) it has left to do."""
+    model: ContentionModel = field(default_factory=ContentionModel)
+    """The contention model that explains the executed placements best."""
+    selected_at: int = 0
+    """The shape's executed runs when ``model`` was selected (0: not yet); the selection
+    runs again once they have doubled."""
+    losses: dict[str, float] = field(default_factory=dict)
+    """The loss of each candidate model (by label) when the selection last ran."""
 
 
 def _ordered_calls(
@@ -333,6 +395,7 @@ def fit_contention(
     )[:max(2, min(MAX_FIT_OUTCOMES, FIT_CALLS // max(1, len(tools))))]
     shares = dict(start.shares) if start else {}
     threads = dict(start.threads) if start else {}
+    runs = sum(o.count for o in obs.outcomes_for(tuple(tools)))
     plans = [(o, c) for o in outcomes if (c := _ordered_calls(tools, o)) is not None]
     gpu_shared, cpu_shared = set(), set()
     for _, calls in plans:
@@ -343,7 +406,8 @@ def fit_contention(
         if len(on_cpu) > 1:
             cpu_shared.update(on_cpu)
     if not plans or not (gpu_shared or cpu_shared):
-        return ContentionFit(shares, threads)
+        return ContentionFit(shares, threads, model=start.model if start else ContentionModel(),
+                             selected_at=start.selected_at if start else 0)
     distinct = sorted(set(tools))
 
     def estimate(t: str) -> ToolParams:
@@ -375,7 +439,7 @@ def fit_contention(
             table.pop(tool, None)
         else:
             table[tool] = saved
-        bed = twin(params, device, oom_ms=oom_ms, residency=False)
+        bed = twin(params, device, oom_ms=oom_ms, residency=False, model=current[0])
         g, pn = len(values), len(plans)
         cols = [i for i, t in enumerate(tools) if t == tool]
         rows: dict[str, Any] = {}
@@ -386,6 +450,10 @@ def fit_contention(
             grid[:, cols] = per_value[:, None]
             rows[f] = grid
         starts, ends = bed.call_times(tools, np.tile(plan_codes, (g, 1)), rows=rows)
+        return scored(starts, ends, g)
+
+    def scored(starts: Any, ends: Any, g: int) -> list[float]:
+        pn = len(plans)
         run = (ends - starts).reshape(g, pn, n)
         lat = ends.reshape(g, pn, n)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -394,8 +462,20 @@ def fit_contention(
         total = ((err_run + err_lat).sum(axis=2) * weight).sum(axis=1)
         return [float(x) for x in total]
 
+    def loss_of(table: Mapping[str, float], model: ContentionModel) -> float:
+        """The loss of the executed placements with ``table``'s shares under ``model``."""
+        here = {t: estimate_params(t, specs[t], obs, bg_share=device.gpu_utilization,
+                                   share=table.get(t), threads=threads.get(t, 1))
+                for t in distinct}
+        bed = twin(here, device, oom_ms=oom_ms, residency=False, model=model)
+        starts, ends = bed.call_times(tools, plan_codes)
+        return scored(starts, ends, 1)[0]
+
     def late() -> bool:
         return deadline is not None and deadline()
+
+    current = [start.model if start else ContentionModel()]
+    selected_at = start.selected_at if start else 0
 
     def best_of(tool: str, table: dict[str, Any], current: Any, grid: Sequence[Any]) -> None:
         """Set ``table[tool]`` to the grid value with the lowest loss (ties: nearest
@@ -405,6 +485,21 @@ def fit_contention(
         table[tool] = min(scored)[2]
         params[tool] = estimate(tool)
 
+    def table_losses(tables: Sequence[Mapping[str, float]], model: ContentionModel
+                     ) -> list[float]:
+        """The loss of each share table under ``model``, all simulated in one batch."""
+        g, pn = len(tables), len(plans)
+        bed = twin(params, device, oom_ms=oom_ms, residency=False, model=model)
+        rows: dict[str, Any] = {f: np.empty((g * pn, n)) for f in fields}
+        for k, table in enumerate(tables):
+            here = {t: estimate_params(t, specs[t], obs, bg_share=device.gpu_utilization,
+                                       share=table.get(t), threads=threads.get(t, 1))
+                    for t in distinct}
+            for f in fields:
+                rows[f][k * pn:(k + 1) * pn, :] = [float(getattr(here[t], f)) for t in tools]
+        starts, ends = bed.call_times(tools, np.tile(plan_codes, (g, 1)), rows=rows)
+        return scored(starts, ends, g)
+
     cores = max(1, device.cpu_cores)
     total = passes * len(distinct) if visits is None else visits
     for done in range(total):
@@ -412,9 +507,58 @@ def fit_contention(
         tool = distinct[position % len(distinct)]
         if done and late():
             return ContentionFit(shares, threads, complete=False, resume_at=position,
-                                 visits_left=total - done)
+                                 visits_left=total - done, model=current[0],
+                                 selected_at=selected_at)
         if tool in gpu_shared:
             best_of(tool, shares, shares.get(tool, specs[tool].gpu_share), SHARE_GRID)
         if tool in cpu_shared:
             best_of(tool, threads, threads.get(tool, 1), [n for n in THREAD_GRID if n <= cores])
-    return ContentionFit(shares, threads)
+    if not gpu_shared:
+        return ContentionFit(shares, threads, model=current[0], selected_at=selected_at)
+    if selected_at and runs < 2 * selected_at:  # selected on half the evidence or more
+        return ContentionFit(shares, threads, model=current[0], selected_at=selected_at,
+                             losses=dict(start.losses) if start else {})
+    if late():  # the selection runs at the next refit
+        return ContentionFit(shares, threads, complete=False, model=current[0],
+                             selected_at=selected_at)
+    # which contention model explains the executed placements best: the current one as
+    # fitted above (and its shares scaled together: a joint move), each other screened at
+    # each value of its tunable (`_CANDIDATES`) from
+    # the fitted and the declared shares, and those scaled together (`GROUP_SCALES`)
+    fitted = dict(shares)
+    mine = current[0]
+    found = {mine.label: loss_of(fitted, mine)}
+    best: tuple[float, ContentionModel, dict[str, float]] | None = None
+    group = sorted(gpu_shared)
+    starts: list[dict[str, float]] = [fitted, {}]
+    tables = list(starts) + [
+        {**t, **{g: _on_grid(t.get(g, specs[g].gpu_share) * f) for g in group}}
+        for t in starts for f in GROUP_SCALES]
+    for physics, values in _CANDIDATES:  # a bounded screen, run whole (once per doubling)
+        for value in values:
+            model = _tuned(physics, value)
+            for loss, table in zip(table_losses(tables, model), tables, strict=True):
+                if model == mine:  # a joint move of the current model's shares
+                    if loss < found[mine.label] - 1e-9:
+                        found[mine.label], fitted = loss, dict(table)
+                    continue
+                found[model.label] = min(found.get(model.label, loss), loss)
+                if best is None or loss < best[0]:
+                    best = (loss, model, table)
+    if best is None or best[0] >= SELECT_BELOW * found[mine.label]:
+        return ContentionFit(fitted, threads, model=mine, selected_at=max(1, runs),
+                             losses=found)
+    _, model, table = best
+    shares.clear()
+    shares.update(table)
+    current[0] = model
+    params.update({t: estimate(t) for t in distinct})
+    complete = True
+    for tool in group:  # the selected model's shares, tool by tool
+        if late():
+            complete = False
+            break
+        best_of(tool, shares, shares.get(tool, specs[tool].gpu_share), SHARE_GRID)
+    found[model.label] = min(found[model.label], loss_of(shares, model))
+    return ContentionFit(dict(shares), threads, complete=complete, model=model,
+                         selected_at=max(1, runs), losses=found)

@@ -227,11 +227,12 @@ class MonitorPolicy(SchedulerBase):
                                share=fit.shares.get(t), threads=fit.threads.get(t, 1))
             for t, s in specs.items()
         }
-        bed = twin(params, device, oom_ms=oom_detect_ms(obs, params))
+        bed = twin(params, device, oom_ms=oom_detect_ms(obs, params), model=fit.model)
         noise = _pooled_cv(obs)
         warm = None  # resident models: observations are warm, the twin charges loads
         if any(c.spec.model_name(c.tool) is not None for c in batch.calls) or device.resident:
-            warm = twin(params, device, oom_ms=oom_detect_ms(obs, params), residency=False)
+            warm = twin(params, device, oom_ms=oom_detect_ms(obs, params), residency=False,
+                        model=fit.model)
         model = _ModelScores(bed, tools, outcomes, noise, self.override_floor, warm=warm)
         seeds = self._seeds(batch, view, tools, outcomes, last)
         remaining = None if budget is None else max(
@@ -472,7 +473,9 @@ class _ModelScores:
         an override keeps the twin's load and eviction cost on top."""
         self.tools = tools
         self.seen = {_canon(o.placement): o for o in outcomes if o.count}
-        self.noise = noise
+        self.noise = _measurement_noise(outcomes, noise)
+        """The measurement noise: the relative spread of repeated runs of one mapping
+        (model error cannot widen it), else the per-call estimates' pooled spread."""
         self.override_floor = override_floor
         self.values: dict[Mapping_, float] = {}
         self.observed: dict[Mapping_, float] = {}
@@ -494,7 +497,7 @@ class _ModelScores:
                 seen_ms = max(seen.latency_ms) if seen.latency_ms else seen.makespan_ms
                 if seen.count >= 2:
                     self.observed[m] = seen_ms
-                tolerance = max(self.override_floor, 3.0 * self.noise / math.sqrt(seen.count))
+                tolerance = _override_tolerance(seen, self.noise, self.override_floor)
                 if abs(seen_ms - base) > tolerance * max(base, 1e-9):
                     score = seen_ms if self.warm is None else seen_ms + (pred - base)
             self.values[m] = score
@@ -506,6 +509,40 @@ class _ModelScores:
         todo = [m for m in dict.fromkeys(mappings) if m not in self.values]
         if todo:
             self(todo)
+
+
+RESOLUTION = 0.002
+"""Below this relative gap a repeated measurement never overrides the twin (float and
+rounding differences, not evidence)."""
+
+
+PRIOR_RUNS = 4.0
+"""The pooled noise counts as this many degrees of freedom in a mapping's own spread."""
+
+
+def _measurement_noise(outcomes: Sequence[PlacementOutcome], pooled: float) -> float:
+    """The runs-weighted relative spread of the makespans of executed mappings run at least
+    twice (each mapping against its own mean), else ``pooled``."""
+    total = weight = 0.0
+    for o in outcomes:
+        if o.count >= 2 and o.makespan_ms > 0:
+            total += (o.count - 1) * (o.std_ms / o.makespan_ms) ** 2
+            weight += o.count - 1
+    return math.sqrt(total / weight) if weight else pooled
+
+
+def _override_tolerance(seen: PlacementOutcome, noise: float, floor: float) -> float:
+    """How far an executed mapping's measured makespan may sit from the twin's prediction
+    before it overrides it: 3 standard errors of its own measurements. The relative spread
+    is the mapping's own over its runs, shrunk towards ``noise`` (`_measurement_noise`) by
+    `PRIOR_RUNS` (two runs say little of their spread); a single run: 3 times ``noise`` (at
+    least ``floor``)."""
+    if seen.count >= 2 and seen.makespan_ms > 0:
+        dof = seen.count - 1.0
+        own = seen.std_ms / seen.makespan_ms
+        cv = math.sqrt((dof * own**2 + PRIOR_RUNS * noise**2) / (dof + PRIOR_RUNS))
+        return max(RESOLUTION, 3.0 * cv / math.sqrt(seen.count))
+    return max(floor, 3.0 * noise)
 
 
 def _untried_near_tie(
@@ -524,7 +561,7 @@ def _untried_near_tie(
 
 
 def _same_fit(a: ContentionFit, b: ContentionFit) -> bool:
-    return a.shares == b.shares and a.threads == b.threads
+    return a.shares == b.shares and a.threads == b.threads and a.model == b.model
 
 
 def _canon(pairs: Any) -> tuple[tuple[str, str], ...]:
