@@ -238,6 +238,10 @@ def _on_grid(share: float) -> float:
     return min(SHARE_GRID, key=lambda v: (abs(v - share), v))
 
 
+JOINT_UNTIL = 16
+"""Joint moves of the current model's shares are taken at the selections of a shape's
+first runs (1, 2, 4, 8: where the tool-by-tool fit from the declared shares is stuck); later
+the fit has converged and a small joint gain would only unsettle it."""
 SELECT_BELOW = 0.7
 """Another model replaces the current one only when its loss is below this fraction of the
 current one's (the noise leaves every model some loss)."""
@@ -539,7 +543,7 @@ def fit_contention(
             model = _tuned(physics, value)
             for loss, table in zip(table_losses(tables, model), tables, strict=True):
                 if model == mine:  # a joint move of the current model's shares
-                    if loss < found[mine.label] - 1e-9:
+                    if runs < JOINT_UNTIL and loss < found[mine.label] - 1e-9:
                         found[mine.label], fitted = loss, dict(table)
                     continue
                 found[model.label] = min(found.get(model.label, loss), loss)

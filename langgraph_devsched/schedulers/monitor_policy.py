@@ -275,8 +275,10 @@ class MonitorPolicy(SchedulerBase):
         # near-tie untried
         learning = bool(fit.shares or fit.threads) and sum(
             o.count for o in outcomes) < EVERY_RUN_UNTIL
+        runs = sum(o.count for o in outcomes)
         converged = (
-            before is not None and before[1].complete and _same_fit(before[1], fit)
+            before is not None and before[1].complete
+            and _same_fit(before[1], fit, creep=runs >= CREEP_AFTER)
             and last is not None and last.options == chosen and not probe
             and not _untried_near_tie(model, scores, best, low + tie)
         )
@@ -560,8 +562,20 @@ def _untried_near_tie(
     return False
 
 
-def _same_fit(a: ContentionFit, b: ContentionFit) -> bool:
-    return a.shares == b.shares and a.threads == b.threads and a.model == b.model
+CREEP_AFTER = 16
+"""From this many runs of a shape on, a refit that moves no share by more than one grid
+step (`SHARE_STEP`) counts as not moving: late in learning the fit creeps along the grid
+while the mapping it decides stays."""
+SHARE_STEP = 0.05
+
+
+def _same_fit(a: ContentionFit, b: ContentionFit, *, creep: bool = False) -> bool:
+    if a.threads != b.threads or a.model != b.model:
+        return False
+    if not creep:
+        return a.shares == b.shares
+    return set(a.shares) == set(b.shares) and all(
+        abs(a.shares[t] - b.shares[t]) <= SHARE_STEP + 1e-9 for t in a.shares)
 
 
 def _canon(pairs: Any) -> tuple[tuple[str, str], ...]:
