@@ -19,8 +19,8 @@ class Watched(VramLedger):
 
     violations = 0
 
-    def _grant_locked(self, mb: float, share: float, need=None):  # type: ignore[no-untyped-def]
-        res = super()._grant_locked(mb, share, need)
+    def _grant_locked(self, mb: float, share: float, need=None, *, call=True):  # type: ignore[no-untyped-def]
+        res = super()._grant_locked(mb, share, need, call=call)
         if self._in_use_mb > self.budget_mb + 1e-6:
             Watched.violations += 1
         return res

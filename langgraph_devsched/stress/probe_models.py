@@ -53,9 +53,9 @@ class CheckedLedger(VramLedger):
         if self.in_use_mb > self.capacity_mb + 1e-6:
             self.problems.append(f"{where}: {self.in_use_mb:.0f} MB over the budget")
 
-    def _grant_locked(self, mb: float, share: float,
-                      need: WeightsNeed | None = None) -> Reservation:
-        res = super()._grant_locked(mb, share, need)
+    def _grant_locked(self, mb: float, share: float, need: WeightsNeed | None = None,
+                      *, call: bool = True) -> Reservation:
+        res = super()._grant_locked(mb, share, need, call=call)
         running = {m for m in self.models.values() if m is not None}
         if set(res.evicted) & running:
             self.problems.append(f"grant: evicted {sorted(set(res.evicted) & running)} while "
