@@ -6,6 +6,8 @@ same tool list on every turn; the last turn (or a turn after a reply without too
 forced through an answer channel (`agentic_model`: ``tool_choice`` required or named,
 ``response_format`` json_schema, or plain text; ``auto`` detects what the endpoint honours).
 In ``one_shot`` mode the observations are inline in the prompt and the only turn is forced.
+In ``pick`` mode (`agentic_pick`) the model is shown the twin's best mappings, numbered, and
+answers one number: a few tokens of answer for a few lines of prompt.
 
 The answer is read from any turn, in any common wrapper (`agentic_text`), and never
 trusted: `agentic_answer.repair` holds it to the hints and the hard constraints and takes
@@ -86,6 +88,7 @@ from langgraph_devsched.schedulers.agentic_model import (
     ENV_ANSWER,
     ENV_API_KEY,
     ENV_BASE_URL,
+    ENV_CANDIDATES,
     ENV_MAX_TOKENS,
     ENV_MODE,
     ENV_MODEL,
@@ -96,6 +99,16 @@ from langgraph_devsched.schedulers.agentic_model import (
     answer_budget,
     check_choice,
     openai_model,
+)
+from langgraph_devsched.schedulers.agentic_pick import (
+    DEFAULT_PICK_CANDIDATES,
+    PICK_CHAIN,
+    PICK_MAX_TOKENS,
+    Candidate,
+    PickConsultation,
+    pick_candidates,
+    pick_system,
+    with_lead,
 )
 from langgraph_devsched.schedulers.agentic_record import AgenticDecision, ConsultationRecord
 from langgraph_devsched.schedulers.agentic_slots import ConsultationSlots
@@ -134,9 +147,12 @@ class AgenticScheduler(SchedulerBase):
     ``cpu_forbidden`` are enforced on every answer. ``fallback``: the scheduler (or name)
     used for what the answer lacks (default ``"monitor"``, else ``"static"``).
     ``timeout_s`` bounds one consultation, answer reading included; each request gets what
-    is left of it. ``mode``: ``"agent"`` (observation tools, up to ``max_turns`` turns) or
-    ``"one_shot"`` (observations inline, one turn). ``answer``: the forced turn's channel
-    (``"auto"``, ``"tool_required"``, ``"tool_named"``, ``"json_schema"``, ``"text"``);
+    is left of it. ``mode``: ``"agent"`` (observation tools, up to ``max_turns`` turns),
+    ``"one_shot"`` (observations inline, one turn) or ``"pick"`` (the twin's ``candidates``
+    best mappings numbered, default 3, the answer one number; ``auto`` then means
+    ``json_schema -> text``, and the tool channels are refused). ``answer``: the forced
+    turn's channel (``"auto"``, ``"tool_required"``, ``"tool_named"``, ``"json_schema"``,
+    ``"text"``);
     ``final_tool_choice`` is the older spelling (``"any"``: tool_required, a tool name:
     tool_named). ``max_tokens``: completion tokens per turn (None: sized to the batch).
     ``guard_ratio``: reject an answer the monitor's twin predicts worse than this times the
@@ -186,6 +202,13 @@ class AgenticScheduler(SchedulerBase):
         if final_tool_choice is not None:
             answer = "tool_required" if final_tool_choice in ("any", "required") else "tool_named"
         check_choice(answer, ANSWER_CHANNELS, "answer channel")
+        if mode == "pick" and answer.startswith("tool"):
+            raise ValueError(
+                f"mode 'pick' answers through json_schema or text, not {answer!r}; "
+                "use answer='auto', 'json_schema' or 'text'"
+            )
+        if candidates < 0:
+            raise ValueError(f"candidates must be >= 0, got {candidates}")
         self.model = model
         self.policy = policy
         self.constraints = HardConstraints(
@@ -196,6 +219,8 @@ class AgenticScheduler(SchedulerBase):
         self.max_turns = max_turns
         self.mode: ConsultMode = mode
         self.channel_state = ChannelState(answer)
+        self.pick_channel_state = ChannelState(answer, PICK_CHAIN)
+        """The pick consultations' channel (``auto``: json_schema, then text)."""
         self.max_tokens = max_tokens
         self.guard_ratio = guard_ratio
         self.candidates = candidates
@@ -219,6 +244,8 @@ class AgenticScheduler(SchedulerBase):
     @property
     def channel(self) -> AnswerChannel:
         """The answer channel the next forced turn uses (``auto`` moves it on failures)."""
+        if self.mode == "pick":
+            return self.pick_channel_state.current
         return self.channel_state.current
 
     @property
@@ -239,7 +266,8 @@ class AgenticScheduler(SchedulerBase):
         """Built on `openai_model` (args, else ``$DEVSCHED_LLM_MODEL``/``_BASE_URL``/
         ``$OPENAI_API_KEY``); `AgenticNotConfiguredError` says what to set when unset.
         Unset options come from ``$DEVSCHED_LLM_TIMEOUT`` (seconds), ``_MAX_TOKENS``,
-        ``_MODE`` (agent, one_shot) and ``_ANSWER`` (the answer channel)."""
+        ``_MODE`` (agent, one_shot, pick), ``_ANSWER`` (the answer channel) and
+        ``_CANDIDATES`` (k)."""
         options = {**_env_options(), **options}
         chat = openai_model(
             model, base_url=base_url, api_key=api_key, timeout_s=options.get("timeout_s", 30.0)
@@ -250,12 +278,12 @@ class AgenticScheduler(SchedulerBase):
 
     def decide(self, batch: Batch, view: View, *, config: RunnableConfig | None = None) -> Decision:
         view = self._with_observations(batch, view)
-        key, obs = fingerprint(batch, view)
+        started = self.clock()
+        key, obs, lead = self._key(batch, view)
         cached = self._lookup(key, batch, view, obs)
         if cached is not None:
             return cached
-        started = self.clock()
-        consultation, twin_view = self._consultation(batch, view, started)
+        consultation, twin_view = self._consultation(batch, view, started, lead)
         outcome = self._run_sync(consultation, config)
         return self._conclude(batch, view, key, obs, outcome, twin_view, started)
 
@@ -265,12 +293,12 @@ class AgenticScheduler(SchedulerBase):
         """`decide` without blocking the event loop: a natively async model runs on the loop
         and is cancelled at the deadline; any other runs in a consultation thread."""
         view = self._with_observations(batch, view)
-        key, obs = fingerprint(batch, view)
+        started = self.clock()
+        key, obs, lead = self._key(batch, view)
         cached = self._lookup(key, batch, view, obs)
         if cached is not None:
             return cached
-        started = self.clock()
-        consultation, twin_view = self._consultation(batch, view, started)
+        consultation, twin_view = self._consultation(batch, view, started, lead)
         outcome = await self._run_async(consultation, config)
         return self._conclude(batch, view, key, obs, outcome, twin_view, started)
 
@@ -294,7 +322,27 @@ class AgenticScheduler(SchedulerBase):
 
     def fingerprint(self, batch: Batch, view: View) -> tuple[Any, ...]:
         """The key under which a decision for ``batch`` in ``view`` is reused."""
-        return fingerprint(batch, view)[0]
+        return self._key(batch, view)[0]
+
+    def _key(self, batch: Batch, view: View) -> tuple[Key, dict[str, Any], Decision | None]:
+        """The fingerprint, the observations as data, and in pick mode the fallback's
+        decision for this step, whose settled mapping is part of the key: when the monitor
+        policy learns its way to another mapping (a contention fit, observed makespans),
+        the model is asked again. A probe keys as ``"probe"`` and is not offered: the
+        model's last answer stands while the fallback explores (measured: following the
+        probes ended optimal in 8 of 17 built-ins, not following them in 11)."""
+        key, obs = fingerprint(batch, view)
+        if self.mode != "pick":
+            return key, obs, None
+        try:
+            lead = self.fallback.decide(batch, view)
+        except Exception as exc:
+            logger.info("agentic pick: fallback %s failed (%s)", self.fallback.name, exc)
+            return (*key, "no lead"), obs, None
+        if lead.probe or set(lead.mapping) != set(batch.call_ids):
+            return (*key, "probe"), obs, None
+        options = tuple(lead.mapping[c] for c in batch.call_ids)
+        return (*key, tuple(sorted(zip(slots(batch), options, strict=True)))), obs, lead
 
     def _lookup(self, key: Key, batch: Batch, view: View, obs: dict[str, Any]) -> Decision | None:
         entry = self._cache.lookup(key, estimates(obs, batch.shape))
@@ -338,7 +386,9 @@ class AgenticScheduler(SchedulerBase):
         from langgraph_devsched.telemetry import DeviceState
 
         view = view or View(DeviceState(False, "none", 0, 0, 0.0, 1))
-        return self._consultation(batch, view, self.clock())[0].prompt()
+        return self._consultation(batch, view, self.clock(), self._key(batch, view)[2])[
+            0
+        ].prompt()
 
     def _observation_tools(self, batch: Batch, view: View, twin_view: TwinView | None) -> list:
         tools: list[BaseTool] = observation_tools(batch, view, self.constraints)
@@ -354,10 +404,10 @@ class AgenticScheduler(SchedulerBase):
         return tools
 
     def _consultation(
-        self, batch: Batch, view: View, started: float
-    ) -> tuple[Consultation, TwinView | None]:
+        self, batch: Batch, view: View, started: float, lead: Decision | None = None
+    ) -> tuple[Consultation | PickConsultation, TwinView | None]:
         twin_view = None
-        if self.guard_ratio is not None or self.candidates > 0:
+        if self.guard_ratio is not None or self.candidates > 0 or self.mode == "pick":
             try:
                 twin_view = TwinView.build(batch, view.device, view.observations)
             except Exception as exc:  # the guard is advice: never let it break a step
@@ -367,13 +417,17 @@ class AgenticScheduler(SchedulerBase):
             with self._lock:
                 self.llm_calls += 1
 
+        if self.mode == "pick":
+            picked = self._pick_consultation(batch, view, twin_view, count, lead)
+            if picked is not None:
+                return picked, twin_view
         consultation = Consultation(
             model=self.model,
             observations=self._observation_tools(batch, view, twin_view),
             batch=batch,
             constraints_text=json.dumps(self.constraints.describe()),
             policy=self.policy,
-            mode=self.mode,
+            mode="one_shot" if self.mode == "pick" else self.mode,
             channel=self.channel_state,
             max_turns=self.max_turns,
             max_tokens=self.max_tokens or answer_budget(len(batch)),
@@ -383,7 +437,71 @@ class AgenticScheduler(SchedulerBase):
         )
         consultation.graph()  # compiled outside the consultation's time
         consultation.deadline = self.clock() + self.timeout_s
+        consultation.tally.mode = consultation.mode
         return consultation, twin_view
+
+    def _pick_consultation(
+        self,
+        batch: Batch,
+        view: View,
+        twin_view: TwinView | None,
+        count: Callable[[], None],
+        base: Decision | None,
+    ) -> PickConsultation | None:
+        """A pick consultation, or None when the twin has no candidates for this step (a
+        tool with neither a declared profile nor a measurement): then it runs as one_shot.
+
+        Candidate 1 is the fallback scheduler's own mapping (held to the constraints, with
+        its own prediction) unless that is an exploratory probe: the ``monitor`` policy
+        knows more than the guard's twin (its contention fit, observed makespans,
+        resident-model loads). The others are the twin's best."""
+        if twin_view is None:
+            return None
+        seen = observations_data(view.observations).get("vram_seen_mb") or {}
+        k = self.candidates or DEFAULT_PICK_CANDIDATES
+        try:
+            ranked = pick_candidates(
+                twin_view, view.device, self.constraints, k, vram_seen_mb=seen,
+                within=self.guard_ratio,
+            )
+        except Exception as exc:  # the twin is advice: never let it break a step
+            logger.info("agentic pick candidates unavailable: %s", exc)
+            return None
+        if not ranked:
+            return None
+        lead = self._lead_candidate(batch, view, twin_view, seen, base)
+        candidates = with_lead(lead, ranked, k)
+        return PickConsultation(
+            model=self.model,
+            batch=batch,
+            candidates=candidates,
+            system=pick_system(self.constraints, self.policy),
+            channel=self.pick_channel_state,
+            max_tokens=self.max_tokens or PICK_MAX_TOKENS,
+            deadline=self.clock() + self.timeout_s,
+            clock=self.clock,
+            on_llm_call=count,
+            lead=lead is not None,
+        )
+
+    def _lead_candidate(
+        self,
+        batch: Batch,
+        view: View,
+        twin_view: TwinView,
+        seen: Mapping[str, float],
+        base: Decision | None,
+    ) -> Candidate | None:
+        """The fallback scheduler's mapping as a candidate; None when it has none."""
+        if base is None or set(base.mapping) != set(batch.call_ids):
+            return None
+        mapping, _ = repair(
+            ParsedAnswer(dict(base.mapping)), batch, view.device, self.constraints,
+            fallback={}, vram_seen_mb=seen,
+        )
+        ends = [float(base.predicted_ms[c]) for c in batch.call_ids if c in base.predicted_ms]
+        same = mapping == dict(base.mapping) and len(ends) == len(batch)
+        return Candidate(mapping, max(ends) if same else twin_view.predict(mapping))
 
     def _config(self, config: RunnableConfig | None) -> RunnableConfig:
         base: dict[str, Any] = {
@@ -397,7 +515,7 @@ class AgenticScheduler(SchedulerBase):
             base["metadata"] = dict(config.get("metadata") or {})
         return base  # type: ignore[return-value]
 
-    def _late(self, consultation: Consultation, cause: AgenticCause) -> Outcome:
+    def _late(self, consultation: Consultation | PickConsultation, cause: AgenticCause) -> Outcome:
         detail = (
             f"no answer within {self.timeout_s:g} s"
             if cause == "timeout"
@@ -406,7 +524,9 @@ class AgenticScheduler(SchedulerBase):
         )
         return Outcome(failure=cause, detail=detail, tally=consultation.tally)
 
-    def _run_sync(self, consultation: Consultation, config: RunnableConfig | None) -> Outcome:
+    def _run_sync(
+        self, consultation: Consultation | PickConsultation, config: RunnableConfig | None
+    ) -> Outcome:
         cfg = self._config(config)
         future = self._slots.start(lambda: consultation.invoke(cfg))
         if future is None:
@@ -418,7 +538,7 @@ class AgenticScheduler(SchedulerBase):
             return self._late(consultation, "timeout")
 
     async def _run_async(
-        self, consultation: Consultation, config: RunnableConfig | None
+        self, consultation: Consultation | PickConsultation, config: RunnableConfig | None
     ) -> Outcome:
         cfg = self._config(config)
         left = max(0.0, consultation.deadline - self.clock())
@@ -449,7 +569,9 @@ class AgenticScheduler(SchedulerBase):
             cached_tokens=tally.cached_tokens,
             cause=outcome.failure,
             detail=outcome.detail,
-            mode=self.mode,
+            mode=tally.mode or self.mode,
+            pick=outcome.pick,
+            candidates=tally.candidates,
             **kw,
         )
 
@@ -499,7 +621,7 @@ class AgenticScheduler(SchedulerBase):
         if self.guard_ratio is not None and twin_view is not None:
             verdict = guard(twin_view, mapping, ratio=self.guard_ratio)
             predictions = {"guard_answer_ms": verdict.answer_ms, "guard_best_ms": verdict.best_ms}
-            if verdict.rejected:
+            if verdict.rejected and not outcome.unguarded:
                 record = self._record(outcome, started, **predictions)
                 record = _replace(record, cause="guarded", detail=verdict.text())
                 return self._fail(batch, view, key, "guarded", verdict.text(), record)
@@ -630,6 +752,8 @@ def _env_options() -> dict[str, Any]:
         out["mode"] = check_choice(os.environ[ENV_MODE], CONSULT_MODES, f"${ENV_MODE}")
     if os.environ.get(ENV_ANSWER):
         out["answer"] = check_choice(os.environ[ENV_ANSWER], ANSWER_CHANNELS, f"${ENV_ANSWER}")
+    if os.environ.get(ENV_CANDIDATES):
+        out["candidates"] = int(os.environ[ENV_CANDIDATES])
     return out
 
 

@@ -97,6 +97,10 @@ class Tally:
     cached_tokens: int = 0
     channel: str = "free"
     channels_tried: list[str] = field(default_factory=list)
+    mode: str = ""
+    """The consultation mode that ran (empty: the scheduler's)."""
+    candidates: int = 0
+    """Candidates shown (``pick`` mode)."""
 
 
 @dataclass
@@ -109,6 +113,10 @@ class Outcome:
     via: str | None = None
     tally: Tally = field(default_factory=Tally)
     messages: list[AnyMessage] = field(default_factory=list)
+    pick: int | None = None
+    """The candidate number the model picked (``pick`` mode)."""
+    unguarded: bool = False
+    """The answer is the fallback scheduler's own mapping: the guard does not reject it."""
 
 
 def answer_tool() -> BaseTool:
@@ -126,19 +134,23 @@ def answer_tool() -> BaseTool:
 
 
 class ChannelState:
-    """The answer channel of one endpoint: fixed, or ``auto`` walking `CHANNEL_CHAIN`."""
+    """The answer channel of one endpoint: fixed, or ``auto`` walking ``chain``
+    (`CHANNEL_CHAIN`; a pick consultation walks its own)."""
 
-    def __init__(self, channel: AnswerChannel) -> None:
+    def __init__(
+        self, channel: AnswerChannel, chain: tuple[AnswerChannel, ...] = CHANNEL_CHAIN
+    ) -> None:
         self.configured = channel
+        self.chain = chain
         self._pos = 0
 
     @property
     def current(self) -> AnswerChannel:
-        return CHANNEL_CHAIN[self._pos] if self.configured == "auto" else self.configured
+        return self.chain[self._pos] if self.configured == "auto" else self.configured
 
     def advance(self) -> bool:
         """Move ``auto`` to the next channel; False when there is none (or it is fixed)."""
-        if self.configured != "auto" or self._pos + 1 >= len(CHANNEL_CHAIN):
+        if self.configured != "auto" or self._pos + 1 >= len(self.chain):
             return False
         self._pos += 1
         return True

@@ -46,15 +46,18 @@ ENV_TIMEOUT = "DEVSCHED_LLM_TIMEOUT"
 ENV_MAX_TOKENS = "DEVSCHED_LLM_MAX_TOKENS"
 ENV_MODE = "DEVSCHED_LLM_MODE"
 ENV_ANSWER = "DEVSCHED_LLM_ANSWER"
+ENV_CANDIDATES = "DEVSCHED_LLM_CANDIDATES"
 
 AnswerChannel = Literal["auto", "tool_required", "tool_named", "json_schema", "text"]
 """How the forced answer turn asks for the answer (see the module docstring)."""
 ANSWER_CHANNELS: tuple[str, ...] = get_args(AnswerChannel)
 CHANNEL_CHAIN: tuple[AnswerChannel, ...] = ("tool_required", "json_schema", "text")
 
-ConsultMode = Literal["agent", "one_shot"]
+ConsultMode = Literal["agent", "one_shot", "pick"]
 """``agent``: observation tools over several turns; ``one_shot``: the observations inline
-in the prompt and a single, forced turn (for small models)."""
+in the prompt and a single, forced turn (for small models); ``pick``: the twin's best
+mappings numbered in the prompt, the answer one number (`agentic_pick`, for the smallest
+and slowest models)."""
 CONSULT_MODES: tuple[str, ...] = get_args(ConsultMode)
 
 TOKENS_BASE = 128
@@ -73,10 +76,15 @@ def apply_llm_options(
     max_tokens: int | None = None,
     mode: str | None = None,
     answer: str | None = None,
+    candidates: int | None = None,
 ) -> None:
     """Set the agentic scheduler's options for this process (``$DEVSCHED_LLM_TIMEOUT``,
-    ``_MAX_TOKENS``, ``_MODE``, ``_ANSWER``), as ``devsched bench --llm-*`` does; each is
-    checked first (`ValueError` naming the valid values)."""
+    ``_MAX_TOKENS``, ``_MODE``, ``_ANSWER``, ``_CANDIDATES``), as ``devsched bench --llm-*``
+    does; each is checked first (`ValueError` naming the valid values)."""
+    if candidates is not None:
+        if candidates < 0:
+            raise ValueError(f"--llm-candidates must be >= 0, got {candidates}")
+        os.environ[ENV_CANDIDATES] = str(candidates)
     if timeout_s is not None:
         if timeout_s <= 0:
             raise ValueError(f"--llm-timeout must be > 0, got {timeout_s}")
@@ -205,8 +213,11 @@ def bind_turn(
     max_tokens: int | None,
     timeout_s: float | None,
     call_ids: Sequence[str] | None = None,
+    schema: dict[str, Any] | None = None,
+    schema_name: str = ANSWER_TOOL,
 ) -> Runnable[Any, AIMessage]:
     """``model`` bound for one turn: ``channel`` None for a free turn, else a forced one.
+    ``schema``: the json_schema channel's schema (default: `answer_schema` of ``call_ids``).
 
     The caller passes the same tool list whatever the turn (the forced turn changes only
     ``tool_choice``), so the system prompt a server renders from it stays the same; an
@@ -223,7 +234,10 @@ def bind_turn(
         choice = "none"
         response_format = {
             "type": "json_schema",
-            "json_schema": {"name": ANSWER_TOOL, "schema": answer_schema(call_ids)},
+            "json_schema": {
+                "name": schema_name,
+                "schema": schema if schema is not None else answer_schema(call_ids),
+            },
         }
         # through extra_body: langchain-openai would switch to its parse() path, which
         # rejects non-strict tools

@@ -39,6 +39,12 @@ class ConsultationRecord:
     guard_best_ms: float | None = None
     cached: bool = False
     mode: str = "agent"
+    """The consultation mode that ran: agent, one_shot, pick (a pick consultation without
+    candidates, e.g. a tool with neither a profile nor a measurement, runs as one_shot)."""
+    pick: int | None = None
+    """``pick`` mode: the number of the candidate the model chose (1 = the twin's best)."""
+    candidates: int = 0
+    """``pick`` mode: how many candidates the model was shown."""
 
     @property
     def valid(self) -> bool:
