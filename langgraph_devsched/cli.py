@@ -132,7 +132,7 @@ def bench(
                      "DEVSCHED_LLM_MAX_TOKENS; default: sized to the batch)"),
     ] = None,
     llm_mode: Annotated[
-        str | None, typer.Option(help="agent or one_shot (sets DEVSCHED_LLM_MODE)")
+        str | None, typer.Option(help="agent, one_shot or pick (sets DEVSCHED_LLM_MODE)")
     ] = None,
     llm_answer: Annotated[
         str | None,
