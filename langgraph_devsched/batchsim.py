@@ -109,6 +109,8 @@ class Residency:
     weights_mb: Mapping[str, float] = field(default_factory=dict)
     load_gpu_ms: Mapping[str, float] = field(default_factory=dict)
     load_cpu_ms: Mapping[str, float] = field(default_factory=dict)
+    keep_warm: frozenset[str] = frozenset()
+    """Models never evicted for another model (their tools' ``keep_warm`` hint)."""
 
     @property
     def idle(self) -> bool:
@@ -132,6 +134,7 @@ class GpuPlan:
 def plan_gpu(
     resident: Sequence[tuple[str, float]], wanted: Sequence[tuple[str, float]],
     weights_mb: Mapping[str, float], *, budget_mb: float, background_mb: float,
+    keep_warm: frozenset[str] = frozenset(),
 ) -> GpuPlan:
     """The step's rule for GPU weights. ``wanted``: the models of the step's GPU-placed
     calls, in first-use call order, each with the working memory (``vram_mb``) of its first
@@ -139,8 +142,9 @@ def plan_gpu(
     resident) plus that working memory, evicting least recently used others by
     `residency.plan_room` against the budget less the background less the resident weights.
     A model not resident that cannot get room is in ``no_room`` (a resident one just keeps
-    what there is). The used models become the most recently used, in first-use order. The
-    testbed and the batched simulator both call this."""
+    what there is). Models in ``keep_warm`` are never evicted. The used models become the
+    most recently used, in first-use order. The testbed and the batched simulator both call
+    this."""
     current = list(resident)
     capacity_mb = budget_mb - background_mb
     order = [m for m, _ in wanted]
@@ -154,7 +158,8 @@ def plan_gpu(
         for _, mb in current:
             held += mb
         need = working_mb if warm else weights_mb[model] + working_mb
-        out = plan_room([WarmModel(m, mb) for m, mb in current], need_mb=need,
+        out = plan_room([WarmModel(m, mb, keep_warm=m in keep_warm) for m, mb in current],
+                        need_mb=need,
                         free_mb=capacity_mb - held, protect=protect)
         if out is None:
             if not warm:
@@ -208,7 +213,8 @@ def _row_models(
     no_room = np.zeros((m, n), dtype=bool)
     gpu_load = np.zeros((m, n))
     if not names:
-        plan = plan_gpu(res.gpu, (), {}, budget_mb=budget, background_mb=bg_mb)
+        plan = plan_gpu(res.gpu, (), {}, budget_mb=budget, background_mb=bg_mb,
+                        keep_warm=res.keep_warm)
         base[:] = plan.base_mb
         return _RowModels(base, no_room, gpu_load, model_index, cpu_load)
     first = np.full((m, len(names)), n, dtype=np.int64)
@@ -222,7 +228,8 @@ def _row_models(
     for g, key in enumerate(keys):
         wanted = [(names[k], float(vram[key[k]]))
                   for k in sorted(range(len(names)), key=lambda k: key[k]) if key[k] < n]
-        plan = plan_gpu(res.gpu, wanted, res.weights_mb, budget_mb=budget, background_mb=bg_mb)
+        plan = plan_gpu(res.gpu, wanted, res.weights_mb, budget_mb=budget, background_mb=bg_mb,
+                        keep_warm=res.keep_warm)
         rows = inverse == g
         base[rows] = plan.base_mb
         for name in plan.no_room:

@@ -150,13 +150,16 @@ class SimulatedTestbed:
         physics: Physics = "processor_sharing",
         slice_overhead: float = 0.0,
         mem_bound: float = DEFAULT_MEM_BOUND,
+        keep_warm: Collection[str] = (),
     ) -> None:
         """``resident``: models resident at the start, ``{"gpu": [...], "cpu": [...]}``
         (GPU ones least recently used first), each named by some tool's parameters; a GPU
         entry may also be ``(model, weights_mb)``, a model no tool uses (it only holds VRAM
         until evicted). ``physics``: how computing GPU calls slow each other
         (`batchsim.Contention`); ``slice_overhead`` (``time_slicing``) and ``mem_bound``
-        (``bandwidth``: the value of every tool whose parameters leave it out) tune it."""
+        (``bandwidth``: the value of every tool whose parameters leave it out) tune it.
+        ``keep_warm``: models never evicted for another model (as the ledger treats a
+        ``keep_warm`` hint)."""
         if cpu_cores < 1:
             raise ValueError(f"cpu_cores must be >= 1, got {cpu_cores}")
         if not 0 <= noise < 1:
@@ -184,7 +187,8 @@ class SimulatedTestbed:
         self.now_ms = 0.0
         self.vram_peak_mb = 0.0
         self._models = _models_of(self._params)
-        self._state = self._initial(resident or {})
+        self._state = dataclasses.replace(self._initial(resident or {}),
+                                          keep_warm=frozenset(keep_warm))
 
     @property
     def tool_names(self) -> tuple[str, ...]:
@@ -235,7 +239,8 @@ class SimulatedTestbed:
             vram_used_mb=self._background.vram_mb,
             gpu_utilization=self._background.gpu_share,
             cpu_cores=self.cpu_cores,
-            resident=tuple(WarmModel(m, mb, "gpu") for m, mb in self._state.gpu) + tuple(
+            resident=tuple(WarmModel(m, mb, "gpu", keep_warm=m in self._state.keep_warm)
+                           for m, mb in self._state.gpu) + tuple(
                 WarmModel(m, self._models[m].weights_mb, "cpu") for m in self._state.host_order),
         )
 
@@ -382,7 +387,8 @@ class SimulatedTestbed:
         plan = batchsim.plan_gpu(
             self._state.gpu, list(wanted.items()),
             {m: self._models[m].weights_mb for m in wanted},
-            budget_mb=self.vram_budget_mb, background_mb=self._background.vram_mb)
+            budget_mb=self.vram_budget_mb, background_mb=self._background.vram_mb,
+            keep_warm=self._state.keep_warm)
         first: set[str] = set()
         first_use: set[str] = set()
         for t in tasks:

@@ -182,8 +182,15 @@ class Scenario(BaseModel):
             seed=t.seed if seed is None else seed,
             oom_detect_ms=t.oom_detect_ms,
             resident={"gpu": list(t.resident.gpu), "cpu": list(t.resident.cpu)},
+            keep_warm=self.kept_warm(),
             **extra,
         )
+
+    def kept_warm(self) -> frozenset[str]:
+        """The models whose tools declare ``keep_warm`` (the testbed never evicts them)."""
+        return frozenset(
+            name for tool, e in self.tools.items()
+            if (e.hints or {}).get("keep_warm") and (name := e.params.model_name(tool)))
 
     def with_physics(self, physics: str) -> Scenario:
         """This scenario under another contention physics, named ``name@physics``."""

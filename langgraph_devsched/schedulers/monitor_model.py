@@ -283,6 +283,7 @@ def twin(
         ),
         oom_detect_ms=oom_ms,
         resident=resident,
+        keep_warm={w.model for w in device.resident if w.keep_warm and w.side == "gpu"},
         physics=model.physics,
         slice_overhead=model.slice_overhead,
         mem_bound=model.mem_bound,
