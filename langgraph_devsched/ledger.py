@@ -157,8 +157,15 @@ class VramLedger:
     def resident(self) -> tuple[WarmModel, ...]:
         """The resident models, least recently used first."""
         with self._lock:
-            return tuple(WarmModel(w.model, w.mb, "gpu", w.in_use, w.keep_warm)
-                         for w in self._weights.values())
+            return self._warm_locked()
+
+    def _warm_locked(self) -> tuple[WarmModel, ...]:
+        return tuple(WarmModel(w.model, w.mb, "gpu", w.in_use, w.keep_warm)
+                     for w in self._weights.values())
+
+    def _drop_locked(self, model: str) -> None:
+        """Forget ``model``'s weights (the caller checked it is idle)."""
+        self._in_use_mb -= self._weights.pop(model).mb
 
     def is_resident(self, model: str) -> bool:
         return model in self._weights
@@ -199,10 +206,9 @@ class VramLedger:
         extra = 0.0 if need is None or need.model in self._weights else need.mb
         if need is None and not self._weights:
             return () if self.fits(mb) else None
-        warm = [WarmModel(w.model, w.mb, "gpu", w.in_use, w.keep_warm)
-                for w in self._weights.values()]
         protect = frozenset() if need is None else frozenset((need.model,))
-        return plan_room(warm, need_mb=mb + extra, free_mb=self.free_mb, protect=protect)
+        return plan_room(self._warm_locked(), need_mb=mb + extra, free_mb=self.free_mb,
+                         protect=protect)
 
     def admissible(self, mb: float, share: float, need: WeightsNeed | None = None) -> bool:
         """True if a queued call of this size would be admitted now (ignoring the queue)."""
@@ -232,7 +238,7 @@ class VramLedger:
                       *, call: bool = True) -> Reservation:
         evicted = self._room_locked(mb, need) or ()
         for name in evicted:
-            self._in_use_mb -= self._weights.pop(name).mb
+            self._drop_locked(name)
         loaded = False
         if need is not None:
             held = self._weights.pop(need.model, None)
@@ -378,8 +384,7 @@ class VramLedger:
             held = self._weights.get(model)
             if held is None or held.in_use > 0:
                 return False
-            del self._weights[model]
-            self._in_use_mb -= held.mb
+            self._drop_locked(model)
             self._admit_queue_locked()
             return True
 
@@ -396,7 +401,7 @@ class VramLedger:
         with self._lock:
             idle = tuple(m for m, w in self._weights.items() if w.in_use == 0)
             for name in idle:
-                self._in_use_mb -= self._weights.pop(name).mb
+                self._drop_locked(name)
             if self._active == 0:
                 self._in_use_mb = self._base_mb + self.weights_mb
             self._admit_queue_locked()
