@@ -49,6 +49,17 @@ class PlacementError(RuntimeError):
         self.cause = cause
 
 
+def vram_needed(vram_mb: float, weights_mb: float = 0.0) -> str:
+    """What a call needs on a GPU, for a refusal: its VRAM and, where it has a resident
+    model, that model's weights.
+
+    >>> vram_needed(600, 2400)
+    "600 MB of VRAM and 2400 MB for its model's weights"
+    """
+    with_weights = f" and {weights_mb:.0f} MB for its model's weights" if weights_mb else ""
+    return f"{vram_mb:.0f} MB of VRAM{with_weights}"
+
+
 def describe_failure(exc: BaseException) -> str:
     """A call's ``CallRecord.error`` for what ended it (``timeout: ...``, ``cancelled``, ...)."""
     if isinstance(exc, asyncio.CancelledError):

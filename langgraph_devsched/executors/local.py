@@ -33,6 +33,7 @@ from langgraph_devsched.executors.base import (
     PlannedCall,
     RunOnce,
     describe_failure,
+    vram_needed,
 )
 from langgraph_devsched.executors.lease import Lease, leased
 from langgraph_devsched.ledger import QueueTimeoutError, Reservation, VramLedger, WeightsNeed
@@ -180,21 +181,17 @@ class LocalBackend:
         resident = self.models.resident()
         if not resident and not cached[1].resident:
             return cached[1]
-        state = cached[1]
-        # `vram_used_mb` is what else holds the GPU: a CUDA reading also counts this process's
-        # resident weights, which `resident` lists (the schedulers' twins add them back)
-        held = self.ledger.weights_mb if self.ledger is not None and self._reads_cuda() else 0.0
-        return dataclasses.replace(state, resident=resident,
-                                   vram_used_mb=max(0.0, state.vram_used_mb - held))
-
-    def _reads_cuda(self) -> bool:
-        return self.gpu is not None and self.gpu.device.startswith("cuda") and cuda_status(0)[0]
+        return dataclasses.replace(cached[1], resident=resident)
 
     def _read_state(self) -> DeviceState:
         if self.gpu is None:
             return DeviceState.cpu_only(self._no_gpu_reason or "no GPU")
         if self.gpu.device.startswith("cuda") and cuda_status(0)[0]:
-            return local_device_state(0, self.gpu.vram_budget_mb)
+            state = local_device_state(0, self.gpu.vram_budget_mb)
+            # `vram_used_mb` is what else holds the GPU: the CUDA reading also counts this
+            # process's resident weights, which `resident` lists (the twins add them back)
+            held = self._ledger.weights_mb if self._ledger is not None else 0.0
+            return dataclasses.replace(state, vram_used_mb=max(0.0, state.vram_used_mb - held))
         return DeviceState(
             gpu_available=True,
             gpu_name=self.gpu.device,
@@ -214,22 +211,20 @@ class _LocalStep(BookedStep):
         self._b = backend
 
     # -- placement -------------------------------------------------------------------------
-    def _gpu_plan(self, call: PlannedCall) -> Placement | None:
+    def _gpu_plan(self, call: PlannedCall, need: WeightsNeed | None) -> Placement | None:
         """A CPU placement when the GPU is out of the question, else None (try the GPU)."""
         if call.option == "cpu":
             return Placement("cpu", "cpu")
         ledger = self._b.ledger
         if ledger is None:
             return self._cpu_or_fail(call, "no_gpu", self._b._no_gpu_reason or "no GPU")
-        need = self._need(call)
         weights = need.mb if need is not None else 0.0
         if call.spec.vram_mb + weights > ledger.capacity_mb:
-            with_weights = f" and {weights:.0f} MB for its model's weights" if weights else ""
             return self._cpu_or_fail(
                 call,
                 "vram_over_budget",
-                f"it needs {call.spec.vram_mb:.0f} MB of VRAM{with_weights}, the budget "
-                f"allows {ledger.capacity_mb:.0f} MB",
+                f"it needs {vram_needed(call.spec.vram_mb, weights)}, the budget allows "
+                f"{ledger.capacity_mb:.0f} MB",
             )
         return None
 
@@ -247,13 +242,13 @@ class _LocalStep(BookedStep):
                          res.evicted)
 
     def _place(self, call: PlannedCall) -> tuple[Placement, Reservation | None]:
-        planned = self._gpu_plan(call)
+        need = self._need(call)
+        planned = self._gpu_plan(call, need)
         if planned is not None:
             return planned, None
         ledger = self._b.ledger
         assert ledger is not None
         spec = call.spec
-        need = self._need(call)
         if call.option == "gpu_now":
             res = ledger.try_reserve(spec.vram_mb, spec.gpu_share, need)
             if res is None and ledger.at_cap:
@@ -270,13 +265,14 @@ class _LocalStep(BookedStep):
         return self._gpu_placement(call, res), res
 
     async def _aplace(self, call: PlannedCall) -> tuple[Placement, Reservation | None]:
-        if call.option != "gpu_queued" or self._gpu_plan(call) is not None:
+        need = self._need(call)
+        if call.option != "gpu_queued" or self._gpu_plan(call, need) is not None:
             return self._place(call)
         ledger = self._b.ledger
         assert ledger is not None
         try:
             res = await ledger.areserve(
-                call.spec.vram_mb, call.spec.gpu_share, self._b.queue_timeout_s, self._need(call)
+                call.spec.vram_mb, call.spec.gpu_share, self._b.queue_timeout_s, need
             )
         except QueueTimeoutError as exc:
             return self._cpu_or_fail(call, "queue_timeout", str(exc)), None

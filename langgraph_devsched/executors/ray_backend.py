@@ -38,6 +38,7 @@ from langgraph_devsched.executors.base import (
     PlacementError,
     PlannedCall,
     RunOnce,
+    vram_needed,
 )
 from langgraph_devsched.executors.lease import Lease, leased
 from langgraph_devsched.executors.local import is_gpu_oom
@@ -293,12 +294,11 @@ class _RayStep(BookedStep):
         big = [s for s in slots if call.spec.vram_mb + weights <= s.ledger.capacity_mb + 1e-9]
         if not big:
             most = max(s.ledger.capacity_mb for s in slots)
-            with_weights = f" and {weights:.0f} MB for its model's weights" if weights else ""
             return self._cpu_or_fail(
                 call,
                 "vram_over_budget",
-                f"it needs {call.spec.vram_mb:.0f} MB of VRAM{with_weights}, the largest GPU in "
-                f"the cluster has {most:.0f} MB ({self.backend.vram_resource})",
+                f"it needs {vram_needed(call.spec.vram_mb, weights)}, the largest GPU in the "
+                f"cluster has {most:.0f} MB ({self.backend.vram_resource})",
             )
         return sorted(big, key=lambda s: (-s.ledger.free_mb, s.key))
 
