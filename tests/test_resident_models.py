@@ -219,9 +219,8 @@ def test_weights_a_tool_keeps_its_own_way_are_never_evicted() -> None:
     assert ledger.in_use_mb == 0
 
 
-def test_a_model_the_hints_do_not_declare_is_reserved_when_it_loads() -> None:
-    loads = Loads()
-    ocr = loads.handle("ocr", 1500)
+def undeclared_reader(ocr: ResidentModel[str]) -> BaseTool:
+    """A tool that runs ``ocr`` while its hints name no model."""
 
     @device_hints(vram_mb=300)
     @tool
@@ -229,6 +228,14 @@ def test_a_model_the_hints_do_not_declare_is_reserved_when_it_loads() -> None:
         """OCR without a model hint."""
         return ocr.get()
 
+    return read
+
+
+def test_a_model_the_hints_do_not_declare_is_reserved_when_it_loads() -> None:
+    loads = Loads()
+    ocr = loads.handle("ocr", 1500)
+
+    read = undeclared_reader(ocr)
     backend = LocalBackend(gpu=GpuConfig(8000, device="fake:0"))
     node = DeviceToolNode([read], backend=backend, scheduler=Fixed())
     graph = graph_of(node)
@@ -433,12 +440,7 @@ def test_an_undeclared_model_loads_on_a_gpu_with_one_slot() -> None:
     loads = Loads()
     ocr = loads.handle("ocr", 1500)
 
-    @device_hints(vram_mb=300)
-    @tool
-    def read(text: str) -> str:
-        """OCR without a model hint."""
-        return ocr.get()
-
+    read = undeclared_reader(ocr)
     backend = LocalBackend(gpu=GpuConfig(8000, device="fake:0"), gpu_concurrency=1)
     node = DeviceToolNode([read], backend=backend, scheduler=Fixed())
     assert answers(graph_of(node).invoke(step("read"))) == {"read-0": "ocr@fake:0"}
