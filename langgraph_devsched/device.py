@@ -31,6 +31,11 @@ class InjectedDevice(InjectedToolArg):
     """Annotation for a tool argument that receives the device string (``cpu``, ``cuda:0``)."""
 
 
+def is_gpu_device(device: str) -> bool:
+    """Whether a device string names a GPU (not ``cpu``, not ``none``: placed nowhere)."""
+    return device not in ("cpu", "none")
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where one tool call actually runs.
@@ -54,7 +59,7 @@ class Placement:
     @property
     def on_gpu(self) -> bool:
         """True when it ran on a GPU (``none``: it could run nowhere)."""
-        return self.device not in ("cpu", "none")
+        return is_gpu_device(self.device)
 
 
 _CURRENT: contextvars.ContextVar[Placement | None] = contextvars.ContextVar(

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from langgraph_devsched.device import current_device
+from langgraph_devsched.device import current_device, is_gpu_device
 from langgraph_devsched.ledger import Reservation, VramLedger, WeightsNeed
 from langgraph_devsched.residency import ModelSide, WarmModel
 
@@ -110,7 +110,7 @@ class ResidentModel(Generic[M]):
 
 
 def side_of(device: str) -> ModelSide:
-    return "cpu" if device in ("cpu", "none") else "gpu"
+    return "gpu" if is_gpu_device(device) else "cpu"
 
 
 @dataclass

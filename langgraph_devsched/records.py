@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from langgraph_devsched.device import is_gpu_device
 from langgraph_devsched.options import DeviceOption, FallbackCause
 
 
@@ -53,7 +54,7 @@ class CallRecord:
     @property
     def on_gpu(self) -> bool:
         """True when it ran on a GPU (``none``: it could run nowhere)."""
-        return self.device not in ("cpu", "none")
+        return is_gpu_device(self.device)
 
     @property
     def fell_back(self) -> bool:
