@@ -139,6 +139,12 @@ def bench(
         typer.Option(help="auto, tool_required, tool_named, json_schema or text "
                      "(sets DEVSCHED_LLM_ANSWER)"),
     ] = None,
+    llm_candidates: Annotated[
+        int | None,
+        typer.Option(min=0, help="pick mode: the candidates shown (default 3); agent and "
+                     "one_shot: the candidate observation's k, 0 off (sets "
+                     "DEVSCHED_LLM_CANDIDATES)"),
+    ] = None,
 ) -> None:
     """Run schedulers on benchmark scenarios and compare them with the brute-force optimum."""
     from langgraph_devsched.bench.command import run_bench_command
@@ -147,11 +153,13 @@ def bench(
     if schedulers is not None:
         names = [n.strip() for n in schedulers.split(",") if n.strip()]
     try:
-        if any(v is not None for v in (llm_timeout, llm_max_tokens, llm_mode, llm_answer)):
+        options = (llm_timeout, llm_max_tokens, llm_mode, llm_answer, llm_candidates)
+        if any(v is not None for v in options):
             from langgraph_devsched.schedulers.agentic_model import apply_llm_options
 
             apply_llm_options(
-                timeout_s=llm_timeout, max_tokens=llm_max_tokens, mode=llm_mode, answer=llm_answer
+                timeout_s=llm_timeout, max_tokens=llm_max_tokens, mode=llm_mode,
+                answer=llm_answer, candidates=llm_candidates,
             )
         names = _use_llm(llm, llm_base_url, names)
         run_bench_command(

@@ -57,7 +57,7 @@ def main() -> None:
         decision = original(self, batch, view, **kw)
         stats.add(decision)
         record = decision.consultation
-        if record is not None and not record.cached:
+        if record is not None and record.asked:
             more = extra[runs.index(stats)]
             more["modes"][record.mode] += 1
             if record.pick is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 from typer.testing import CliRunner
 
@@ -119,3 +119,27 @@ def test_llm_option_adds_the_agentic_row(scenario: Path, monkeypatch: pytest.Mon
     assert row["final_mapping"] == {"a": "gpu_now", "b": "cpu"}
     # round 1: nothing measured; round 2: the first measurements and hints; round 3: cached
     assert row["llm_calls"] == 2
+
+
+def test_llm_candidates_sets_the_pick_candidates_and_is_checked(
+    scenario: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shown: list[int] = []
+
+    class Picks(ToolScriptModel):
+        def _generate(
+            self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+        ) -> ChatResult:
+            shown.append(len(re.findall(r"^\d\) ", str(messages[1].content), re.M)))
+            self.script[:] = [AIMessage('{"pick": 1}')]
+            return super()._generate(messages, stop, run_manager, **kw)
+
+    monkeypatch.setattr(agentic, "openai_model", lambda *a, **k: Picks(script=[]))
+    base = ["bench", "--scenarios", str(scenario), "--schedulers", "agentic", "--rounds", "3",
+            "--llm", "m", "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-mode", "pick"]
+    result = runner.invoke(app, [*base, "--llm-candidates", "2"])
+    assert result.exit_code == 0, result.output
+    assert shown and max(shown) == 2
+    assert os.environ[agentic.ENV_CANDIDATES] == "2"
+    bad = runner.invoke(app, [*base, "--llm-candidates", "-1"])
+    assert bad.exit_code == 2 and "llm-candidates" in bad.output

@@ -38,6 +38,10 @@ class AgenticSummary(BaseModel):
     decisions: int = Field(description="decisions that carry a consultation record")
     consultations: int = Field(description="decisions that consulted the model")
     cached_decisions: int = Field(description="decisions reused from the cache (no LLM call)")
+    skipped: dict[str, int] = Field(
+        default_factory=dict,
+        description="decisions made without asking the model, by why (probe, one_candidate)",
+    )
     valid_answers: int = Field(description="consultations whose answer was parsed and used")
     valid_rate: float | None = Field(description="valid_answers / consultations")
     fallbacks: dict[str, int] = Field(description="whole-step fallbacks by cause")
@@ -50,6 +54,9 @@ class AgenticSummary(BaseModel):
     cache_hit_rate: float | None = Field(description="cached_tokens / prompt_tokens")
     channels: dict[str, int] = Field(description="answer channel of each consultation")
     answered_via: dict[str, int] = Field(description="where each valid answer was found")
+    latencies_ms: list[float] = Field(
+        default_factory=list, description="each consultation's latency, in order"
+    )
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -81,7 +88,9 @@ class AgenticStats:
         """None when no decision had a record (not an agentic scheduler)."""
         if not self.records:
             return None
-        asked = [r for r in self.records if not r.cached]
+        asked = [r for r in self.records if r.asked]
+        skipped = Counter(str(r.skipped) for r in self.records
+                          if r.skipped is not None and not r.cached)
         valid = [r for r in asked if r.valid]
         latencies = [float(r.latency_ms) for r in asked]
         prompt = sum(int(r.prompt_tokens) for r in asked)
@@ -89,7 +98,8 @@ class AgenticStats:
         return AgenticSummary(
             decisions=len(self.records),
             consultations=len(asked),
-            cached_decisions=len(self.records) - len(asked),
+            cached_decisions=sum(1 for r in self.records if r.cached),
+            skipped=dict(skipped),
             valid_answers=len(valid),
             valid_rate=len(valid) / len(asked) if asked else None,
             fallbacks=dict(Counter(str(r.cause) for r in asked if r.cause is not None)),
@@ -102,6 +112,7 @@ class AgenticStats:
             cache_hit_rate=cached / prompt if prompt else None,
             channels=dict(Counter(str(r.channel) for r in asked)),
             answered_via=dict(Counter(str(r.via) for r in valid)),
+            latencies_ms=latencies,
         )
 
 
@@ -114,8 +125,8 @@ def summarize(decisions: Iterable[Any]) -> AgenticSummary | None:
 
 
 def merge(summaries: Iterable[AgenticSummary | None]) -> AgenticSummary | None:
-    """One summary over several runs (e.g. every scenario); percentiles are not merged
-    exactly: the p50/p95 are the medians of the runs' values."""
+    """One summary over several runs (e.g. every scenario): counts summed, the p50/p95 over
+    every consultation of every run."""
     found = [s for s in summaries if s is not None]
     if not found:
         return None
@@ -129,27 +140,26 @@ def merge(summaries: Iterable[AgenticSummary | None]) -> AgenticSummary | None:
             out.update(getattr(s, name))
         return dict(out)
 
-    def median(name: str) -> float | None:
-        values = [getattr(s, name) for s in found if getattr(s, name) is not None]
-        return statistics.median(values) if values else None
-
     asked, prompt = total("consultations"), total("prompt_tokens")
+    latencies = [ms for s in found for ms in s.latencies_ms]
     return AgenticSummary(
         decisions=total("decisions"),
         consultations=asked,
         cached_decisions=total("cached_decisions"),
+        skipped=counts("skipped"),
         valid_answers=total("valid_answers"),
         valid_rate=total("valid_answers") / asked if asked else None,
         fallbacks=counts("fallbacks"),
         repaired=total("repaired"),
         llm_calls=total("llm_calls"),
-        latency_p50_ms=median("latency_p50_ms"),
-        latency_p95_ms=median("latency_p95_ms"),
+        latency_p50_ms=_percentile(latencies, 0.5),
+        latency_p95_ms=_percentile(latencies, 0.95),
         prompt_tokens=prompt,
         cached_tokens=total("cached_tokens"),
         cache_hit_rate=total("cached_tokens") / prompt if prompt else None,
         channels=counts("channels"),
         answered_via=counts("answered_via"),
+        latencies_ms=latencies,
     )
 
 
@@ -167,6 +177,8 @@ def format_agentic(name: str, s: AgenticSummary) -> str:
     if s.repaired:
         parts.append(f"{s.repaired} repaired")
     parts.append(f"{s.cached_decisions} cached")
+    if s.skipped:
+        parts.append(f"not asked {kv(s.skipped)}")
     if s.latency_p50_ms is not None and s.latency_p95_ms is not None:
         parts.append(f"LLM p50 {s.latency_p50_ms:.0f} ms p95 {s.latency_p95_ms:.0f} ms")
     if s.cache_hit_rate is not None:

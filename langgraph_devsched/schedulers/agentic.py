@@ -157,7 +157,11 @@ class AgenticScheduler(SchedulerBase):
     tool_named). ``max_tokens``: completion tokens per turn (None: sized to the batch).
     ``guard_ratio``: reject an answer the monitor's twin predicts worse than this times the
     best mapping it knows (None: off). ``candidates``: offer the twin's top-k mappings as an
-    observation (0: off). ``max_consultations``: consultation threads alive at once (a hung
+    observation (0: off). ``pick_within``: pick mode shows only the mappings the twin
+    predicts within this ratio of its best (None: up to ``guard_ratio``); when one mapping
+    is left the model is not asked (measured with Qwen2.5-Coder-1.5B: shown candidates up
+    to 1.5x, it picked a 1.2x one in 4 of 10 consultations of a serial step).
+    ``max_consultations``: consultation threads alive at once (a hung
     model holds one; when all are held the step falls back at once, cause ``busy``).
     ``drift_tolerance``: the relative change of an estimate's mean that invalidates a cached
     decision. ``retry_failed_after``: steps a failed consultation's fallback is reused
@@ -184,6 +188,7 @@ class AgenticScheduler(SchedulerBase):
         max_tokens: int | None = None,
         guard_ratio: float | None = 1.5,
         candidates: int = 0,
+        pick_within: float | None = 1.05,
         max_consultations: int = 2,
         drift_tolerance: float = 0.25,
         retry_failed_after: int = 10,
@@ -209,6 +214,8 @@ class AgenticScheduler(SchedulerBase):
             )
         if candidates < 0:
             raise ValueError(f"candidates must be >= 0, got {candidates}")
+        if pick_within is not None and pick_within < 1:
+            raise ValueError(f"pick_within must be >= 1 or None, got {pick_within}")
         self.model = model
         self.policy = policy
         self.constraints = HardConstraints(
@@ -224,6 +231,7 @@ class AgenticScheduler(SchedulerBase):
         self.max_tokens = max_tokens
         self.guard_ratio = guard_ratio
         self.candidates = candidates
+        self.pick_within = pick_within
         self.retry_failed_after = retry_failed_after
         self.clock = clock
         self.llm_calls = 0
@@ -280,11 +288,16 @@ class AgenticScheduler(SchedulerBase):
         view = self._with_observations(batch, view)
         started = self.clock()
         key, obs, lead = self._key(batch, view)
+        if lead is not None and lead.probe:
+            return self._probe(batch, view, lead)
         cached = self._lookup(key, batch, view, obs)
         if cached is not None:
             return cached
         consultation, twin_view = self._consultation(batch, view, started, lead)
-        outcome = self._run_sync(consultation, config)
+        if _one_candidate(consultation):
+            outcome = consultation.only()  # type: ignore[union-attr]
+        else:
+            outcome = self._run_sync(consultation, config)
         return self._conclude(batch, view, key, obs, outcome, twin_view, started)
 
     async def adecide(
@@ -295,11 +308,16 @@ class AgenticScheduler(SchedulerBase):
         view = self._with_observations(batch, view)
         started = self.clock()
         key, obs, lead = self._key(batch, view)
+        if lead is not None and lead.probe:
+            return self._probe(batch, view, lead)
         cached = self._lookup(key, batch, view, obs)
         if cached is not None:
             return cached
         consultation, twin_view = self._consultation(batch, view, started, lead)
-        outcome = await self._run_async(consultation, config)
+        if _one_candidate(consultation):
+            outcome = consultation.only()  # type: ignore[union-attr]
+        else:
+            outcome = await self._run_async(consultation, config)
         return self._conclude(batch, view, key, obs, outcome, twin_view, started)
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
@@ -328,9 +346,8 @@ class AgenticScheduler(SchedulerBase):
         """The fingerprint, the observations as data, and in pick mode the fallback's
         decision for this step, whose settled mapping is part of the key: when the monitor
         policy learns its way to another mapping (a contention fit, observed makespans),
-        the model is asked again. A probe keys as ``"probe"`` and is not offered: the
-        model's last answer stands while the fallback explores (measured: following the
-        probes ended optimal in 8 of 17 built-ins, not following them in 11)."""
+        the model is asked again. A probe of the fallback is returned as the lead with its
+        key ``"probe"``: `decide` runs it as it is (see `_probe`)."""
         key, obs = fingerprint(batch, view)
         if self.mode != "pick":
             return key, obs, None
@@ -339,8 +356,10 @@ class AgenticScheduler(SchedulerBase):
         except Exception as exc:
             logger.info("agentic pick: fallback %s failed (%s)", self.fallback.name, exc)
             return (*key, "no lead"), obs, None
-        if lead.probe or set(lead.mapping) != set(batch.call_ids):
-            return (*key, "probe"), obs, None
+        if set(lead.mapping) != set(batch.call_ids):
+            return (*key, "no lead"), obs, None
+        if lead.probe:
+            return (*key, "probe"), obs, lead
         options = tuple(lead.mapping[c] for c in batch.call_ids)
         return (*key, tuple(sorted(zip(slots(batch), options, strict=True)))), obs, lead
 
@@ -373,7 +392,34 @@ class AgenticScheduler(SchedulerBase):
             reason=f"agentic (cached): {entry.reason}",
             issues=(),
             record=record,
+            fit_vram=not entry.fallback_mapping,
         )[0]
+
+    def _probe(self, batch: Batch, view: View, lead: Decision) -> Decision:
+        """The fallback's exploratory probe, run without consulting (pick mode).
+
+        A probe is a measurement the fallback policy asked for (a side never measured, a
+        pair never run together), not a choice among mappings: the model is not asked, the
+        cache is left as it is, and the measurement lets the policy's next lead, the
+        model's candidate 1, be learnt rather than guessed. Measured with
+        Qwen2.5-Coder-1.5B (docs/agentic.md): not running the probes left the fallback
+        unable to learn (8 of 13 built-ins optimal); offering each probe for the model to
+        ratify consulted on every step. The probe is held to the hard constraints."""
+        seen = observations_data(view.observations).get("vram_seen_mb") or {}
+        mapping, repairs = repair(
+            ParsedAnswer(dict(lead.mapping)), batch, view.device, self.constraints,
+            fallback={}, vram_seen_mb=seen, fit_vram=False,
+        )
+        self.last_fallbacks = {}
+        self.last_issues = ()
+        reason = f"{self.fallback.name} probe, not consulted: {lead.reason}"
+        if repairs:
+            reason += "; repaired " + ", ".join(
+                f"{c}->{mapping[c]} ({k})" for c, k in repairs.items())
+        return self._decision(
+            mapping, reason, predicted_ms={} if repairs else dict(lead.predicted_ms), probe=True,
+            consultation=ConsultationRecord(mode=self.mode, skipped="probe"),
+        )
 
     def clear_cache(self) -> None:
         """Forget every cached decision: the next step consults the model."""
@@ -452,7 +498,7 @@ class AgenticScheduler(SchedulerBase):
         tool with neither a declared profile nor a measurement): then it runs as one_shot.
 
         Candidate 1 is the fallback scheduler's own mapping (held to the constraints, with
-        its own prediction) unless that is an exploratory probe: the ``monitor`` policy
+        its own prediction; its probes never come here, see `_probe`): the ``monitor`` policy
         knows more than the guard's twin (its contention fit, observed makespans,
         resident-model loads). The others are the twin's best."""
         if twin_view is None:
@@ -462,7 +508,7 @@ class AgenticScheduler(SchedulerBase):
         try:
             ranked = pick_candidates(
                 twin_view, view.device, self.constraints, k, vram_seen_mb=seen,
-                within=self.guard_ratio,
+                within=self.pick_within or self.guard_ratio,
             )
         except Exception as exc:  # the twin is advice: never let it break a step
             logger.info("agentic pick candidates unavailable: %s", exc)
@@ -497,7 +543,7 @@ class AgenticScheduler(SchedulerBase):
             return None
         mapping, _ = repair(
             ParsedAnswer(dict(base.mapping)), batch, view.device, self.constraints,
-            fallback={}, vram_seen_mb=seen,
+            fallback={}, vram_seen_mb=seen, fit_vram=False,
         )
         ends = [float(base.predicted_ms[c]) for c in batch.call_ids if c in base.predicted_ms]
         same = mapping == dict(base.mapping) and len(ends) == len(batch)
@@ -572,6 +618,7 @@ class AgenticScheduler(SchedulerBase):
             mode=tally.mode or self.mode,
             pick=outcome.pick,
             candidates=tally.candidates,
+            skipped=outcome.skipped,
             **kw,
         )
 
@@ -594,8 +641,9 @@ class AgenticScheduler(SchedulerBase):
         twin_view: TwinView | None,
         started: float,
     ) -> Decision:
-        with self._lock:
-            self.consultations += 1
+        if outcome.skipped is None:
+            with self._lock:
+                self.consultations += 1
         self.last_messages = outcome.messages
         if outcome.answer is None:
             cause = outcome.failure or "no_answer"
@@ -617,6 +665,7 @@ class AgenticScheduler(SchedulerBase):
             reason=f"agentic: {outcome.answer.reason}".rstrip(": "),
             issues=tuple(issues),
             record=record,
+            fit_vram=not outcome.unguarded,  # the fallback's own mapping: its twin fitted it
         )
         if self.guard_ratio is not None and twin_view is not None:
             verdict = guard(twin_view, mapping, ratio=self.guard_ratio)
@@ -634,6 +683,7 @@ class AgenticScheduler(SchedulerBase):
                 causes={where[c]: cause for c, cause in self.last_fallbacks.items()},
                 reason=outcome.answer.reason,
                 estimates=estimates(obs, batch.shape),
+                fallback_mapping=outcome.unguarded,
             ),
         )
         return decision
@@ -660,6 +710,7 @@ class AgenticScheduler(SchedulerBase):
         reason: str,
         issues: tuple[str, ...],
         record: ConsultationRecord,
+        fit_vram: bool = True,
     ) -> tuple[AgenticDecision, dict[str, DeviceOption]]:
         needs_fallback = any(answer.options.get(c) not in DEVICE_OPTIONS for c in batch.call_ids)
         fallback: Mapping[str, DeviceOption] = {}
@@ -669,7 +720,8 @@ class AgenticScheduler(SchedulerBase):
             fallback = base.mapping
         seen = observations_data(view.observations).get("vram_seen_mb") or {}
         mapping, causes = repair(
-            answer, batch, view.device, self.constraints, fallback=fallback, vram_seen_mb=seen
+            answer, batch, view.device, self.constraints, fallback=fallback, vram_seen_mb=seen,
+            fit_vram=fit_vram,
         )
         causes = {**prior, **causes}
         self.last_fallbacks = causes
@@ -731,6 +783,10 @@ class AgenticScheduler(SchedulerBase):
             llm_calls=record.llm_calls,
             consultation=record,
         )
+
+
+def _one_candidate(consultation: Consultation | PickConsultation) -> bool:
+    return isinstance(consultation, PickConsultation) and len(consultation.candidates) == 1
 
 
 def _replace(obj: Any, **changes: Any) -> Any:

@@ -200,6 +200,7 @@ def repair(
     *,
     fallback: Mapping[str, DeviceOption],
     vram_seen_mb: Mapping[str, float] | None = None,
+    fit_vram: bool = True,
 ) -> tuple[dict[str, DeviceOption], dict[str, AgenticCause]]:
     """A complete mapping for ``batch`` from ``answer`` (None: nothing usable), with causes.
 
@@ -207,7 +208,9 @@ def repair(
     (the hints' nearest allowed one if the fallback lacks the call). Then every call is held
     to its hints and ``rules``; last, ``gpu_now`` calls that together do not fit the VRAM left
     (budget - in use - ``min_free_vram_mb``) are queued, and GPU calls that could never fit
-    alone go to the CPU where allowed (pinned calls are never moved).
+    alone go to the CPU where allowed (pinned calls are never moved). ``fit_vram=False``
+    skips that last part: for a mapping of the fallback policy, whose twin already weighs
+    the VRAM (the ledger queues what does not fit), unless the operator keeps VRAM free.
     """
     seen = vram_seen_mb or {}
     gpu = device.gpu_available
@@ -226,7 +229,7 @@ def repair(
         if cause is not None and call.call_id not in causes:
             causes[call.call_id] = cause
         mapping[call.call_id] = fixed
-    if gpu:
+    if gpu and (fit_vram or rules.min_free_vram_mb > 0):
         _fit_vram(batch, device, rules, seen, mapping, causes)
     return mapping, causes
 

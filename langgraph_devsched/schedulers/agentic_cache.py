@@ -45,6 +45,9 @@ class Entry:
     failure: AgenticCause | None = None
     hits_left: int = 0
     detail: str = ""
+    fallback_mapping: bool = False
+    """The options are the fallback policy's own (a pick of its mapping): on reuse they are
+    held to the hard rules but not VRAM-fitted again (its twin weighed the VRAM)."""
 
 
 def slots(batch: Batch) -> list[tuple[str, int]]:

@@ -117,6 +117,8 @@ class Outcome:
     """The candidate number the model picked (``pick`` mode)."""
     unguarded: bool = False
     """The answer is the fallback scheduler's own mapping: the guard does not reject it."""
+    skipped: str | None = None
+    """Why the model was not asked (``one_candidate``); None: it was."""
 
 
 def answer_tool() -> BaseTool:

@@ -306,6 +306,15 @@ class PickConsultation:
     def prompt(self) -> list[AnyMessage]:
         return [SystemMessage(self.system), HumanMessage(pick_task(self.batch, self.candidates))]
 
+    def only(self) -> Outcome:
+        """The one candidate as the answer, the model not asked (there is nothing to pick)."""
+        chosen = self.candidates[0]
+        return Outcome(
+            ParsedAnswer(dict(chosen.mapping), "the only candidate near the best prediction"),
+            via="one_candidate", tally=self.tally, pick=1, unguarded=self.lead,
+            skipped="one_candidate",
+        )
+
     def graph(self) -> None:
         """Nothing to compile (one turn, no graph)."""
         return None

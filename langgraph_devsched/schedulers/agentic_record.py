@@ -45,11 +45,20 @@ class ConsultationRecord:
     """``pick`` mode: the number of the candidate the model chose (1 = the twin's best)."""
     candidates: int = 0
     """``pick`` mode: how many candidates the model was shown."""
+    skipped: str | None = None
+    """``pick`` mode, why the model was not asked: ``probe`` (the fallback's exploratory
+    probe runs as it is: a measurement it asked for, not a choice to make) or
+    ``one_candidate`` (one mapping only is predicted within ``pick_within`` of the best)."""
 
     @property
     def valid(self) -> bool:
         """An answer was parsed and used (it may still have had per-call repairs)."""
         return self.via is not None and self.cause is None and not self.cached
+
+    @property
+    def asked(self) -> bool:
+        """The model was consulted for this decision (not a cached reuse, not skipped)."""
+        return not self.cached and self.skipped is None
 
 
 @dataclass(frozen=True)
