@@ -88,6 +88,7 @@ from langgraph_devsched.schedulers.search import (
     search_mappings,
 )
 from langgraph_devsched.schedulers.tables import LruTable
+from langgraph_devsched.schedulers.twin_error import GUARD_ABOVE, FirstContact
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import SimulatedTestbed
 
@@ -144,13 +145,14 @@ class MonitorPolicy(SchedulerBase):
         self._fits: LruTable[tuple[str, ...], tuple[object, ContentionFit]] = LruTable(max_shapes)
         self._last: LruTable[tuple[str, ...], LastDecision] = LruTable(max_shapes)
         self._changes = ChangeDetector(max_keys=max(64, 4 * max_shapes))
+        self._contact = FirstContact(max_shapes)
         self._heft = HeftScheduler()
         self._dmda = DmdaScheduler()
 
     def state_sizes(self) -> dict[str, int]:
         """How many entries each of the policy's own tables holds (all bounded)."""
         return {"fits": len(self._fits), "last_decisions": len(self._last),
-                "change_keys": len(self._changes)}
+                "change_keys": len(self._changes), "first_contacts": len(self._contact)}
 
     # -- protocol --------------------------------------------------------------------------
 
@@ -234,6 +236,10 @@ class MonitorPolicy(SchedulerBase):
             warm = twin(params, device, oom_ms=oom_detect_ms(obs, params), residency=False,
                         model=fit.model)
         model = _ModelScores(bed, tools, outcomes, noise, self.override_floor, warm=warm)
+        shape = tuple(sorted(tools))
+        self._contact.settle(
+            shape, {_canon(o.placement): (observed_makespan(o), o.count) for o in outcomes
+                    if o.count}, noise=model.noise)
         seeds = self._seeds(batch, view, tools, outcomes, last)
         remaining = None if budget is None else max(
             0.0, budget - (self.clock() - started) * 1000.0)
@@ -253,8 +259,13 @@ class MonitorPolicy(SchedulerBase):
 
         best = min(scores, key=lambda m: (bucket(m), scores[m], demand(m)))
         best = _observed_tie_break(model, [m for m in scores if bucket(m) == 0], best)
+        miss = self._contact.last_miss(shape)
+        twin_best, best = best, _measured_guard(model, scores, best, miss)
         probe = self._probe(batch, obs, model, best, choices, deadline(1.0))
         chosen = probe[0] if probe else best
+        placed = _canon(zip(tools, chosen, strict=True))
+        if placed not in model.seen and _all_known(batch, obs, chosen):
+            self._contact.expect(shape, placed, model.values.get(chosen, 0.0))
         mapping = dict(zip(batch.call_ids, chosen, strict=True))
         predicted = {
             c.call_id: c.end_ms
@@ -265,6 +276,10 @@ class MonitorPolicy(SchedulerBase):
         if probe:
             reason = (f"probe: {probe[1].text}; predicted {model.values[chosen]:.1f} ms vs "
                       f"best {scores[best]:.1f} ms")
+        elif best != twin_best:
+            reason = (f"best measured makespan {scores[best]:.1f} ms: the twin's best "
+                      f"{scores[twin_best]:.1f} ms {how} {len(scores)} mappings never ran, and "
+                      f"it missed the last new mapping by {miss:.0%}")
         else:
             reason = (f"best predicted makespan {scores[best]:.1f} ms {how} "
                       f"{len(scores)} mappings")
@@ -495,7 +510,7 @@ class _ModelScores:
                 # an executed placement overrides it only where the model is visibly wrong.
                 # Its makespan is read as the largest mean call latency: the mean of noisy
                 # makespans (maxima) would be biased upwards.
-                seen_ms = max(seen.latency_ms) if seen.latency_ms else seen.makespan_ms
+                seen_ms = observed_makespan(seen)
                 if seen.count >= 2:
                     self.observed[m] = seen_ms
                 tolerance = _override_tolerance(seen, self.noise, self.override_floor)
@@ -521,6 +536,12 @@ PRIOR_RUNS = 4.0
 """The pooled noise counts as this many degrees of freedom in a mapping's own spread."""
 
 
+def observed_makespan(outcome: PlacementOutcome) -> float:
+    """An executed placement's makespan as its largest mean call latency (the mean of noisy
+    makespans, maxima, would be biased upwards)."""
+    return max(outcome.latency_ms) if outcome.latency_ms else outcome.makespan_ms
+
+
 def _measurement_noise(outcomes: Sequence[PlacementOutcome], pooled: float) -> float:
     """The runs-weighted relative spread of the makespans of executed mappings run at least
     twice (each mapping against its own mean), else ``pooled``."""
@@ -544,6 +565,41 @@ def _override_tolerance(seen: PlacementOutcome, noise: float, floor: float) -> f
         cv = math.sqrt((dof * own**2 + PRIOR_RUNS * noise**2) / (dof + PRIOR_RUNS))
         return max(RESOLUTION, 3.0 * cv / math.sqrt(seen.count))
     return max(floor, 3.0 * noise)
+
+
+def _all_known(batch: Batch, obs: Observations, mapping: Mapping_) -> bool:
+    """Whether every call of ``mapping`` runs on a side of its tool that is declared or
+    measured: only then does a miss of the twin say its contention model is wrong (a side
+    never measured is a guess, and missing it is what a probe is for)."""
+    for call, option in zip(batch.calls, mapping, strict=True):
+        side = "gpu" if is_gpu(option) else "cpu"
+        profile = call.spec.profile
+        if profile is not None and getattr(profile, f"{side}_ms") is not None:
+            continue
+        if not any(e.device == side and not e.fallbacks for e in obs.for_tool(call.tool)):
+            return False
+    return True
+
+
+def _measured_guard(
+    model: _ModelScores, scores: Mapping[Mapping_, float], best: Mapping_, miss: float
+) -> Mapping_:
+    """``best``, unless the twin's last first-contact ``miss`` (`twin_error.FirstContact`)
+    exceeds `GUARD_ABOVE`, ``best`` never ran, and its prediction widened by that miss does
+    not beat the best measured mapping: then that one. A twin whose contention fit went
+    wrong (seen under the idle-queue physics: a late model switch predicting every new
+    mapping at about half its makespan) would otherwise wander from one untried mapping to
+    the next."""
+    if miss <= GUARD_ABOVE:
+        return best
+    tools = model.tools
+    if _canon(zip(tools, best, strict=True)) in model.seen:
+        return best
+    measured = [m for m in scores if _canon(zip(tools, m, strict=True)) in model.seen]
+    if not measured:
+        return best
+    known = min(measured, key=lambda m: (scores[m], demand(m)))
+    return best if scores[best] * (1.0 + miss) < scores[known] else known
 
 
 TIE_BREAK_Z = 2.0
