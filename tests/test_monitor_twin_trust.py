@@ -5,6 +5,9 @@ Near-ties: the twin's ranking stands against noisy means. Under 5% noise two map
 and in the twin; their measured means, a few runs each, came out the other way round by
 less than their standard errors. Following those means ended the built-in 1.6% off the
 optimum (not optimal); the twin's ranking ends it optimal.
+
+First contact: a twin that missed the last mapping it predicted before it ran by far more
+than the noise does not send the policy on to the next untried mapping on its word.
 """
 
 from __future__ import annotations

@@ -82,6 +82,12 @@ from langgraph_devsched.schedulers.agentic_consult import (
     Tally,
 )
 from langgraph_devsched.schedulers.agentic_guard import TwinView, candidates_data, guard
+from langgraph_devsched.schedulers.agentic_lead import (
+    fallback_lead,
+    lead_candidate,
+    lead_key,
+    probe_mapping,
+)
 from langgraph_devsched.schedulers.agentic_model import (
     ANSWER_CHANNELS,
     CONSULT_MODES,
@@ -104,7 +110,6 @@ from langgraph_devsched.schedulers.agentic_pick import (
     DEFAULT_PICK_CANDIDATES,
     PICK_CHAIN,
     PICK_MAX_TOKENS,
-    Candidate,
     PickConsultation,
     pick_candidates,
     pick_system,
@@ -344,24 +349,14 @@ class AgenticScheduler(SchedulerBase):
 
     def _key(self, batch: Batch, view: View) -> tuple[Key, dict[str, Any], Decision | None]:
         """The fingerprint, the observations as data, and in pick mode the fallback's
-        decision for this step, whose settled mapping is part of the key: when the monitor
-        policy learns its way to another mapping (a contention fit, observed makespans),
-        the model is asked again. A probe of the fallback is returned as the lead with its
-        key ``"probe"``: `decide` runs it as it is (see `_probe`)."""
+        decision for this step (`agentic_lead`), whose settled mapping is part of the key: when
+        the monitor policy learns its way to another mapping, the model is asked again. A
+        probe keys as ``"probe"``: `decide` runs it as it is (`_probe`)."""
         key, obs = fingerprint(batch, view)
         if self.mode != "pick":
             return key, obs, None
-        try:
-            lead = self.fallback.decide(batch, view)
-        except Exception as exc:
-            logger.info("agentic pick: fallback %s failed (%s)", self.fallback.name, exc)
-            return (*key, "no lead"), obs, None
-        if set(lead.mapping) != set(batch.call_ids):
-            return (*key, "no lead"), obs, None
-        if lead.probe:
-            return (*key, "probe"), obs, lead
-        options = tuple(lead.mapping[c] for c in batch.call_ids)
-        return (*key, tuple(sorted(zip(slots(batch), options, strict=True)))), obs, lead
+        lead = fallback_lead(self.fallback, batch, view)
+        return (*key, lead_key(batch, lead)), obs, lead
 
     def _lookup(self, key: Key, batch: Batch, view: View, obs: dict[str, Any]) -> Decision | None:
         entry = self._cache.lookup(key, estimates(obs, batch.shape))
@@ -406,10 +401,7 @@ class AgenticScheduler(SchedulerBase):
         unable to learn (8 of 13 built-ins optimal); offering each probe for the model to
         ratify consulted on every step. The probe is held to the hard constraints."""
         seen = observations_data(view.observations).get("vram_seen_mb") or {}
-        mapping, repairs = repair(
-            ParsedAnswer(dict(lead.mapping)), batch, view.device, self.constraints,
-            fallback={}, vram_seen_mb=seen, fit_vram=False,
-        )
+        mapping, repairs = probe_mapping(batch, view, self.constraints, lead, seen)
         self.last_fallbacks = {}
         self.last_issues = ()
         reason = f"{self.fallback.name} probe, not consulted: {lead.reason}"
@@ -515,7 +507,7 @@ class AgenticScheduler(SchedulerBase):
             return None
         if not ranked:
             return None
-        lead = self._lead_candidate(batch, view, twin_view, seen, base)
+        lead = lead_candidate(batch, view, self.constraints, twin_view, seen, base)
         candidates = with_lead(lead, ranked, k)
         return PickConsultation(
             model=self.model,
@@ -529,25 +521,6 @@ class AgenticScheduler(SchedulerBase):
             on_llm_call=count,
             lead=lead is not None,
         )
-
-    def _lead_candidate(
-        self,
-        batch: Batch,
-        view: View,
-        twin_view: TwinView,
-        seen: Mapping[str, float],
-        base: Decision | None,
-    ) -> Candidate | None:
-        """The fallback scheduler's mapping as a candidate; None when it has none."""
-        if base is None or set(base.mapping) != set(batch.call_ids):
-            return None
-        mapping, _ = repair(
-            ParsedAnswer(dict(base.mapping)), batch, view.device, self.constraints,
-            fallback={}, vram_seen_mb=seen, fit_vram=False,
-        )
-        ends = [float(base.predicted_ms[c]) for c in batch.call_ids if c in base.predicted_ms]
-        same = mapping == dict(base.mapping) and len(ends) == len(batch)
-        return Candidate(mapping, max(ends) if same else twin_view.predict(mapping))
 
     def _config(self, config: RunnableConfig | None) -> RunnableConfig:
         base: dict[str, Any] = {
