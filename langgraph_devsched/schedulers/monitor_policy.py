@@ -277,7 +277,7 @@ class MonitorPolicy(SchedulerBase):
             reason = (f"probe: {probe[1].text}; predicted {model.values[chosen]:.1f} ms vs "
                       f"best {scores[best]:.1f} ms")
         elif best != twin_best:
-            reason = (f"best measured makespan {scores[best]:.1f} ms: the twin's best "
+            reason = (f"best executed mapping, scored {scores[best]:.1f} ms: the twin's best "
                       f"{scores[twin_best]:.1f} ms {how} {len(scores)} mappings never ran, and "
                       f"it missed the last new mapping by {miss:.0%}")
         else:
@@ -586,7 +586,10 @@ def _measured_guard(
 ) -> Mapping_:
     """``best``, unless the twin's last first-contact ``miss`` (`twin_error.FirstContact`)
     exceeds `GUARD_ABOVE`, ``best`` never ran, and its prediction widened by that miss does
-    not beat the best measured mapping: then that one. A twin whose contention fit went
+    not beat the best-scored executed mapping: then that one (its score is the twin's
+    prediction, or its measured makespan where that overrides it; ranking the executed
+    mappings by their raw measurements lost more with resident models, whose loads the twin
+    charges apart). A twin whose contention fit went
     wrong (seen under the idle-queue physics: a late model switch predicting every new
     mapping at about half its makespan) would otherwise wander from one untried mapping to
     the next."""
