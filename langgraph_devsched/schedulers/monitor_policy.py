@@ -489,9 +489,12 @@ class _ModelScores:
         an override keeps the twin's load and eviction cost on top."""
         self.tools = tools
         self.seen = {_canon(o.placement): o for o in outcomes if o.count}
-        self.noise = _measurement_noise(outcomes, noise)
+        measured = _measurement_noise(outcomes, noise)
+        self.noise = max(measured, min(noise, MAX_SPREAD_RATIO * measured))
         """The measurement noise: the relative spread of repeated runs of one mapping
-        (model error cannot widen it), else the per-call estimates' pooled spread."""
+        (model error cannot widen it), else the per-call estimates' pooled spread; raised
+        towards the pooled spread by at most `MAX_SPREAD_RATIO`, because a makespan is the
+        largest of several noisy calls and spreads less than each of them."""
         self.override_floor = override_floor
         self.values: dict[Mapping_, float] = {}
         self.observed: dict[Mapping_, float] = {}
@@ -530,6 +533,14 @@ class _ModelScores:
 RESOLUTION = 0.002
 """Below this relative gap a repeated measurement never overrides the twin (float and
 rounding differences, not evidence)."""
+
+
+MAX_SPREAD_RATIO = 2.0
+"""How far the per-call spread may raise the makespans' spread as the measurement noise:
+with several calls ending together the makespan's spread is about half a call's (seen:
+5 % measured under 10 % noise, so a 5 % noisy mean overrode the twin's right prediction of
+the optimum); the per-call spread alone also carries the contention contexts' differences
+(up to 0.35 at zero noise), hence the cap."""
 
 
 PRIOR_RUNS = 4.0
