@@ -600,16 +600,16 @@ def _measured_guard(
     not beat the best-scored executed mapping: then that one (its score is the twin's
     prediction, or its measured makespan where that overrides it; ranking the executed
     mappings by their raw measurements lost more with resident models, whose loads the twin
-    charges apart). A twin whose contention fit went
-    wrong (seen under the idle-queue physics: a late model switch predicting every new
-    mapping at about half its makespan) would otherwise wander from one untried mapping to
-    the next."""
+    charges apart). A twin whose contention fit went wrong (seen under the idle-queue
+    physics: a late model switch predicting every new mapping at about half its makespan)
+    would otherwise wander from one untried mapping to the next."""
     if miss <= GUARD_ABOVE:
         return best
     tools = model.tools
     if _canon(zip(tools, best, strict=True)) in model.seen:
         return best
-    measured = [m for m in scores if _canon(zip(tools, m, strict=True)) in model.seen]
+    executed = (_in_call_order(list(tools), o) for o in model.seen.values())
+    measured = [m for m in executed if m is not None and m in scores]
     if not measured:
         return best
     known = min(measured, key=lambda m: (scores[m], demand(m)))
