@@ -377,20 +377,23 @@ class PickConsultation:
         return Outcome(failure="no_answer", detail="the reply names no candidate number",
                        tally=self.tally, messages=[*self.prompt(), *self.replies])
 
+    def _after(self, reply: Any = None, exc: Exception | None = None) -> Outcome | None:
+        """What one turn ended in: the outcome, or None to ask again."""
+        if isinstance(exc, DeadlineError):
+            return Outcome(failure="timeout", detail=str(exc), tally=self.tally)
+        if exc is not None:
+            return self._next(exc)
+        outcome = self._read(reply)
+        return outcome if outcome is not None else self._next(None)
+
     def invoke(self, config: RunnableConfig) -> Outcome:
         while True:
             try:
                 reply = self._bound(self.channel.current).invoke(self.prompt(), config)
-            except DeadlineError as exc:
-                return Outcome(failure="timeout", detail=str(exc), tally=self.tally)
             except Exception as exc:
-                failed = self._next(exc)
-                if failed is not None:
-                    return failed
-                continue
-            outcome = self._read(reply)
-            if outcome is None:
-                outcome = self._next(None)
+                outcome = self._after(exc=exc)
+            else:
+                outcome = self._after(reply)
             if outcome is not None:
                 return outcome
 
@@ -398,15 +401,9 @@ class PickConsultation:
         while True:
             try:
                 reply = await self._bound(self.channel.current).ainvoke(self.prompt(), config)
-            except DeadlineError as exc:
-                return Outcome(failure="timeout", detail=str(exc), tally=self.tally)
             except Exception as exc:
-                failed = self._next(exc)
-                if failed is not None:
-                    return failed
-                continue
-            outcome = self._read(reply)
-            if outcome is None:
-                outcome = self._next(None)
+                outcome = self._after(exc=exc)
+            else:
+                outcome = self._after(reply)
             if outcome is not None:
                 return outcome
