@@ -63,8 +63,8 @@ def picker(script: list[AIMessage], **kw: Any) -> tuple[AgenticScheduler, ToolSc
 
 def shown(sched: AgenticScheduler, batch: Batch = BATCH) -> list[Any]:
     """The candidates a pick consultation of ``batch`` shows (lead first)."""
-    lead = sched._key(batch, VIEW)[2]
-    return sched._consultation(batch, VIEW, 0.0, lead)[0].candidates  # type: ignore[union-attr]
+    _, obs, lead = sched._key(batch, VIEW)
+    return sched._consultation(batch, VIEW, 0.0, obs, lead)[0].candidates  # type: ignore[union-attr]
 
 
 def twin_candidates(k: int = 3, **kw: Any) -> list[Any]:

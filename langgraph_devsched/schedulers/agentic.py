@@ -117,7 +117,7 @@ from langgraph_devsched.schedulers.agentic_pick import (
 )
 from langgraph_devsched.schedulers.agentic_record import AgenticDecision, ConsultationRecord
 from langgraph_devsched.schedulers.agentic_slots import ConsultationSlots
-from langgraph_devsched.schedulers.agentic_tools import observation_tools, observations_data
+from langgraph_devsched.schedulers.agentic_tools import observation_tools
 from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerBase
 from langgraph_devsched.schedulers.base import SchedulerView as View
 
@@ -294,11 +294,11 @@ class AgenticScheduler(SchedulerBase):
         started = self.clock()
         key, obs, lead = self._key(batch, view)
         if lead is not None and lead.probe:
-            return self._probe(batch, view, lead)
+            return self._probe(batch, view, lead, obs)
         cached = self._lookup(key, batch, view, obs)
         if cached is not None:
             return cached
-        consultation, twin_view = self._consultation(batch, view, started, lead)
+        consultation, twin_view = self._consultation(batch, view, started, obs, lead)
         if _one_candidate(consultation):
             outcome = consultation.only()  # type: ignore[union-attr]
         else:
@@ -314,11 +314,11 @@ class AgenticScheduler(SchedulerBase):
         started = self.clock()
         key, obs, lead = self._key(batch, view)
         if lead is not None and lead.probe:
-            return self._probe(batch, view, lead)
+            return self._probe(batch, view, lead, obs)
         cached = self._lookup(key, batch, view, obs)
         if cached is not None:
             return cached
-        consultation, twin_view = self._consultation(batch, view, started, lead)
+        consultation, twin_view = self._consultation(batch, view, started, obs, lead)
         if _one_candidate(consultation):
             outcome = consultation.only()  # type: ignore[union-attr]
         else:
@@ -387,10 +387,13 @@ class AgenticScheduler(SchedulerBase):
             reason=f"agentic (cached): {entry.reason}",
             issues=(),
             record=record,
+            seen=vram_seen(obs),
             fit_vram=not entry.fallback_mapping,
         )[0]
 
-    def _probe(self, batch: Batch, view: View, lead: Decision) -> Decision:
+    def _probe(
+        self, batch: Batch, view: View, lead: Decision, obs: Mapping[str, Any]
+    ) -> Decision:
         """The fallback's exploratory probe, run without consulting (pick mode).
 
         A probe is a measurement the fallback policy asked for (a side never measured, a
@@ -400,8 +403,7 @@ class AgenticScheduler(SchedulerBase):
         Qwen2.5-Coder-1.5B (docs/agentic.md): not running the probes left the fallback
         unable to learn (8 of 13 built-ins optimal); offering each probe for the model to
         ratify consulted on every step. The probe is held to the hard constraints."""
-        seen = observations_data(view.observations).get("vram_seen_mb") or {}
-        mapping, repairs = probe_mapping(batch, view, self.constraints, lead, seen)
+        mapping, repairs = probe_mapping(batch, view, self.constraints, lead, vram_seen(obs))
         self.last_fallbacks = {}
         self.last_issues = ()
         reason = f"{self.fallback.name} probe, not consulted: {lead.reason}"
@@ -424,9 +426,8 @@ class AgenticScheduler(SchedulerBase):
         from langgraph_devsched.telemetry import DeviceState
 
         view = view or View(DeviceState(False, "none", 0, 0, 0.0, 1))
-        return self._consultation(batch, view, self.clock(), self._key(batch, view)[2])[
-            0
-        ].prompt()
+        _, obs, lead = self._key(batch, view)
+        return self._consultation(batch, view, self.clock(), obs, lead)[0].prompt()
 
     def _observation_tools(self, batch: Batch, view: View, twin_view: TwinView | None) -> list:
         tools: list[BaseTool] = observation_tools(batch, view, self.constraints)
@@ -442,7 +443,8 @@ class AgenticScheduler(SchedulerBase):
         return tools
 
     def _consultation(
-        self, batch: Batch, view: View, started: float, lead: Decision | None = None
+        self, batch: Batch, view: View, started: float, obs: Mapping[str, Any],
+        lead: Decision | None = None,
     ) -> tuple[Consultation | PickConsultation, TwinView | None]:
         twin_view = None
         if self.guard_ratio is not None or self.candidates > 0 or self.mode == "pick":
@@ -456,7 +458,7 @@ class AgenticScheduler(SchedulerBase):
                 self.llm_calls += 1
 
         if self.mode == "pick":
-            picked = self._pick_consultation(batch, view, twin_view, count, lead)
+            picked = self._pick_consultation(batch, view, twin_view, count, vram_seen(obs), lead)
             if picked is not None:
                 return picked, twin_view
         consultation = Consultation(
@@ -484,6 +486,7 @@ class AgenticScheduler(SchedulerBase):
         view: View,
         twin_view: TwinView | None,
         count: Callable[[], None],
+        seen: Mapping[str, float],
         base: Decision | None,
     ) -> PickConsultation | None:
         """A pick consultation, or None when the twin has no candidates for this step (a
@@ -495,7 +498,6 @@ class AgenticScheduler(SchedulerBase):
         resident-model loads). The others are the twin's best."""
         if twin_view is None:
             return None
-        seen = observations_data(view.observations).get("vram_seen_mb") or {}
         k = self.candidates or DEFAULT_PICK_CANDIDATES
         try:
             ranked = pick_candidates(
@@ -638,6 +640,7 @@ class AgenticScheduler(SchedulerBase):
             reason=f"agentic: {outcome.answer.reason}".rstrip(": "),
             issues=tuple(issues),
             record=record,
+            seen=vram_seen(obs),
             fit_vram=not outcome.unguarded,  # the fallback's own mapping: its twin fitted it
         )
         if self.guard_ratio is not None and twin_view is not None:
@@ -683,6 +686,7 @@ class AgenticScheduler(SchedulerBase):
         reason: str,
         issues: tuple[str, ...],
         record: ConsultationRecord,
+        seen: Mapping[str, float],
         fit_vram: bool = True,
     ) -> tuple[AgenticDecision, dict[str, DeviceOption]]:
         needs_fallback = any(answer.options.get(c) not in DEVICE_OPTIONS for c in batch.call_ids)
@@ -691,7 +695,6 @@ class AgenticScheduler(SchedulerBase):
         if needs_fallback:
             base, used = self._fallback_decision(batch, view)
             fallback = base.mapping
-        seen = observations_data(view.observations).get("vram_seen_mb") or {}
         mapping, causes = repair(
             answer, batch, view.device, self.constraints, fallback=fallback, vram_seen_mb=seen,
             fit_vram=fit_vram,
@@ -756,6 +759,11 @@ class AgenticScheduler(SchedulerBase):
             llm_calls=record.llm_calls,
             consultation=record,
         )
+
+
+def vram_seen(obs: Mapping[str, Any]) -> Mapping[str, float]:
+    """The VRAM each tool was seen to take, from the observations as data (`fingerprint`)."""
+    return obs.get("vram_seen_mb") or {}
 
 
 def _one_candidate(consultation: Consultation | PickConsultation) -> bool:
