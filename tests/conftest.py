@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 # --- ray: one local Ray instance for the whole session (tests marked `ray`) -------------------
@@ -28,3 +30,15 @@ def ray_local():  # type: ignore[no-untyped-def]
 
 
 # --- end ray ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op torch thread for a module's tests: on shared CI cores more threads
+    oversubscribe and crawl (use as ``pytestmark = pytest.mark.usefixtures(...)``)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -13,7 +13,6 @@ import json
 import py_compile
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +45,7 @@ MODEL_FREE = {*DEVICE_NEUTRAL_TOOLS, "estimate_pitch", "detect_voice_activity",
               "audio_spectrogram", "scan_archive"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class OnCpu(SchedulerBase):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,15 +22,7 @@ from langgraph_devsched.suite.signals import pitch_for
 TOOLS = {t.name: t for t in builtin_tools("small")}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    """One intra-op thread: on shared CI cores more threads oversubscribe and crawl."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def call(name: str, **args: Any) -> dict[str, Any]:
