@@ -237,9 +237,10 @@ class MonitorPolicy(SchedulerBase):
                         model=fit.model)
         model = _ModelScores(bed, tools, outcomes, noise, self.override_floor, warm=warm)
         shape = tuple(sorted(tools))
-        self._contact.settle(
-            shape, {_canon(o.placement): (observed_makespan(o), o.count) for o in outcomes
-                    if o.count}, noise=model.noise)
+        if self._contact.expects(shape):  # the measurements only when a prediction waits
+            self._contact.settle(
+                shape, {_canon(o.placement): (observed_makespan(o), o.count) for o in outcomes
+                        if o.count}, noise=model.noise)
         seeds = self._seeds(batch, view, tools, outcomes, last)
         remaining = None if budget is None else max(
             0.0, budget - (self.clock() - started) * 1000.0)
@@ -608,7 +609,7 @@ def _measured_guard(
     tools = model.tools
     if _canon(zip(tools, best, strict=True)) in model.seen:
         return best
-    executed = (_in_call_order(list(tools), o) for o in model.seen.values())
+    executed = (_in_call_order(tools, o) for o in model.seen.values())
     measured = [m for m in executed if m is not None and m in scores]
     if not measured:
         return best

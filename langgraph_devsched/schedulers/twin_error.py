@@ -65,6 +65,11 @@ class FirstContact:
             entry.pending.pop(next(iter(entry.pending)))
         entry.pending[placement] = predicted_ms
 
+    def expects(self, shape: Hashable) -> bool:
+        """Whether a prediction for ``shape`` waits for its placement's first run."""
+        entry = self._shapes.get(shape)
+        return entry is not None and bool(entry.pending)
+
     def settle(
         self, shape: Hashable, measured: Mapping[Placement, tuple[float, int]], *, noise: float
     ) -> None:
