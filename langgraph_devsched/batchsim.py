@@ -193,6 +193,10 @@ class _RowModels:
     """Per call, its model's index into ``cpu_load`` (-1: no model)."""
     cpu_load: list[float]
     """Per model, load_cpu_ms when it is not loaded in host memory yet, else 0."""
+    group: Any = None
+    """(m,) each row's residency group (rows whose GPU calls first use the models alike)."""
+    evicted: tuple[tuple[str, ...], ...] = ((),)
+    """Per group, the resident models its plan evicts."""
 
     @property
     def host_loads(self) -> bool:
@@ -216,7 +220,8 @@ def _row_models(
         plan = plan_gpu(res.gpu, (), {}, budget_mb=budget, background_mb=bg_mb,
                         keep_warm=res.keep_warm)
         base[:] = plan.base_mb
-        return _RowModels(base, no_room, gpu_load, model_index, cpu_load)
+        return _RowModels(base, no_room, gpu_load, model_index, cpu_load,
+                          np.zeros(m, dtype=np.int64))
     first = np.full((m, len(names)), n, dtype=np.int64)
     for j in reversed(range(n)):
         k = model_index[j]
@@ -225,18 +230,35 @@ def _row_models(
     keys, inverse = np.unique(first, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
     cols = {k: [j for j in range(n) if model_index[j] == k] for k in range(len(names))}
+    evicted: list[tuple[str, ...]] = []
     for g, key in enumerate(keys):
         wanted = [(names[k], float(vram[key[k]]))
                   for k in sorted(range(len(names)), key=lambda k: key[k]) if key[k] < n]
         plan = plan_gpu(res.gpu, wanted, res.weights_mb, budget_mb=budget, background_mb=bg_mb,
                         keep_warm=res.keep_warm)
+        evicted.append(tuple(e for out in plan.evicted.values() for e in out))
         rows = inverse == g
         base[rows] = plan.base_mb
         for name in plan.no_room:
             no_room[np.ix_(rows, cols[index[name]])] = True
         for name in plan.loaded:
             gpu_load[np.ix_(rows, cols[index[name]])] = float(res.load_gpu_ms.get(name, 0.0))
-    return _RowModels(base, no_room, gpu_load, model_index, cpu_load)
+    return _RowModels(base, no_room, gpu_load, model_index, cpu_load, inverse, tuple(evicted))
+
+
+def evicted_models(
+    params: Sequence[ToolParams], codes: Any, *, vram_budget_mb: float,
+    background: BackgroundLoad, residency: Residency | None, **_: Any,
+) -> list[tuple[str, ...]]:
+    """Per row of option codes, the resident models its step evicts from the GPU to make
+    room (by `plan_gpu`, as the step itself would); ``()`` without resident models."""
+    np = _numpy()
+    codes = np.asarray(codes)
+    if residency is None or residency.idle or not residency.gpu:
+        return [() for _ in range(len(codes))]
+    rm = _row_models(np, codes, residency, vram_budget_mb, background.vram_mb,
+                     [p.vram_mb for p in params])
+    return [rm.evicted[g] for g in rm.group.tolist()]
 _CODE = {o: i for i, o in enumerate(DEVICE_OPTIONS)}  # gpu_now 0, gpu_queued 1, cpu 2
 
 

@@ -337,6 +337,14 @@ class SimulatedTestbed:
         params = [self._require(t) for t in tools]
         return batchsim.makespans(params, codes, prune=prune, **self._machine(tools))
 
+    def mapping_evictions(
+        self, tools: Sequence[str], mappings: Sequence[Sequence[DeviceOption]]
+    ) -> list[tuple[str, ...]]:
+        """Per mapping, the resident models its step would evict from the GPU (in order)."""
+        params = [self._require(t) for t in tools]
+        return batchsim.evicted_models(
+            params, batchsim.mapping_codes(mappings, len(tools)), **self._machine(tools))
+
     def call_times(
         self, tools: Sequence[str], codes: Any, *, rows: dict[str, Any] | None = None
     ) -> tuple[Any, Any]:

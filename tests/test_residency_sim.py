@@ -164,6 +164,8 @@ def test_batched_residency_is_bit_identical_to_the_event_simulation() -> None:
             rec = bed.simulate(steps(list(zip(tools, pick, strict=True))))
             assert starts[0].tolist() == [c.start_ms for c in rec.calls]
             assert ends[0].tolist() == [c.end_ms for c in rec.calls]
+            assert bed.mapping_evictions(tools, [pick]) == [
+                tuple(e for c in rec.calls for e in c.evicted)]
             rec = bed.run_step(steps(list(zip(tools, pick, strict=True))))
             loads += rec.loads
             evictions += rec.evictions

@@ -5,8 +5,10 @@ hidden parameters, as a perfect profiler on that very machine would measure it (
 that flatters every scheduler that reads profiles. The other modes drop or distort it:
 
 * ``exact``: the solo profile of the hidden parameters (what the bench did before).
-* ``none``: no profile at all; tools declare only what the file says (and their VRAM,
-  which a user knows from the model's size). Schedulers start from nothing.
+* ``none``: no profile at all; tools declare only what the file says, their VRAM and,
+  where they keep weights resident, their model and its size (a user knows those from the
+  model, as the model cache's hints say them), never a latency or a load time. Schedulers
+  start from nothing they could only know by measuring.
 * ``noisy(S)``: every declared latency times a log-normal factor of sigma ``S`` (seeded per
   tool), like a profile taken on a busy machine.
 * ``stale(F)``: the GPU latencies times ``F``, like a profile taken on another GPU.
@@ -14,9 +16,9 @@ that flatters every scheduler that reads profiles. The other modes drop or disto
 A profile written in the scenario file itself is the tool's own declaration: ``exact`` and
 ``none`` keep it as it is, ``noisy``/``stale`` distort it like a derived one.
 
-A tool whose hidden parameters keep model weights resident (``weights_mb > 0``) declares,
-except under ``none``, its ``model``, ``weights_mb`` and ``load_ms`` too (the file's own
-hints win); ``noisy`` distorts the load times like the latencies (its own seeded draws).
+A tool whose hidden parameters keep model weights resident (``weights_mb > 0``) declares
+its ``model`` and ``weights_mb`` too and, except under ``none``, its ``load_ms`` (the file's
+own hints win); ``noisy`` distorts the load times like the latencies (its own seeded draws).
 
 >>> parse_declare("noisy(0.3)")
 Declare(kind='noisy', value=0.3)
@@ -92,11 +94,11 @@ def declared_specs(
         hints = dict(entry.hints or {})
         p = entry.params
         hints.setdefault("vram_mb", p.vram_mb)
-        if p.weights_mb > 0 and declare.kind != "none":
+        if p.weights_mb > 0:
             if p.model is not None:
                 hints.setdefault("model", p.model)
             hints.setdefault("weights_mb", p.weights_mb)
-            if "load_ms" not in hints:
+            if "load_ms" not in hints and declare.kind != "none":
                 hints["load_ms"] = _distorted_load(
                     LoadProfile(gpu_ms=p.load_gpu_ms, cpu_ms=p.load_cpu_ms), declare, name, seed)
         own = hints.get("profile")

@@ -65,6 +65,7 @@ from langgraph_devsched.options import GPU_OPTIONS, DeviceOption, is_gpu
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.schedulers.dmda import DmdaScheduler
+from langgraph_devsched.schedulers.eviction_cost import RecentModels
 from langgraph_devsched.schedulers.heft import HeftScheduler
 from langgraph_devsched.schedulers.monitor_model import (
     ContentionFit,
@@ -146,13 +147,15 @@ class MonitorPolicy(SchedulerBase):
         self._last: LruTable[tuple[str, ...], LastDecision] = LruTable(max_shapes)
         self._changes = ChangeDetector(max_keys=max(64, 4 * max_shapes))
         self._contact = FirstContact(max_shapes)
+        self._recent = RecentModels()
         self._heft = HeftScheduler()
         self._dmda = DmdaScheduler()
 
     def state_sizes(self) -> dict[str, int]:
         """How many entries each of the policy's own tables holds (all bounded)."""
         return {"fits": len(self._fits), "last_decisions": len(self._last),
-                "change_keys": len(self._changes), "first_contacts": len(self._contact)}
+                "change_keys": len(self._changes), "first_contacts": len(self._contact),
+                "recent_models": len(self._recent)}
 
     # -- protocol --------------------------------------------------------------------------
 
@@ -163,6 +166,7 @@ class MonitorPolicy(SchedulerBase):
         tools = [c.tool for c in batch.calls]
         key = tuple(tools)
         specs = tuple(c.spec for c in batch.calls)
+        self._recent.note(m for m in (c.spec.model_name(c.tool) for c in batch.calls) if m)
         bucket = telemetry_bucket(view.device)  # the warm models included
         versions = self._changes.versions(tools)
         samples = self._changes.samples(tools)
@@ -235,7 +239,14 @@ class MonitorPolicy(SchedulerBase):
         if any(c.spec.model_name(c.tool) is not None for c in batch.calls) or device.resident:
             warm = twin(params, device, oom_ms=oom_detect_ms(obs, params), residency=False,
                         model=fit.model)
-        model = _ModelScores(bed, tools, outcomes, noise, self.override_floor, warm=warm)
+        used = {m: p.load_gpu_ms for t, p in params.items() if (m := p.model_name(t))}
+        self._recent.learn(used)
+        # only a resident model this batch does not use can be evicted (never a keep_warm one)
+        evictable = [w.model for w in device.resident
+                     if w.side == "gpu" and not w.keep_warm and w.model not in used]
+        model = _ModelScores(bed, tools, outcomes, noise, self.override_floor, warm=warm,
+                             reload=self._recent.reload_ms
+                             if self._recent.reload_ms(evictable) > 0 else None)
         shape = tuple(sorted(tools))
         if self._contact.expects(shape):  # the measurements only when a prediction waits
             self._contact.settle(
@@ -266,7 +277,7 @@ class MonitorPolicy(SchedulerBase):
         chosen = probe[0] if probe else best
         placed = _canon(zip(tools, chosen, strict=True))
         if placed not in model.seen and _all_known(batch, obs, chosen):
-            self._contact.expect(shape, placed, model.values.get(chosen, 0.0))
+            self._contact.expect(shape, placed, model.makespan(chosen))
         mapping = dict(zip(batch.call_ids, chosen, strict=True))
         predicted = {
             c.call_id: c.end_ms
@@ -284,6 +295,9 @@ class MonitorPolicy(SchedulerBase):
         else:
             reason = (f"best predicted makespan {scores[best]:.1f} ms {how} "
                       f"{len(scores)} mappings")
+        if model.reloads.get(chosen):
+            reason += (f" (with {model.reloads[chosen]:.0f} ms to reload the models it "
+                       "evicts)")
         decision = self._decision(mapping, reason, predicted_ms=predicted, probe=bool(probe))
         # settled: the fit is done, and past the runs after each of which it is refitted,
         # or its refit stopped moving, chose the last decision's mapping again and leaves no
@@ -478,13 +492,20 @@ _ROOM = 128
 
 class _ModelScores:
     """Scores of mappings on the twin, in batches, cached: the predicted makespan, or the
-    observed one where an executed placement shows the model visibly wrong."""
+    observed one where an executed placement shows the model visibly wrong, plus the reload
+    its evictions cost later steps (`eviction_cost`)."""
 
     def __init__(
         self, bed: SimulatedTestbed, tools: list[str], outcomes: Sequence[PlacementOutcome],
         noise: float, override_floor: float, *, warm: SimulatedTestbed | None = None,
+        reload: Callable[[Sequence[str]], float] | None = None,
     ) -> None:
         self.bed = bed
+        self.reload = reload
+        """The later steps' reload cost of evicting these resident models (None: no models
+        resident, nothing to evict)."""
+        self.reloads: dict[Mapping_, float] = {}
+        """Per scored mapping with evictions, the reload part of its score."""
         self.warm = warm
         """The twin without resident models: what the (warm) observations are compared with;
         an override keeps the twin's load and eviction cost on top."""
@@ -522,7 +543,19 @@ class _ModelScores:
                     score = seen_ms if self.warm is None else seen_ms + (pred - base)
             self.values[m] = score
             out.append(score)
+        if self.reload is not None:
+            evicted = self.bed.mapping_evictions(self.tools, mappings)
+            for k, (m, models) in enumerate(zip(mappings, evicted, strict=True)):
+                extra = self.reload(models) if models else 0.0
+                if extra > 0:
+                    self.reloads[m] = extra
+                    self.values[m] += extra
+                    out[k] += extra
         return out
+
+    def makespan(self, m: Mapping_) -> float:
+        """A scored mapping's makespan score, without the reload of its evictions."""
+        return self.values.get(m, 0.0) - self.reloads.get(m, 0.0)
 
     def score(self, mappings: Sequence[Mapping_]) -> None:
         """Score those not scored yet."""
