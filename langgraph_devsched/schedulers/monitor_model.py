@@ -61,6 +61,10 @@ AGREE_WITHIN = 0.10
 """A measured mean within this fraction of the declared time (or 3 standard errors) agrees."""
 
 
+MAX_CPU_SCALE = 4.0
+"""A fitted correction of a declared CPU time stays within [1/4, 4] of the declaration."""
+
+
 def _blend(declared: float | None, measured: tuple[float, int] | None, cv: float) -> float | None:
     """The declared solo time and the measured mean, weighted like samples, while the two
     agree (within `AGREE_WITHIN` or 3 standard errors); else the measurement alone (the
@@ -101,12 +105,13 @@ def _solo(
 
 def estimate_params(
     tool: str, spec: ToolDeviceSpec, obs: Observations, *, bg_share: float,
-    share: float | None = None, threads: int = 1,
+    share: float | None = None, threads: int = 1, cpu_scale: float | None = None,
 ) -> ToolParams:
     """Best current estimate of ``tool``'s parameters from hints and observations.
 
     ``share`` and ``threads`` override the declared GPU share and the CPU threads (1) with
-    fitted values (see `fit_contention`).
+    fitted values (see `fit_contention`); ``cpu_scale`` corrects a declared CPU time that no
+    solo run measured, as the fit found it from the runs beside other calls.
     """
     own = obs.for_tool(tool)
     share = spec.gpu_share if share is None else share
@@ -120,7 +125,10 @@ def estimate_params(
     gpu_total = _blend(profile.gpu_ms if profile else None, gpu_seen, cv)
     gpu_compute = None if gpu_total is None else max(0.0, gpu_total - transfer)
     cpu_declared = profile.cpu_ms if profile else None
-    cpu = _blend(cpu_declared, _solo(own, "cpu", strict=cpu_declared is not None), cv)
+    cpu_seen = _solo(own, "cpu", strict=cpu_declared is not None)
+    if cpu_seen is None and cpu_declared is not None and cpu_scale is not None:
+        cpu_declared *= cpu_scale
+    cpu = _blend(cpu_declared, cpu_seen, cv)
     if gpu_compute is None and cpu is None:
         # a CPU-only tool's time is forced, not chosen: it is not invented (near zero until
         # measured), so a guess never sets the step's length
@@ -349,6 +357,9 @@ class ContentionFit:
     runs again once they have doubled."""
     losses: dict[str, float] = field(default_factory=dict)
     """The loss of each candidate model (by label) when the selection last ran."""
+    cpu_scale: dict[str, float] = field(default_factory=dict)
+    """Per tool whose declared CPU time no solo run measured, the factor its runs beside
+    other calls ask of that time (see `fit_contention`)."""
 
 
 def _ordered_calls(
@@ -400,6 +411,7 @@ def fit_contention(
     )[:max(2, min(MAX_FIT_OUTCOMES, FIT_CALLS // max(1, len(tools))))]
     shares = dict(start.shares) if start else {}
     threads = dict(start.threads) if start else {}
+    cpu_scale = dict(start.cpu_scale) if start else {}
     runs = sum(o.count for o in obs.outcomes_for(tuple(tools)))
     plans = [(o, c) for o in outcomes if (c := _ordered_calls(tools, o)) is not None]
     gpu_shared, cpu_shared = set(), set()
@@ -412,12 +424,14 @@ def fit_contention(
             cpu_shared.update(on_cpu)
     if not plans or not (gpu_shared or cpu_shared):
         return ContentionFit(shares, threads, model=start.model if start else ContentionModel(),
-                             selected_at=start.selected_at if start else 0)
+                             selected_at=start.selected_at if start else 0,
+                             cpu_scale=cpu_scale)
     distinct = sorted(set(tools))
 
     def estimate(t: str) -> ToolParams:
         return estimate_params(t, specs[t], obs, bg_share=device.gpu_utilization,
-                               share=shares.get(t), threads=threads.get(t, 1))
+                               share=shares.get(t), threads=threads.get(t, 1),
+                               cpu_scale=cpu_scale.get(t))
 
     params = {t: estimate(t) for t in distinct}
 
@@ -470,7 +484,8 @@ def fit_contention(
     def loss_of(table: Mapping[str, float], model: ContentionModel) -> float:
         """The loss of the executed placements with ``table``'s shares under ``model``."""
         here = {t: estimate_params(t, specs[t], obs, bg_share=device.gpu_utilization,
-                                   share=table.get(t), threads=threads.get(t, 1))
+                                   share=table.get(t), threads=threads.get(t, 1),
+                                   cpu_scale=cpu_scale.get(t))
                 for t in distinct}
         bed = twin(here, device, oom_ms=oom_ms, residency=False, model=model)
         starts, ends = bed.call_times(tools, plan_codes)
@@ -498,12 +513,43 @@ def fit_contention(
         rows: dict[str, Any] = {f: np.empty((g * pn, n)) for f in fields}
         for k, table in enumerate(tables):
             here = {t: estimate_params(t, specs[t], obs, bg_share=device.gpu_utilization,
-                                       share=table.get(t), threads=threads.get(t, 1))
+                                       share=table.get(t), threads=threads.get(t, 1),
+                                       cpu_scale=cpu_scale.get(t))
                     for t in distinct}
             for f in fields:
                 rows[f][k * pn:(k + 1) * pn, :] = [float(getattr(here[t], f)) for t in tools]
         starts, ends = bed.call_times(tools, np.tile(plan_codes, (g, 1)), rows=rows)
         return scored(starts, ends, g)
+
+    # a declared CPU time that no solo run measured (the tool always shared the CPU):
+    # corrected from its runs beside other calls, through the twin's own core sharing (what
+    # it predicts for those very steps). Not the GPU side: there a wrong time and a wrong
+    # contention physics look alike (scaling GPU times too lost `parallel_llm_colocated`
+    # under idle_queue, 1.06x, with exact profiles)
+    unsolo = {t for t in cpu_shared if (p := specs[t].profile) is not None
+              and p.cpu_ms is not None and _solo(obs.for_tool(t), "cpu") is None}
+    on_cpu = plan_codes == 2
+    cv = _noise(obs)
+
+    def rescale_cpu(tool: str) -> None:
+        """Scale the tool's declared CPU time by what its CPU runs ask of it (measured over
+        predicted run times, runs-weighted, times the current scale) where that disagrees
+        with the declaration like a measurement does (`AGREE_WITHIN` or 3 standard
+        errors), else by the two blended like `_blend` blends them."""
+        bed = twin(params, device, oom_ms=oom_ms, residency=False, model=current[0])
+        starts, ends = bed.call_times(tools, plan_codes)
+        cols = [j for j, t in enumerate(tools) if t == tool]
+        mask = on_cpu[:, cols] * weight[:, None]
+        predicted = float(((ends - starts)[:, cols] * mask).sum())
+        count = float(mask.sum())
+        if predicted <= 0 or count <= 0:
+            return
+        # the prediction is about linear in the declared time
+        asked = cpu_scale.get(tool, 1.0) * float((seen_run[:, cols] * mask).sum()) / predicted
+        if abs(asked - 1.0) <= max(AGREE_WITHIN, 3.0 * cv / count**0.5):
+            asked = (PRIOR_WEIGHT + count * asked) / (PRIOR_WEIGHT + count)
+        cpu_scale[tool] = min(MAX_CPU_SCALE, max(1.0 / MAX_CPU_SCALE, asked))
+        params[tool] = estimate(tool)
 
     cores = max(1, device.cpu_cores)
     total = passes * len(distinct) if visits is None else visits
@@ -513,19 +559,22 @@ def fit_contention(
         if done and late():
             return ContentionFit(shares, threads, complete=False, resume_at=position,
                                  visits_left=total - done, model=current[0],
-                                 selected_at=selected_at)
+                                 selected_at=selected_at, cpu_scale=cpu_scale)
         if tool in gpu_shared:
             best_of(tool, shares, shares.get(tool, specs[tool].gpu_share), SHARE_GRID)
         if tool in cpu_shared:
             best_of(tool, threads, threads.get(tool, 1), [n for n in THREAD_GRID if n <= cores])
+        if tool in unsolo:
+            rescale_cpu(tool)
     if not gpu_shared:
-        return ContentionFit(shares, threads, model=current[0], selected_at=selected_at)
+        return ContentionFit(shares, threads, model=current[0], selected_at=selected_at,
+                             cpu_scale=cpu_scale)
     if selected_at and runs < 2 * selected_at:  # selected on half the evidence or more
         return ContentionFit(shares, threads, model=current[0], selected_at=selected_at,
-                             losses=dict(start.losses) if start else {})
+                             losses=dict(start.losses) if start else {}, cpu_scale=cpu_scale)
     if late():  # the selection runs at the next refit
         return ContentionFit(shares, threads, complete=False, model=current[0],
-                             selected_at=selected_at)
+                             selected_at=selected_at, cpu_scale=cpu_scale)
     # which contention model explains the executed placements best: the current one as
     # fitted above (and its shares scaled together: a joint move), each other screened at
     # each value of its tunable (`_CANDIDATES`) from
@@ -552,7 +601,7 @@ def fit_contention(
                     best = (loss, model, table)
     if best is None or best[0] >= SELECT_BELOW * found[mine.label]:
         return ContentionFit(fitted, threads, model=mine, selected_at=max(1, runs),
-                             losses=found)
+                             losses=found, cpu_scale=cpu_scale)
     _, model, table = best
     shares.clear()
     shares.update(table)
@@ -566,4 +615,4 @@ def fit_contention(
         best_of(tool, shares, shares.get(tool, specs[tool].gpu_share), SHARE_GRID)
     found[model.label] = min(found[model.label], loss_of(shares, model))
     return ContentionFit(dict(shares), threads, complete=complete, model=model,
-                         selected_at=max(1, runs), losses=found)
+                         selected_at=max(1, runs), losses=found, cpu_scale=cpu_scale)

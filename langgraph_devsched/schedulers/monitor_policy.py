@@ -230,7 +230,8 @@ class MonitorPolicy(SchedulerBase):
         fit = self._fit(tools, specs, obs, device, outcomes, deadline(0.8 if cheap else 0.5))
         params = {
             t: estimate_params(t, s, obs, bg_share=device.gpu_utilization,
-                               share=fit.shares.get(t), threads=fit.threads.get(t, 1))
+                               share=fit.shares.get(t), threads=fit.threads.get(t, 1),
+                               cpu_scale=fit.cpu_scale.get(t))
             for t, s in specs.items()
         }
         bed = twin(params, device, oom_ms=oom_detect_ms(obs, params), model=fit.model)
@@ -706,12 +707,18 @@ SHARE_STEP = 0.05
 
 
 def _same_fit(a: ContentionFit, b: ContentionFit, *, creep: bool = False) -> bool:
-    if a.threads != b.threads or a.model != b.model:
+    if a.threads != b.threads or a.model != b.model or set(a.cpu_scale) != set(b.cpu_scale):
+        return False
+    if any(abs(a.cpu_scale[t] / b.cpu_scale[t] - 1.0) > SCALE_STEP for t in a.cpu_scale):
         return False
     if not creep:
         return a.shares == b.shares
     return set(a.shares) == set(b.shares) and all(
         abs(a.shares[t] - b.shares[t]) <= SHARE_STEP + 1e-9 for t in a.shares)
+
+
+SCALE_STEP = 0.02
+"""Fitted corrections of a declared CPU time within this ratio count as the same fit."""
 
 
 def _canon(pairs: Any) -> tuple[tuple[str, str], ...]:
