@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -31,6 +33,9 @@ class GpuProcess:
     pid: int
     used_mb: float | None
     """None where NVML cannot attribute memory (e.g. inside some containers)."""
+    sm_utilization: float | None = None
+    """Mean fraction of the last `UTILIZATION_WINDOW_S` its kernels ran on the SMs (NVML's
+    per-process samples); None where the driver keeps none."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,10 @@ class NvmlReading:
     memory_total_mb: float = 0.0
     memory_used_mb: float = 0.0
     processes: tuple[GpuProcess, ...] = ()
+    others_utilization: float | None = None
+    """The SM utilization of every process but this one (summed, at most 1), from NVML's
+    per-process samples; None where there are none: the background, without this process's
+    own calls."""
 
 
 def _import_pynvml() -> Any:
@@ -93,10 +102,39 @@ def _import_pynvml() -> Any:
     return pynvml
 
 
-def nvml_reading(device_index: int = 0, *, nvml: Any = ...) -> NvmlReading:
-    """Read utilization, memory and per-process memory through NVML, failing soft.
+UTILIZATION_WINDOW_S = 1.0
+"""How far back the per-process utilization samples are read."""
 
-    ``nvml`` injects the module (tests); ``None`` means "not installed".
+
+def _process_utilization(
+    nvml: Any, handle: Any, *, since_us: int
+) -> dict[int, float] | None:
+    """Per pid, the mean SM utilization (0-1) of NVML's samples since ``since_us`` (CPU
+    time, microseconds); None where the driver keeps no per-process samples (not supported,
+    or none since then: NVML_ERROR_NOT_FOUND)."""
+    try:
+        samples = nvml.nvmlDeviceGetProcessUtilization(handle, since_us)
+    except Exception:
+        return None
+    total: dict[int, list[float]] = {}
+    for sample in samples:
+        value = getattr(sample, "smUtil", None)
+        if value is None:
+            continue
+        total.setdefault(int(sample.pid), []).append(min(100.0, max(0.0, float(value))))
+    return {pid: sum(v) / len(v) / 100.0 for pid, v in total.items()} if total else None
+
+
+def nvml_reading(
+    device_index: int = 0, *, nvml: Any = ..., pid: int | None = None,
+    clock: Callable[[], float] = time.time,
+) -> NvmlReading:
+    """Read utilization, memory, per-process memory and per-process SM utilization (the
+    last `UTILIZATION_WINDOW_S`) through NVML, failing soft.
+
+    ``nvml`` injects the module (tests); ``None`` means "not installed". ``pid``: this
+    process (default ``os.getpid()``), left out of ``others_utilization``; ``clock``: wall
+    time in seconds, as NVML's sample timestamps count it.
     """
     if nvml is ...:
         try:
@@ -119,19 +157,25 @@ def nvml_reading(device_index: int = 0, *, nvml: Any = ...) -> NvmlReading:
             name = name.decode()
         util = nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
         mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+        sm = _process_utilization(
+            nvml, handle, since_us=int((clock() - UTILIZATION_WINDOW_S) * 1e6))
         processes: tuple[GpuProcess, ...] = ()
         try:
             processes = tuple(
                 GpuProcess(
                     int(p.pid),
                     None if getattr(p, "usedGpuMemory", None) is None else p.usedGpuMemory / _MB,
+                    None if sm is None else sm.get(int(p.pid), 0.0),
                 )
                 for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
             )
         except Exception:  # per-process info is optional (not supported everywhere)
             processes = ()
+        me = os.getpid() if pid is None else pid
+        others = None if sm is None else min(1.0, sum(u for p, u in sm.items() if p != me))
         return NvmlReading(
-            True, None, str(name), float(util), mem.total / _MB, mem.used / _MB, processes
+            True, None, str(name), float(util), mem.total / _MB, mem.used / _MB, processes,
+            others,
         )
     except Exception as exc:
         return NvmlReading(False, f"NVML query failed ({type(exc).__name__}: {exc})")
@@ -182,7 +226,10 @@ def local_device_state(device_index: int = 0, vram_budget_mb: float | None = Non
         gpu_name=name,
         vram_budget_mb=min(vram_budget_mb or total_mb, total_mb),
         vram_used_mb=(total_b - free_b) / _MB,
-        gpu_utilization=nvml.utilization if nvml.ok else 0.0,
+        # the background is what other processes use: this process's own running calls are
+        # not (NVML's device counter counts them too; its per-process samples do not)
+        gpu_utilization=(nvml.utilization if nvml.others_utilization is None
+                         else nvml.others_utilization) if nvml.ok else 0.0,
         cpu_cores=os.cpu_count() or 1,
         reason=None if nvml.ok else f"{nvml.reason}; utilization unknown",
         processes=nvml.processes,

@@ -27,8 +27,18 @@ class FakeNvmlError(Exception):
 
 
 def fake_nvml(*, init_error: Exception | None = None, processes_error: bool = False,
-              count: int = 1) -> Any:
+              count: int = 1, samples: list[tuple[int, int]] | None = None) -> Any:
+    """``samples``: NVML's per-process utilization samples as (pid, SM %); None: the
+    driver keeps none (the call raises, as NVML_ERROR_NOT_FOUND or Not Supported does)."""
     calls: list[str] = []
+    since: list[int] = []
+
+    def process_utilization(handle: object, time_stamp: int) -> list[Any]:
+        since.append(time_stamp)
+        if samples is None:
+            raise FakeNvmlError("Not Found")
+        return [types.SimpleNamespace(pid=p, smUtil=u, memUtil=0, timeStamp=time_stamp + 1)
+                for p, u in samples]
 
     def init() -> None:
         calls.append("init")
@@ -43,6 +53,8 @@ def fake_nvml(*, init_error: Exception | None = None, processes_error: bool = Fa
 
     return types.SimpleNamespace(
         calls=calls,
+        since=since,
+        nvmlDeviceGetProcessUtilization=process_utilization,
         nvmlInit=init,
         nvmlShutdown=lambda: calls.append("shutdown"),
         nvmlDeviceGetCount=lambda: count,
@@ -88,6 +100,26 @@ def test_nvml_without_per_process_support_still_reads() -> None:
     assert reading.ok and reading.processes == () and reading.memory_used_mb == 3000.0
 
 
+def test_per_process_utilization_leaves_this_process_out_of_the_background() -> None:
+    """NVML's device counter also counts this process's own running calls; a twin that
+    took them for background would slow its own calls twice."""
+    nvml = fake_nvml(samples=[(42, 60), (42, 80), (43, 20), (44, 100), (44, 0)])
+    reading = nvml_reading(nvml=nvml, pid=42, clock=lambda: 1000.0)
+    assert reading.utilization == 0.37  # the device counter, as before
+    assert reading.others_utilization == pytest.approx(0.2 + 0.5)
+    assert reading.processes == (GpuProcess(42, 512.0, pytest.approx(0.7)),
+                                 GpuProcess(43, None, pytest.approx(0.2)))
+    assert nvml.since == [999_000_000]  # the last second, in NVML's microseconds
+    crowded = nvml_reading(nvml=fake_nvml(samples=[(43, 90), (44, 80)]), pid=42)
+    assert crowded.others_utilization == 1.0
+
+
+def test_without_per_process_samples_the_device_counter_stands() -> None:
+    reading = nvml_reading(nvml=fake_nvml(samples=None), pid=42)
+    assert reading.ok and reading.others_utilization is None
+    assert reading.processes == (GpuProcess(42, 512.0), GpuProcess(43, None))
+
+
 def test_no_torch_means_cpu_only_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setitem(sys.modules, "pynvml", None)
@@ -131,6 +163,17 @@ def test_cuda_with_nvml_reports_memory_utilization_and_processes(
     assert [p.pid for p in state.processes] == [42, 43]
 
 
+def test_the_background_utilization_is_the_other_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(available=True))
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(samples=[(os.getpid(), 90), (43, 25)]))
+    state = local_device_state()
+    assert state.gpu_utilization == 0.25  # not the device's 0.37, nor this process's 0.9
+
+
 def test_cuda_without_nvml_keeps_working_and_says_utilization_is_unknown(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -158,3 +201,26 @@ def test_real_gpu_reading() -> None:
     state = local_device_state()
     assert state.gpu_available and state.vram_budget_mb > 0
     assert 0.0 <= state.gpu_utilization <= 1.0
+
+
+@pytest.mark.gpu
+def test_real_gpu_own_load_is_not_background() -> None:
+    ok, reason = cuda_status()
+    if not ok:
+        pytest.skip(f"no CUDA GPU: {reason}")
+    import os
+    import time
+
+    import torch
+
+    x = torch.randn(4096, 4096, device="cuda")
+    until = time.time() + 1.5
+    while time.time() < until:  # this process keeps the SMs busy for the whole window
+        x @ x
+        torch.cuda.synchronize()
+    reading = nvml_reading()
+    if reading.others_utilization is None:
+        pytest.skip(f"the driver keeps no per-process utilization samples ({reading.reason})")
+    own = next((p.sm_utilization for p in reading.processes if p.pid == os.getpid()), None)
+    assert own is not None and own > 0.5, reading
+    assert reading.others_utilization < reading.utilization, reading
