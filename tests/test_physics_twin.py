@@ -13,7 +13,7 @@ from langgraph_devsched.monitor import RuntimeMonitor
 from langgraph_devsched.monitor.observations import PlacementOutcome
 from langgraph_devsched.schedulers import Batch, Decision
 from langgraph_devsched.schedulers.monitor_model import ContentionModel, fit_contention, twin
-from langgraph_devsched.schedulers.monitor_policy import _ModelScores, _override_tolerance
+from langgraph_devsched.schedulers.twin_scores import TwinScores, override_tolerance
 from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
 
 pytest.importorskip("numpy")
@@ -99,18 +99,18 @@ def outcome(ms: float, std: float, count: int) -> PlacementOutcome:
 def test_a_repeated_mapping_overrides_the_twin_beyond_its_own_noise() -> None:
     # 16 runs spread 1 %: 6 % off the prediction is evidence, whatever the pooled spread
     many = outcome(106.0, 1.06, 16)
-    assert _override_tolerance(many, noise=0.15, floor=0.03) < 0.06
-    assert _override_tolerance(many, noise=0.0, floor=0.03) == pytest.approx(
+    assert override_tolerance(many, noise=0.15, floor=0.03) < 0.06
+    assert override_tolerance(many, noise=0.0, floor=0.03) == pytest.approx(
         3 * ((15 * 0.01**2) / 19) ** 0.5 / 4)
     # two runs say little of their spread: the pooled noise dominates
-    assert _override_tolerance(outcome(106.0, 0.0, 2), noise=0.05, floor=0.03) > 0.08
+    assert override_tolerance(outcome(106.0, 0.0, 2), noise=0.05, floor=0.03) > 0.08
     # one run: 3x the pooled noise, at least the floor
-    assert _override_tolerance(outcome(106.0, 0.0, 1), noise=0.0, floor=0.03) == 0.03
+    assert override_tolerance(outcome(106.0, 0.0, 1), noise=0.0, floor=0.03) == 0.03
     bed = SimulatedTestbed({"a": ToolParams(cpu_ms=500, gpu_ms=100)}, vram_budget_mb=1000)
-    scores = _ModelScores(bed, ["a"], [many], noise=0.15, override_floor=0.03)
+    scores = TwinScores(bed, ["a"], [many], noise=0.15, override_floor=0.03)
     assert scores([("gpu_now",)]) == [106.0]  # predicted 100, measured 106 +- 0.3
     loose = outcome(106.0, 10.6, 16)  # spread 10 %: within the noise, the twin stands
-    assert _ModelScores(bed, ["a"], [loose], noise=0.15, override_floor=0.03)(
+    assert TwinScores(bed, ["a"], [loose], noise=0.15, override_floor=0.03)(
         [("gpu_now",)]) == [100.0]
 
 

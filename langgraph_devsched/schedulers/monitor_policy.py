@@ -55,7 +55,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.hints import ExplorationHint
@@ -90,8 +89,12 @@ from langgraph_devsched.schedulers.search import (
 )
 from langgraph_devsched.schedulers.tables import LruTable
 from langgraph_devsched.schedulers.twin_error import GUARD_ABOVE, FirstContact
+from langgraph_devsched.schedulers.twin_scores import (
+    TwinScores,
+    canon,
+    observed_makespan,
+)
 from langgraph_devsched.telemetry import DeviceState
-from langgraph_devsched.testbed import SimulatedTestbed
 
 Mapping_ = tuple[DeviceOption, ...]
 PROBE_KINDS = ("unknown", "symmetric", "sparse", "swap", "shared", "queued")
@@ -245,13 +248,13 @@ class MonitorPolicy(SchedulerBase):
         # only a resident model this batch does not use can be evicted (never a keep_warm one)
         evictable = [w.model for w in device.resident
                      if w.side == "gpu" and not w.keep_warm and w.model not in used]
-        model = _ModelScores(bed, tools, outcomes, noise, self.override_floor, warm=warm,
+        model = TwinScores(bed, tools, outcomes, noise, self.override_floor, warm=warm,
                              reload=self._recent.reload_ms
                              if self._recent.reload_ms(evictable) > 0 else None)
         shape = tuple(sorted(tools))
         if self._contact.expects(shape):  # the measurements only when a prediction waits
             self._contact.settle(
-                shape, {_canon(o.placement): (observed_makespan(o), o.count) for o in outcomes
+                shape, {canon(o.placement): (observed_makespan(o), o.count) for o in outcomes
                         if o.count}, noise=model.noise)
         seeds = self._seeds(batch, view, tools, outcomes, last)
         remaining = None if budget is None else max(
@@ -276,7 +279,7 @@ class MonitorPolicy(SchedulerBase):
         twin_best, best = best, _measured_guard(model, scores, best, miss)
         probe = self._probe(batch, obs, model, best, choices, deadline(1.0))
         chosen = probe[0] if probe else best
-        placed = _canon(zip(tools, chosen, strict=True))
+        placed = canon(zip(tools, chosen, strict=True))
         if placed not in model.seen and _all_known(batch, obs, chosen):
             self._contact.expect(shape, placed, model.makespan(chosen))
         mapping = dict(zip(batch.call_ids, chosen, strict=True))
@@ -344,7 +347,7 @@ class MonitorPolicy(SchedulerBase):
         shape = tuple(sorted(tools))
         seen = sum(o.count for o in outcomes)
         evidence = (
-            tuple(sorted((_canon(o.placement), min(o.count, RESAMPLE_BELOW)) for o in outcomes)),
+            tuple(sorted((canon(o.placement), min(o.count, RESAMPLE_BELOW)) for o in outcomes)),
             seen if seen < EVERY_RUN_UNTIL else int(math.log2(seen)),
         )
         cached = self._fits.get(shape)
@@ -386,13 +389,13 @@ class MonitorPolicy(SchedulerBase):
     # -- probes ----------------------------------------------------------------------------
 
     def _probe(
-        self, batch: Batch, obs: Observations, model: _ModelScores, best: Mapping_,
+        self, batch: Batch, obs: Observations, model: TwinScores, best: Mapping_,
         choices: list[tuple[DeviceOption, ...]], late: Callable[[], bool],
     ) -> tuple[Mapping_, ExplorationHint] | None:
         """The most valuable affordable probe; hints are weighed while the decision's time
         budget lasts (at least one)."""
         tools = [c.tool for c in batch.calls]
-        counts = {_canon(o.placement): o.count for o in obs.outcomes_for(tuple(tools))}
+        counts = {canon(o.placement): o.count for o in obs.outcomes_for(tuple(tools))}
         base = model.values[best]
         floor = 0.01 * base
         candidates = []
@@ -407,7 +410,7 @@ class MonitorPolicy(SchedulerBase):
             if ranked is None:  # the best-scored mappings, for hints met anywhere
                 ranked = sorted(model.values, key=lambda m: (model.values[m], m))[:_SCAN]
             for m in self._realise(hint, best, tools, choices, model, ranked):
-                runs = counts.get(_canon(zip(tools, m, strict=True)), 0)
+                runs = counts.get(canon(zip(tools, m, strict=True)), 0)
                 if m == best or runs >= (RESAMPLE_BELOW if hint.kind == "sparse" else 1):
                     continue
                 # a side never measured nor declared is priced at its pessimistic guess
@@ -430,7 +433,7 @@ class MonitorPolicy(SchedulerBase):
     @staticmethod
     def _realise(
         hint: ExplorationHint, best: Mapping_, tools: list[str],
-        choices: list[tuple[DeviceOption, ...]], model: _ModelScores, ranked: list[Mapping_],
+        choices: list[tuple[DeviceOption, ...]], model: TwinScores, ranked: list[Mapping_],
     ) -> list[Mapping_]:
         """Mappings that measure what ``hint`` says is unknown: the best predicted ones
         among those scored, then the hint's change to ``best`` alone, then with one other
@@ -491,128 +494,6 @@ _ROOM = 128
 """At most this many make-room variants are scored for one hint."""
 
 
-class _ModelScores:
-    """Scores of mappings on the twin, in batches, cached: the predicted makespan, or the
-    observed one where an executed placement shows the model visibly wrong, plus the reload
-    its evictions cost later steps (`eviction_cost`)."""
-
-    def __init__(
-        self, bed: SimulatedTestbed, tools: list[str], outcomes: Sequence[PlacementOutcome],
-        noise: float, override_floor: float, *, warm: SimulatedTestbed | None = None,
-        reload: Callable[[Sequence[str]], float] | None = None,
-    ) -> None:
-        self.bed = bed
-        self.reload = reload
-        """The later steps' reload cost of evicting these resident models (None: no models
-        resident, nothing to evict)."""
-        self.reloads: dict[Mapping_, float] = {}
-        """Per scored mapping with evictions, the reload part of its score."""
-        self.warm = warm
-        """The twin without resident models: what the (warm) observations are compared with;
-        an override keeps the twin's load and eviction cost on top."""
-        self.tools = tools
-        self.seen = {_canon(o.placement): o for o in outcomes if o.count}
-        measured = _measurement_noise(outcomes, noise)
-        self.noise = max(measured, min(noise, MAX_SPREAD_RATIO * measured))
-        """The measurement noise: the relative spread of repeated runs of one mapping
-        (model error cannot widen it), else the per-call estimates' pooled spread; raised
-        towards the pooled spread by at most `MAX_SPREAD_RATIO`, because a makespan is the
-        largest of several noisy calls and spreads less than each of them."""
-        self.override_floor = override_floor
-        self.values: dict[Mapping_, float] = {}
-        self.observed: dict[Mapping_, float] = {}
-        """The observed makespan of the executed mappings (2+ runs), for near-ties."""
-
-    def __call__(self, mappings: Sequence[Mapping_]) -> list[float]:
-        preds = self.bed.mapping_makespans(self.tools, mappings).tolist()
-        warm = preds if self.warm is None else self.warm.mapping_makespans(
-            self.tools, mappings).tolist()
-        out = []
-        for m, pred, base in zip(mappings, preds, warm, strict=True):
-            score = pred
-            seen = self.seen.get(_canon(zip(self.tools, m, strict=True))) if self.seen else None
-            if seen is not None:
-                # the model pools every call's samples and estimates the noise-free makespan;
-                # an executed placement overrides it only where the model is visibly wrong.
-                # Its makespan is read as the largest mean call latency: the mean of noisy
-                # makespans (maxima) would be biased upwards.
-                seen_ms = observed_makespan(seen)
-                if seen.count >= 2:
-                    self.observed[m] = seen_ms
-                tolerance = _override_tolerance(seen, self.noise, self.override_floor)
-                if abs(seen_ms - base) > tolerance * max(base, 1e-9):
-                    score = seen_ms if self.warm is None else seen_ms + (pred - base)
-            self.values[m] = score
-            out.append(score)
-        if self.reload is not None:
-            evicted = self.bed.mapping_evictions(self.tools, mappings)
-            for k, (m, models) in enumerate(zip(mappings, evicted, strict=True)):
-                extra = self.reload(models) if models else 0.0
-                if extra > 0:
-                    self.reloads[m] = extra
-                    self.values[m] += extra
-                    out[k] += extra
-        return out
-
-    def makespan(self, m: Mapping_) -> float:
-        """A scored mapping's makespan score, without the reload of its evictions."""
-        return self.values.get(m, 0.0) - self.reloads.get(m, 0.0)
-
-    def score(self, mappings: Sequence[Mapping_]) -> None:
-        """Score those not scored yet."""
-        todo = [m for m in dict.fromkeys(mappings) if m not in self.values]
-        if todo:
-            self(todo)
-
-
-RESOLUTION = 0.002
-"""Below this relative gap a repeated measurement never overrides the twin (float and
-rounding differences, not evidence)."""
-
-
-MAX_SPREAD_RATIO = 2.0
-"""How far the per-call spread may raise the makespans' spread as the measurement noise:
-with several calls ending together the makespan's spread is about half a call's (seen:
-5 % measured under 10 % noise, so a 5 % noisy mean overrode the twin's right prediction of
-the optimum); the per-call spread alone also carries the contention contexts' differences
-(up to 0.35 at zero noise), hence the cap."""
-
-
-PRIOR_RUNS = 4.0
-"""The pooled noise counts as this many degrees of freedom in a mapping's own spread."""
-
-
-def observed_makespan(outcome: PlacementOutcome) -> float:
-    """An executed placement's makespan as its largest mean call latency (the mean of noisy
-    makespans, maxima, would be biased upwards)."""
-    return max(outcome.latency_ms) if outcome.latency_ms else outcome.makespan_ms
-
-
-def _measurement_noise(outcomes: Sequence[PlacementOutcome], pooled: float) -> float:
-    """The runs-weighted relative spread of the makespans of executed mappings run at least
-    twice (each mapping against its own mean), else ``pooled``."""
-    total = weight = 0.0
-    for o in outcomes:
-        if o.count >= 2 and o.makespan_ms > 0:
-            total += (o.count - 1) * (o.std_ms / o.makespan_ms) ** 2
-            weight += o.count - 1
-    return math.sqrt(total / weight) if weight else pooled
-
-
-def _override_tolerance(seen: PlacementOutcome, noise: float, floor: float) -> float:
-    """How far an executed mapping's measured makespan may sit from the twin's prediction
-    before it overrides it: 3 standard errors of its own measurements. The relative spread
-    is the mapping's own over its runs, shrunk towards ``noise`` (`_measurement_noise`) by
-    `PRIOR_RUNS` (two runs say little of their spread); a single run: 3 times ``noise`` (at
-    least ``floor``)."""
-    if seen.count >= 2 and seen.makespan_ms > 0:
-        dof = seen.count - 1.0
-        own = seen.std_ms / seen.makespan_ms
-        cv = math.sqrt((dof * own**2 + PRIOR_RUNS * noise**2) / (dof + PRIOR_RUNS))
-        return max(RESOLUTION, 3.0 * cv / math.sqrt(seen.count))
-    return max(floor, 3.0 * noise)
-
-
 def _all_known(batch: Batch, obs: Observations, mapping: Mapping_) -> bool:
     """Whether every call of ``mapping`` runs on a side of its tool that is declared or
     measured: only then does a miss of the twin say its contention model is wrong (a side
@@ -628,7 +509,7 @@ def _all_known(batch: Batch, obs: Observations, mapping: Mapping_) -> bool:
 
 
 def _measured_guard(
-    model: _ModelScores, scores: Mapping[Mapping_, float], best: Mapping_, miss: float
+    model: TwinScores, scores: Mapping[Mapping_, float], best: Mapping_, miss: float
 ) -> Mapping_:
     """``best``, unless the twin's last first-contact ``miss`` (`twin_error.FirstContact`)
     exceeds `GUARD_ABOVE`, ``best`` never ran, and its prediction widened by that miss does
@@ -641,7 +522,7 @@ def _measured_guard(
     if miss <= GUARD_ABOVE:
         return best
     tools = model.tools
-    if _canon(zip(tools, best, strict=True)) in model.seen:
+    if canon(zip(tools, best, strict=True)) in model.seen:
         return best
     executed = (_in_call_order(tools, o) for o in model.seen.values())
     measured = [m for m in executed if m is not None and m in scores]
@@ -657,7 +538,7 @@ by more than this many standard errors of their difference."""
 
 
 def _observed_tie_break(
-    model: _ModelScores, tied: Sequence[Mapping_], best: Mapping_
+    model: TwinScores, tied: Sequence[Mapping_], best: Mapping_
 ) -> Mapping_:
     """Among near-ties (within the tie tolerance of the best score), the twin's best unless
     an executed one measured lower by more than `TIE_BREAK_Z` standard errors of the
@@ -667,7 +548,7 @@ def _observed_tie_break(
     tools = model.tools
 
     def runs(m: Mapping_) -> int:
-        seen = model.seen.get(_canon(zip(tools, m, strict=True)))
+        seen = model.seen.get(canon(zip(tools, m, strict=True)))
         return seen.count if seen is not None else 0
 
     for m in sorted(tied, key=lambda m: (model.observed.get(m, math.inf), demand(m))):
@@ -685,15 +566,15 @@ def _observed_tie_break(
 
 
 def _untried_near_tie(
-    model: _ModelScores, scores: Mapping[Mapping_, float], best: Mapping_, below: float
+    model: TwinScores, scores: Mapping[Mapping_, float], best: Mapping_, below: float
 ) -> bool:
     """Whether a mapping the twin scores within the tie of ``best`` (under ``below``), and
     that is not just ``best`` with equal calls swapped, never ran: the twin cannot tell the
     two apart, so the shape is not settled until a later decision has tried it."""
-    mine = _canon(zip(model.tools, best, strict=True))
+    mine = canon(zip(model.tools, best, strict=True))
     for m, score in scores.items():
         if score < below:
-            placement = _canon(zip(model.tools, m, strict=True))
+            placement = canon(zip(model.tools, m, strict=True))
             if placement != mine and placement not in model.seen:
                 return True
     return False
@@ -719,11 +600,6 @@ def _same_fit(a: ContentionFit, b: ContentionFit, *, creep: bool = False) -> boo
 
 SCALE_STEP = 0.02
 """Fitted corrections of a declared CPU time within this ratio count as the same fit."""
-
-
-def _canon(pairs: Any) -> tuple[tuple[str, str], ...]:
-    """A placement as sorted (tool, option) pairs: the same for every order of the calls."""
-    return tuple(sorted((str(t), str(o)) for t, o in pairs))
 
 
 def _in_call_order(tools: list[str], outcome: PlacementOutcome) -> Mapping_ | None:
