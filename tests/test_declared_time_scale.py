@@ -9,27 +9,18 @@ CPU where it takes 190, and `parallel_vision_burst` ended 2.2 % off the optimum.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-import langgraph_devsched
-from langgraph_devsched.bench.command import run_bench_command
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor.observations import Observations
 from langgraph_devsched.schedulers.monitor_model import estimate_params
-
-BUILTINS = Path(langgraph_devsched.__file__).parent / "scenarios"
+from tests.builtin_bench import run_builtin
 
 pytest.importorskip("numpy")
 
 
 def test_a_wrong_declared_cpu_time_that_never_ran_alone_is_corrected() -> None:
-    result = run_bench_command(
-        scenarios=BUILTINS / "parallel_vision_burst.yaml", schedulers=["monitor", "oracle"],
-        declare="noisy(0.3)", decision_cost="none",
-    )
-    (scenario,) = result.scenarios
+    scenario = run_builtin("parallel_vision_burst", declare="noisy(0.3)")
     monitor = scenario.results["monitor"]
     assert monitor.optimal, (monitor.final_mapping, scenario.optimal_mapping)
 

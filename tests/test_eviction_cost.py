@@ -8,25 +8,16 @@ step loaded it again (2.9 s), and so on every step: 2.2x the optimum, 41 loads i
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-import langgraph_devsched
-from langgraph_devsched.bench.command import run_bench_command
 from langgraph_devsched.schedulers.eviction_cost import RecentModels
-
-BUILTINS = Path(langgraph_devsched.__file__).parent / "scenarios"
+from tests.builtin_bench import run_builtin
 
 pytest.importorskip("numpy")
 
 
 def test_a_step_does_not_evict_the_model_the_next_step_needs() -> None:
-    result = run_bench_command(
-        scenarios=BUILTINS / "residency_visual_suite.yaml", schedulers=["monitor", "oracle"],
-        declare="noisy(0.3)", decision_cost="none",
-    )
-    (scenario,) = result.scenarios
+    scenario = run_builtin("residency_visual_suite", declare="noisy(0.3)")
     monitor = scenario.results["monitor"]
     assert monitor.optimal, (monitor.final_mapping, scenario.optimal_mapping)
     assert monitor.loads <= 8, monitor.loads  # both diffusion models stay warm

@@ -14,20 +14,11 @@ than the noise does not send the policy on to the next untried mapping on its wo
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import langgraph_devsched
-from langgraph_devsched.bench.command import run_bench_command
-
-BUILTINS = Path(langgraph_devsched.__file__).parent / "scenarios"
+from tests.builtin_bench import run_builtin
 
 
 def test_a_noisy_near_tie_does_not_outvote_the_twin() -> None:
-    result = run_bench_command(
-        scenarios=BUILTINS / "memory_agent_sequence.yaml", schedulers=["monitor", "oracle"],
-        decision_cost="none",
-    )
-    (scenario,) = result.scenarios
+    scenario = run_builtin("memory_agent_sequence")
     monitor = scenario.results["monitor"]
     assert monitor.optimal, (monitor.final_mapping, scenario.optimal_mapping)
 
@@ -37,12 +28,8 @@ def test_a_twin_that_keeps_missing_new_mappings_is_not_followed_to_the_next() ->
     model late (16 runs) and then predicts every untried mapping at about half its real
     makespan; without the first-contact guard the policy tried a new one each round and
     ended 1.13x the optimum, worse than heft and dmda."""
-    result = run_bench_command(
-        scenarios=BUILTINS / "parallel_llm_colocated.yaml",
-        schedulers=["monitor", "heft", "dmda", "oracle"], decision_cost="none",
-        physics="idle_queue",
-    )
-    (scenario,) = result.scenarios
+    scenario = run_builtin("parallel_llm_colocated", ("monitor", "heft", "dmda", "oracle"),
+                           physics="idle_queue")
     res = scenario.results
     assert res["monitor"].optimal, res["monitor"].final_mapping
     assert res["monitor"].final_makespan_ms <= min(
@@ -54,9 +41,5 @@ def test_the_noise_of_a_balanced_makespan_is_not_taken_for_a_calls() -> None:
     together, and their maximum spreads less than each. Taken as the noise, that let a mean
     5% high on 13 runs override the twin's right prediction of the optimum, and the run
     ended 1.022x; the per-call spread (capped at twice the makespans') keeps it."""
-    result = run_bench_command(
-        scenarios=BUILTINS / "parallel_vision_burst.yaml", schedulers=["monitor", "oracle"],
-        decision_cost="none", noise=0.1, seed=2,
-    )
-    (scenario,) = result.scenarios
+    scenario = run_builtin("parallel_vision_burst", noise=0.1, seed=2)
     assert scenario.results["monitor"].optimal, scenario.results["monitor"].final_mapping

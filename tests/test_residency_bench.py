@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-import langgraph_devsched
 from langgraph_devsched.bench.declare import Declare, declared_specs
 from langgraph_devsched.bench.report import residency_markdown, tables, to_json
 from langgraph_devsched.bench.runner import BenchResult, run_benchmark, run_scenario
@@ -17,6 +16,7 @@ from langgraph_devsched.bench.scenario import (
     load_scenarios,
 )
 from langgraph_devsched.hints import LoadProfile
+from tests.builtin_bench import run_builtin
 
 pytest.importorskip("numpy")
 
@@ -126,13 +126,7 @@ def test_with_nothing_declared_the_monitor_learns_the_loads_and_stops_thrashing(
     load times: the monitor learns those from the steps that pay them. When `none` dropped
     the weights too, no scheduler knew a model was resident and the monitor thrashed
     (2.11x, 40 loads in 40 steps)."""
-    from langgraph_devsched.bench.command import run_bench_command
-
-    result = run_bench_command(
-        scenarios=Path(langgraph_devsched.__file__).parent / "scenarios"
-        / "residency_alternating.yaml", schedulers=["monitor", "oracle"], declare="none",
-        decision_cost="none")
-    (scenario,) = result.scenarios
+    scenario = run_builtin("residency_alternating", declare="none")
     monitor = scenario.results["monitor"]
     assert monitor.optimal, (monitor.final_mapping, scenario.optimal_mapping)
     assert monitor.loads <= 6, monitor.loads
