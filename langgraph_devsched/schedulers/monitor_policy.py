@@ -248,9 +248,9 @@ class MonitorPolicy(SchedulerBase):
         # only a resident model this batch does not use can be evicted (never a keep_warm one)
         evictable = [w.model for w in device.resident
                      if w.side == "gpu" and not w.keep_warm and w.model not in used]
+        reload = self._recent.reload_ms if self._recent.reload_ms(evictable) > 0 else None
         model = TwinScores(bed, tools, outcomes, noise, self.override_floor, warm=warm,
-                             reload=self._recent.reload_ms
-                             if self._recent.reload_ms(evictable) > 0 else None)
+                           reload=reload)
         shape = tuple(sorted(tools))
         if self._contact.expects(shape):  # the measurements only when a prediction waits
             self._contact.settle(
