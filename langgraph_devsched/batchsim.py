@@ -193,9 +193,9 @@ class _RowModels:
     """Per call, its model's index into ``cpu_load`` (-1: no model)."""
     cpu_load: list[float]
     """Per model, load_cpu_ms when it is not loaded in host memory yet, else 0."""
-    group: Any = None
+    group: Any
     """(m,) each row's residency group (rows whose GPU calls first use the models alike)."""
-    evicted: tuple[tuple[str, ...], ...] = ((),)
+    evicted: tuple[tuple[str, ...], ...]
     """Per group, the resident models its plan evicts."""
 
     @property
@@ -221,7 +221,7 @@ def _row_models(
                         keep_warm=res.keep_warm)
         base[:] = plan.base_mb
         return _RowModels(base, no_room, gpu_load, model_index, cpu_load,
-                          np.zeros(m, dtype=np.int64))
+                          np.zeros(m, dtype=np.int64), ((),))  # one group, nothing evicted
     first = np.full((m, len(names)), n, dtype=np.int64)
     for j in reversed(range(n)):
         k = model_index[j]

@@ -371,6 +371,7 @@ def test_a_probe_is_held_to_the_hard_constraints_and_leaves_the_cache() -> None:
     assert again.llm_calls == 0 and dict(again.mapping) == dict(first.mapping)
     assert len(model.received) == 1
 
+
 SMALL_GPU = DeviceState(True, "gpu", 2000, 0, 0.0, 8)  # ASR + OCR at once do not fit
 
 

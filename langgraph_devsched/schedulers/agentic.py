@@ -84,9 +84,9 @@ from langgraph_devsched.schedulers.agentic_consult import (
 from langgraph_devsched.schedulers.agentic_guard import TwinView, candidates_data, guard
 from langgraph_devsched.schedulers.agentic_lead import (
     fallback_lead,
+    held_to_rules,
     lead_candidate,
     lead_key,
-    probe_mapping,
 )
 from langgraph_devsched.schedulers.agentic_model import (
     ANSWER_CHANNELS,
@@ -403,7 +403,7 @@ class AgenticScheduler(SchedulerBase):
         Qwen2.5-Coder-1.5B (docs/agentic.md): not running the probes left the fallback
         unable to learn (8 of 13 built-ins optimal); offering each probe for the model to
         ratify consulted on every step. The probe is held to the hard constraints."""
-        mapping, repairs = probe_mapping(batch, view, self.constraints, lead, vram_seen(obs))
+        mapping, repairs = held_to_rules(batch, view, self.constraints, lead, vram_seen(obs))
         self.last_fallbacks = {}
         self.last_issues = ()
         reason = f"{self.fallback.name} probe, not consulted: {lead.reason}"

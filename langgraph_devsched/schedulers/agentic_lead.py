@@ -5,15 +5,15 @@ first (`fallback_lead`). That decision shapes the consultation:
 
 - its settled mapping is part of the cache key (`lead_key`): when the policy learns its
   way to another mapping, the model is asked again;
-- an exploratory probe is run as it is, unconsulted (`probe_mapping`): it is a measurement
+- an exploratory probe is run as it is, unconsulted: it is a measurement
   the policy asked for (a side never measured, a pair never run together), not a choice to
   make, and it lets the next lead be learnt rather than guessed;
 - otherwise its mapping is candidate 1 (`lead_candidate`), with the policy's own
   prediction.
 
-The policy's mappings are held to the operator's hard constraints but not VRAM-fitted
-again (its twin weighed the VRAM; the ledger queues what does not fit), unless the operator
-keeps VRAM free (`agentic_answer.repair`, ``fit_vram``).
+Either way the policy's mapping is held to the operator's hard constraints but not
+VRAM-fitted again (`held_to_rules`: its twin weighed the VRAM; the ledger queues what does
+not fit), unless the operator keeps VRAM free (`agentic_answer.repair`, ``fit_vram``).
 
 >>> from langgraph_devsched.hints import ToolDeviceSpec
 >>> from langgraph_devsched.schedulers.base import Batch, Decision
@@ -69,11 +69,12 @@ def lead_key(batch: Batch, lead: Decision | None) -> Any:
     return tuple(sorted(zip(slots(batch), options, strict=True)))
 
 
-def probe_mapping(
+def held_to_rules(
     batch: Batch, view: SchedulerView, rules: HardConstraints, lead: Decision,
     seen: Mapping[str, float],
 ) -> tuple[dict[str, DeviceOption], dict[str, AgenticCause]]:
-    """The probe's mapping held to the hard constraints, and what that repaired."""
+    """The lead's mapping (a probe, or candidate 1) held to the hard constraints, and what
+    that repaired."""
     return repair(ParsedAnswer(dict(lead.mapping)), batch, view.device, rules, fallback={},
                   vram_seen_mb=seen, fit_vram=False)
 
@@ -83,11 +84,11 @@ def lead_candidate(
     seen: Mapping[str, float], lead: Decision | None,
 ) -> Candidate | None:
     """The lead's mapping as a candidate, held to the hard constraints, with the policy's
-    own prediction (the twin's where the constraints changed it); None without a lead."""
-    if lead is None or set(lead.mapping) != set(batch.call_ids):
+    own prediction (the twin's where the constraints changed it); None without a lead
+    (`fallback_lead` gives none that leaves a call out)."""
+    if lead is None:
         return None
-    mapping, _ = repair(ParsedAnswer(dict(lead.mapping)), batch, view.device, rules,
-                        fallback={}, vram_seen_mb=seen, fit_vram=False)
+    mapping, _ = held_to_rules(batch, view, rules, lead, seen)
     ends = [float(lead.predicted_ms[c]) for c in batch.call_ids if c in lead.predicted_ms]
     same = mapping == dict(lead.mapping) and len(ends) == len(batch)
     return Candidate(mapping, max(ends) if same else twin_view.predict(mapping))

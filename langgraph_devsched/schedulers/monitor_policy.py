@@ -585,6 +585,8 @@ CREEP_AFTER = 16
 step (`SHARE_STEP`) counts as not moving: late in learning the fit creeps along the grid
 while the mapping it decides stays."""
 SHARE_STEP = 0.05
+SCALE_STEP = 0.02
+"""Fitted corrections of a declared CPU time within this ratio count as the same fit."""
 
 
 def _same_fit(a: ContentionFit, b: ContentionFit, *, creep: bool = False) -> bool:
@@ -596,10 +598,6 @@ def _same_fit(a: ContentionFit, b: ContentionFit, *, creep: bool = False) -> boo
         return a.shares == b.shares
     return set(a.shares) == set(b.shares) and all(
         abs(a.shares[t] - b.shares[t]) <= SHARE_STEP + 1e-9 for t in a.shares)
-
-
-SCALE_STEP = 0.02
-"""Fitted corrections of a declared CPU time within this ratio count as the same fit."""
 
 
 def _in_call_order(tools: list[str], outcome: PlacementOutcome) -> Mapping_ | None:
