@@ -6,8 +6,10 @@ holds; this module runs the tool under that placement:
 * the tool's CPU or GPU variant, or a remote stand-in (Ray), under `placed`;
 * the run's config: decision metadata and tags when something observes the run, and a
   watcher that notices a CUDA OOM even when ``handle_tool_errors`` swallows it;
-* the deadline (``call_timeout_s`` or the tool's ``timeout_s`` hint): an async tool is
-  cancelled, a sync tool's thread runs on, and its lease keeps the device until it returns;
+* the deadline (``call_timeout_s`` or the tool's ``timeout_s`` hint), the call's whole life
+  from the moment it is placed: the backend bounds its GPU queue and CPU slot waits by it, its
+  run (model loads included) and an OOM rerun get what is left; an async tool is cancelled, a
+  sync tool's thread runs on, and its lease keeps the device until it returns;
 * a sync tool under ``ainvoke`` that holds a device runs in a thread of its own, so a
   cancelled ``ainvoke`` cannot give its VRAM back while the thread still uses it.
 
@@ -32,7 +34,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from langgraph_devsched.device import Placement, placed
-from langgraph_devsched.executors.base import CallTimeoutError, PlacementError
+from langgraph_devsched.executors.base import CallTimeoutError, Deadline, PlacementError
 from langgraph_devsched.executors.lease import current_lease
 from langgraph_devsched.executors.local import is_gpu_oom
 from langgraph_devsched.planning import PlannedStep
@@ -121,6 +123,11 @@ class CallRunner:
         """The call's deadline in seconds: its ``timeout_s`` hint, else ``call_timeout_s``."""
         return self._timeouts.get(tool, self._call_timeout_s)
 
+    def deadline_for(self, call: ToolCall) -> Deadline | None:
+        """The call's deadline, started now (its whole life: queue, load, run, reruns)."""
+        timeout = self.timeout_for(call["name"])
+        return None if timeout is None else Deadline(call["name"], timeout, call.get("args"))
+
     # -- the placed run -------------------------------------------------------------------
     def placed_request(
         self, request: ToolCallRequest, placement: Placement, step: PlannedStep | None = None
@@ -176,35 +183,34 @@ class CallRunner:
         """Run one planned call: place it, call ``execute(request, tool_config)`` under that
         placement (OOM → CPU fallback, deadline, release on every path), answer errors."""
         call = request.tool_call
-        timeout = self.timeout_for(call["name"])
+        deadline = self.deadline_for(call)
 
         def run(placement: Placement) -> tuple[Any, bool]:
             req, cfg, watcher = self._prepared(step, request, config, placement)
             with placed(placement):
-                if timeout is None:
+                if deadline is None:
                     result = execute(req, cfg)
                 else:
-                    result = self._wait_thread(step, call, timeout, lambda: execute(req, cfg))
+                    result = self._wait_thread(step, deadline, lambda: execute(req, cfg))
             return result, bool(watcher and watcher.oom)
 
         try:
-            return step.execution.run_sync(call["id"] or "", run)
+            return step.execution.run_sync(call["id"] or "", run, deadline)
         except PlacementError as exc:
             return self.refused(step, call, config, exc)
         except CallTimeoutError as exc:
             return self.timeout_answer(call, exc)
 
-    def _wait_thread(
-        self, step: PlannedStep, call: ToolCall, timeout: float, fn: Callable[[], Any]
-    ) -> Any:
+    def _wait_thread(self, step: PlannedStep, deadline: Deadline, fn: Callable[[], Any]) -> Any:
+        left = deadline.check()
         work = _spawn(fn)
         try:
-            return work.result(timeout)
+            return work.result(left)
         except TimeoutError:
             if work.done():  # the tool itself raised TimeoutError
                 return work.result()
             self._outlive(step, work)
-            raise CallTimeoutError(call["name"], timeout, call.get("args")) from None
+            raise deadline.error() from None
 
     def _outlive(self, step: PlannedStep, work: Future[Any]) -> None:
         lease = current_lease()
@@ -227,47 +233,49 @@ class CallRunner:
         device held until that thread returns.
         """
         call = request.tool_call
-        timeout = self.timeout_for(call["name"])
+        deadline = self.deadline_for(call)
 
         async def run(placement: Placement) -> tuple[Any, bool]:
             req, cfg, watcher = self._prepared(step, request, config, placement)
             with placed(placement):
                 lease = current_lease()
                 holds = lease is not None and (lease.holding or placement.on_gpu)
-                threaded = sync_execute is not None and (timeout is not None or holds)
+                threaded = sync_execute is not None and (deadline is not None or holds)
                 if threaded:
                     assert sync_execute is not None
                     fn = sync_execute
+                    left = None if deadline is None else deadline.check()
                     result = await self._await_thread(
-                        step, call, timeout, _spawn(lambda: fn(req, cfg))
+                        step, deadline, left, _spawn(lambda: fn(req, cfg))
                     )
-                elif timeout is not None:
-                    result = await _await_task(call, timeout, execute(req, cfg))
+                elif deadline is not None:
+                    result = await _await_task(deadline, execute(req, cfg))
                 else:
                     result = await execute(req, cfg)
             return result, bool(watcher and watcher.oom)
 
         try:
-            return await step.execution.run_async(call["id"] or "", run)
+            return await step.execution.run_async(call["id"] or "", run, deadline)
         except PlacementError as exc:
             return self.refused(step, call, config, exc)
         except CallTimeoutError as exc:
             return self.timeout_answer(call, exc)
 
     async def _await_thread(
-        self, step: PlannedStep, call: ToolCall, timeout: float | None, work: Future[Any]
+        self, step: PlannedStep, deadline: Deadline | None, left: float | None,
+        work: Future[Any],
     ) -> Any:
         waited = asyncio.wrap_future(work)
         try:
-            done, _ = await asyncio.wait({waited}, timeout=timeout)
+            done, _ = await asyncio.wait({waited}, timeout=left)
         except asyncio.CancelledError:
             if not work.done():
                 self._outlive(step, work)
             raise
         if not done:
             self._outlive(step, work)
-            assert timeout is not None
-            raise CallTimeoutError(call["name"], timeout, call.get("args"))
+            assert deadline is not None
+            raise deadline.error()
         return waited.result()
 
     # -- answers --------------------------------------------------------------------------
@@ -353,19 +361,25 @@ def _residency_metadata(placement: Placement) -> dict[str, object]:
     return out
 
 
-async def _await_task(call: ToolCall, timeout: float, coro: Awaitable[Any]) -> Any:
-    """Await ``coro`` for at most ``timeout`` seconds; past it, cancel it and raise
+async def _await_task(deadline: Deadline, coro: Awaitable[Any]) -> Any:
+    """Await ``coro`` until ``deadline``; past it, cancel it and raise its
     `CallTimeoutError` (a `TimeoutError` the tool raises itself stays its own)."""
+    try:
+        left = deadline.check()
+    except CallTimeoutError:
+        if asyncio.iscoroutine(coro):
+            coro.close()  # never started: nothing to cancel
+        raise
     task = asyncio.ensure_future(coro)
     try:
-        done, _ = await asyncio.wait({task}, timeout=timeout)
+        done, _ = await asyncio.wait({task}, timeout=left)
     except asyncio.CancelledError:
         task.cancel()
         raise
     if not done:
         task.cancel()
         await asyncio.wait({task})
-        raise CallTimeoutError(call["name"], timeout, call.get("args"))
+        raise deadline.error()
     return task.result()
 
 

@@ -11,8 +11,10 @@ that needs a model reserves its working memory and, when the model is not reside
 weights; the call's release gives back the working memory only, the weights stay (idle)
 until another admission needs their room: then `residency.plan_room` picks the least
 recently used idle models (never one in use or kept warm), and the reservation names them
-in ``evicted`` so that the caller frees them. At every instant the ledger holds resident
-weights plus the working memory of the running calls; `clear_weights` empties it at close.
+in ``evicted`` so that the caller frees them. A queued request that no eviction can ever
+admit beside the weights kept warm is refused (`NeverFitsError`), never left at the head of
+the queue. At every instant the ledger holds resident weights plus the working memory of the
+running calls; `clear_weights` empties it at close.
 
 >>> ledger = VramLedger(budget_mb=1000)
 >>> with ledger.hold(600) as r:
@@ -40,6 +42,11 @@ _EPS = 1e-9
 
 class VramOverBudgetError(ValueError):
     """A reservation larger than the whole budget: it could never be admitted."""
+
+
+class NeverFitsError(VramOverBudgetError):
+    """A queued reservation that no eviction can ever admit: the weights kept warm on the GPU
+    (never evicted for another model) leave it no room. Refused at once, never queued."""
 
 
 class QueueTimeoutError(TimeoutError):
@@ -92,6 +99,15 @@ class _Waiter:
     future: asyncio.Future[None] | None = None
     loop: asyncio.AbstractEventLoop | None = None
     reservation: Reservation | None = field(default=None)
+    refused: NeverFitsError | None = None
+    """Set instead of ``reservation`` when the request can no longer ever be admitted."""
+
+    def granted(self) -> Reservation:
+        """The reservation it was woken with, or the refusal it was woken with, raised."""
+        if self.refused is not None:
+            raise self.refused
+        assert self.reservation is not None
+        return self.reservation
 
     def wake(self) -> None:
         if self.event is not None:
@@ -210,6 +226,24 @@ class VramLedger:
         return plan_room(self._warm_locked(), need_mb=mb + extra, free_mb=self.free_mb,
                          protect=protect)
 
+    def _never_fits_locked(self, mb: float, need: WeightsNeed | None) -> NeverFitsError | None:
+        """Why no eviction can ever admit ``mb`` (plus ``need``'s weights when not resident)
+        beside the weights kept warm, or None when some future state admits it."""
+        kept = [w for w in self._weights.values()
+                if w.keep_warm and (need is None or w.model != need.model)]
+        if not kept:
+            return None
+        extra = 0.0 if need is None or need.model in self._weights else need.mb
+        kept_mb = sum(w.mb for w in kept)
+        if mb + extra <= self.capacity_mb - kept_mb + _EPS:
+            return None
+        names = ", ".join(repr(w.model) for w in kept)
+        what = f"{mb:.0f} MB" + (f" plus {extra:.0f} MB of {need.model!r} weights"
+                                 if need is not None and extra else "")
+        return NeverFitsError(
+            f"{what} can never fit beside the {kept_mb:.0f} MB kept warm by {names} "
+            f"(budget {self.capacity_mb:.0f} MB): not queued")
+
     def admissible(self, mb: float, share: float, need: WeightsNeed | None = None) -> bool:
         """True if a queued call of this size would be admitted now (ignoring the queue)."""
         not_oversubscribed = self._active == 0 or self._share + share <= 1.0 + _EPS
@@ -257,11 +291,17 @@ class VramLedger:
                            evicted=evicted, call=call)
 
     def _admit_queue_locked(self) -> None:
-        while self._queue and self.admissible(
-                self._queue[0].mb, self._queue[0].share, self._queue[0].need):
-            waiter = self._queue.popleft()
-            waiter.reservation = self._grant_locked(waiter.mb, waiter.share, waiter.need)
-            waiter.wake()
+        while self._queue:
+            head = self._queue[0]
+            refused = self._never_fits_locked(head.mb, head.need)
+            if refused is None and not self.admissible(head.mb, head.share, head.need):
+                return
+            self._queue.popleft()
+            if refused is not None:  # weights kept since it queued: never at the head
+                head.refused = refused
+            else:
+                head.reservation = self._grant_locked(head.mb, head.share, head.need)
+            head.wake()
 
     def try_reserve(
         self, mb: float, share: float = 0.0, need: WeightsNeed | None = None
@@ -278,9 +318,12 @@ class VramLedger:
         self, mb: float, share: float = 0.0, timeout: float | None = None,
         need: WeightsNeed | None = None,
     ) -> Reservation:
-        """Wait in FIFO order for admission (the `gpu_queued` rule); raise on timeout."""
+        """Wait in FIFO order for admission (the `gpu_queued` rule); raise on timeout, and
+        `NeverFitsError` (at once, or as soon as it becomes so) for a request the weights
+        kept warm leave no room for."""
         self._check_size(mb, need)
         with self._lock:
+            self._refuse_never_fitting_locked(mb, need)
             if not self._queue and self.admissible(mb, share, need):
                 return self._grant_locked(mb, share, need)
             waiter = _Waiter(mb, share, next(self._tickets), need, event=threading.Event())
@@ -298,8 +341,7 @@ class VramLedger:
         except BaseException:
             self._abandon(waiter)
             raise
-        assert waiter.reservation is not None
-        return waiter.reservation
+        return waiter.granted()
 
     async def areserve(
         self, mb: float, share: float = 0.0, timeout: float | None = None,
@@ -309,6 +351,7 @@ class VramLedger:
         self._check_size(mb, need)
         loop = asyncio.get_running_loop()
         with self._lock:
+            self._refuse_never_fitting_locked(mb, need)
             if not self._queue and self.admissible(mb, share, need):
                 return self._grant_locked(mb, share, need)
             waiter = _Waiter(mb, share, next(self._tickets), need,
@@ -325,8 +368,12 @@ class VramLedger:
         except BaseException:
             self._abandon(waiter)
             raise
-        assert waiter.reservation is not None
-        return waiter.reservation
+        return waiter.granted()
+
+    def _refuse_never_fitting_locked(self, mb: float, need: WeightsNeed | None) -> None:
+        refused = self._never_fits_locked(mb, need)
+        if refused is not None:
+            raise refused
 
     def _abandon(self, waiter: _Waiter) -> None:
         with self._lock:

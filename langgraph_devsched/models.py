@@ -132,7 +132,12 @@ class CallModels:
     """Models whose GPU weights were reserved anew for this call: an instance still cached
     from before their eviction is stale and loads again."""
     extra: list[Reservation] = field(default_factory=list)
-    """Weights reserved during the call for a model its hints did not declare."""
+    """Weights reserved during the call for a model its hints did not declare (given back
+    when the call really ends: `ModelCache.finish`)."""
+    held: set[tuple[str, str]] = field(default_factory=set)
+    """The (model, device) instances handed to the call (in use until it ends)."""
+    ended: bool = False
+    """`ModelCache.finish` ran: a load the call started that ends later holds nothing."""
 
 
 class _Scope:
@@ -176,6 +181,10 @@ class ModelCache:
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
         self._loading: dict[tuple[str, str], threading.Lock] = {}
+        self._users: dict[tuple[str, str], int] = {}
+        """Running calls per instance handed out (an instance in use is never freed)."""
+        self._closing: set[tuple[str, str]] = set()
+        """Instances `clear` found in use: freed as soon as their last call ends."""
         self._measured: dict[str, float] = {}
         self.loads = 0
         self.hits = 0
@@ -191,11 +200,13 @@ class ModelCache:
 
     @contextlib.contextmanager
     def scope(self, device: str, model: str | None = None,
-              evicted: tuple[str, ...] = (), *, cold: bool = False) -> Iterator[CallModels]:
+              evicted: tuple[str, ...] = (), *, cold: bool = False,
+              until_finish: bool = False) -> Iterator[CallModels]:
         """The block runs one call on ``device`` on its declared ``model`` (``cold``: whose
         weights its admission reserved anew): `ResidentModel.get` answers from here and the
-        returned record says what it loaded. Pins taken for undeclared models are given back
-        at the end (their weights stay resident, idle)."""
+        returned record says what it loaded. What the call holds (instances in use, pins of
+        undeclared models) is given back at the end of the block, or, ``until_finish``, only
+        when `finish` says the call really ended (a sync tool's thread may outlive it)."""
         record = CallModels(device, model, declared=model, evicted=evicted)
         if cold and model is not None and side_of(device) == "gpu":
             record.fresh.add(model)
@@ -204,9 +215,28 @@ class ModelCache:
             yield record
         finally:
             _SCOPE.reset(token)
+            if not until_finish:
+                self.finish(record)
+
+    def finish(self, record: CallModels) -> None:
+        """The call of ``record`` has really ended (its thread returned) and its GPU
+        reservation is given back: its instances are no longer in use, its pins of
+        undeclared models go back, and weights without an instance are settled."""
+        if self.ledger is not None:
             for res in record.extra:
-                if self.ledger is not None:
-                    self.ledger.release(res)
+                self.ledger.release(res)
+        record.extra.clear()
+        with self._lock:
+            record.ended = True
+            for key in record.held:
+                left = self._users.get(key, 0) - 1
+                if left > 0:
+                    self._users[key] = left
+                else:
+                    self._users.pop(key, None)
+            record.held.clear()
+        self._settle(record)
+        self._free_closing()
 
     def drop(self, models: Iterable[str], side: ModelSide = "gpu") -> None:
         """Free the instances of ``models`` on ``side`` (the ledger already evicted them)."""
@@ -218,20 +248,41 @@ class ModelCache:
                 self.evictions += 1
         self._free(freed)
 
-    def settle(self, record: CallModels) -> None:
-        """After a GPU call on its declared model: weights the ledger holds that no instance
-        of the cache stands for are either given back (the tool asked for the model and its
-        load failed) or never evicted (the tool keeps its weights its own way: the ledger
-        could not free them)."""
-        model = record.model
-        if model is None or side_of(record.device) != "gpu" or self.ledger is None:
+    def _settle(self, record: CallModels) -> None:
+        """After a call on the GPU: weights the ledger holds that no instance of the cache
+        stands for are either given back (the tool asked the cache for the model and its
+        load failed; `VramLedger.evict` keeps them while another call or a load in flight
+        holds them) or never evicted (the call's declared model, which the tool never asked
+        for: it keeps its weights its own way, which the cache cannot free)."""
+        ledger = self.ledger
+        if side_of(record.device) != "gpu" or ledger is None:
             return
-        if (model, record.device) in self._entries or not self.ledger.is_resident(model):
+        models = set(record.asked)
+        if record.declared is not None:
+            models.add(record.declared)
+        for model in models:
+            with self._lock:
+                cached = any(n == model and side_of(d) == "gpu" for n, d in self._entries)
+            if cached or not ledger.is_resident(model):
+                continue
+            if model in record.asked:
+                ledger.evict(model)
+            else:
+                ledger.keep(model)
+
+    def _free_closing(self) -> None:
+        """Free the instances `clear` left to their running calls, once none uses them."""
+        if not self._closing:
             return
-        if model in record.asked:
-            self.ledger.evict(model)
-        else:
-            self.ledger.keep(model)
+        with self._lock:
+            done = [k for k in self._closing if k not in self._users]
+            freed = [self._entries.pop(k) for k in done if k in self._entries]
+            self._closing.difference_update(done)
+        if self.ledger is not None:
+            for name, device in done:
+                if side_of(device) == "gpu":
+                    self.ledger.evict(name)
+        self._free(freed)
 
     def resident(self) -> tuple[WarmModel, ...]:
         """GPU weights (from the ledger, least recently used first), then host instances."""
@@ -245,12 +296,16 @@ class ModelCache:
         return gpu + host
 
     def clear(self) -> None:
-        """Drop every instance and every idle model's weights (at close)."""
+        """Drop every instance and every idle model's weights (at close). An instance a
+        running call uses (its weights pinned in the ledger) stays until that call ends,
+        then goes too."""
         if self.ledger is not None:
             self.ledger.clear_weights()
         with self._lock:
-            freed = list(self._entries.values())
-            self._entries.clear()
+            busy = {k for k in self._entries if k in self._users}
+            freed = [e for k, e in self._entries.items() if k not in busy]
+            self._entries = OrderedDict((k, e) for k, e in self._entries.items() if k in busy)
+            self._closing |= busy
         self._free(freed)
 
     # -- loading ---------------------------------------------------------------------------
@@ -275,6 +330,7 @@ class ModelCache:
             if entry is not None:
                 self._entries.move_to_end(key)
                 self.hits += 1
+                self._use_locked(key, record)
                 return entry.instance
             gate = self._loading.setdefault(key, threading.Lock())
         self._free(stale)
@@ -283,13 +339,19 @@ class ModelCache:
                 entry = self._entries.get(key)
                 if entry is not None:
                     self.hits += 1
+                    self._use_locked(key, record)
                     return entry.instance
-            if side == "gpu" and record is None and self.ledger is not None:
-                self._pin(handle, None)  # no call to hold it: reserved and left idle
-            started = self._clock()
-            before = _cuda_allocated(device)
-            instance = handle.load(device)
-            after = _cuda_allocated(device)
+            # the load itself pins the weights (reserved when not resident) until it ends,
+            # however the call that started it ends meanwhile (a timeout, a cancellation)
+            pin = self._hold(handle) if side == "gpu" and self.ledger is not None else None
+            try:
+                started = self._clock()
+                before = _cuda_allocated(device)
+                instance = handle.load(device)
+                after = _cuda_allocated(device)
+            except BaseException:
+                self._unpin_failed(name, pin)
+                raise
             load_ms = (self._clock() - started) * 1000.0
             measured = after - before if before is not None and after is not None else None
             weights = measured if measured is not None and measured > 0 else (
@@ -302,7 +364,10 @@ class ModelCache:
                 self._entries[key] = _Entry(handle, instance, device, weights)
                 self._loading.pop(key, None)
                 self.loads += 1
+                self._use_locked(key, record)
                 over = self._over_bound()
+            if pin is not None and self.ledger is not None:
+                self.ledger.release(pin)
             if record is not None:
                 record.loaded = True
                 record.load_ms += load_ms
@@ -311,9 +376,15 @@ class ModelCache:
             self._free(over)
             return instance
 
-    def _pin(self, handle: ResidentModel[Any], record: CallModels | None) -> None:
-        """A model the call's hints do not name, on the GPU: pinned for the call's duration,
-        its weights reserved when not resident (evicting idle models), or `ModelRoomError`."""
+    def _use_locked(self, key: tuple[str, str], record: CallModels | None) -> None:
+        """``record``'s call uses the instance at ``key`` until `finish`."""
+        if record is not None and not record.ended and key not in record.held:
+            record.held.add(key)
+            self._users[key] = self._users.get(key, 0) + 1
+
+    def _hold(self, handle: ResidentModel[Any]) -> Reservation:
+        """Pin ``handle``'s GPU weights for a load (reserved when not resident, evicting
+        idle models), or `ModelRoomError`."""
         ledger = self.ledger
         assert ledger is not None
         need = self.need(handle.name, handle.weights_mb or 0.0, handle.keep_warm)
@@ -328,22 +399,36 @@ class ModelCache:
                 f"({ledger.free_mb:.0f} MB free, the rest in use)")
         if res.evicted:
             self.drop(res.evicted)
-        if record is not None:
-            record.extra.append(res)
-            record.pinned.add(handle.name)
-            record.evicted += res.evicted
-            if res.loaded:
-                record.fresh.add(handle.name)
-        else:
-            ledger.release(res)
+        return res
+
+    def _unpin_failed(self, name: str, pin: Reservation | None) -> None:
+        """A load that raised: its pin goes back, and weights no instance stands for with
+        it (unless a call still pins them: that call's end settles them)."""
+        if pin is None or self.ledger is None:
+            return
+        self.ledger.release(pin)
+        with self._lock:
+            cached = any(n == name and side_of(d) == "gpu" for n, d in self._entries)
+        if not cached:
+            self.ledger.evict(name)
+
+    def _pin(self, handle: ResidentModel[Any], record: CallModels) -> None:
+        """A model the call's hints do not name, on the GPU: pinned for the call's duration,
+        its weights reserved when not resident (evicting idle models), or `ModelRoomError`."""
+        res = self._hold(handle)
+        record.extra.append(res)
+        record.pinned.add(handle.name)
+        record.evicted += res.evicted
+        if res.loaded:
+            record.fresh.add(handle.name)
 
     def _over_bound(self) -> list[_Entry]:
         """Host instances beyond ``max_models`` (least recently used first); GPU instances
         are bounded by the ledger's budget."""
         over: list[_Entry] = []
         while len(self._entries) > self.max_models:
-            key = next((k for k in self._entries
-                        if side_of(k[1]) == "cpu" or self.ledger is None),
+            key = next((k for k in self._entries if k not in self._users
+                        and (side_of(k[1]) == "cpu" or self.ledger is None)),
                        None)
             if key is None:
                 break

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -19,6 +20,7 @@ from langgraph.prebuilt.tool_node import ToolInvocationError
 
 from langgraph_devsched.device import Placement
 from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.ledger import NeverFitsError
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import CallRecord, StepRecord
 from langgraph_devsched.telemetry import DeviceState
@@ -92,12 +94,67 @@ class CallTimeoutError(ToolInvocationError):
         return self.message
 
 
+class Deadline:
+    """One call's deadline: its whole life from the moment the node starts placing it (GPU
+    queue wait, CPU slot wait, model load, run, an OOM rerun), answered with the same
+    `CallTimeoutError` wherever it fires.
+
+    >>> d = Deadline("ocr", 0.5, clock=lambda: 10.0)
+    >>> d.remaining(), d.wait_bound(2.0), d.wait_bound(0.1)
+    (0.5, (0.5, True), (0.1, False))
+    >>> str(d.error()).startswith("Error: tool 'ocr' timed out after 0.5 s")
+    True
+    """
+
+    def __init__(
+        self, tool: str, timeout_s: float, args: dict[str, Any] | None = None, *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.tool = tool
+        self.timeout_s = timeout_s
+        self.args = args
+        self._clock = clock
+        self.at = clock() + timeout_s
+
+    def remaining(self) -> float:
+        """Seconds left (0 once past)."""
+        return max(0.0, self.at - self._clock())
+
+    def wait_bound(self, timeout: float | None) -> tuple[float | None, bool]:
+        """How long a wait with its own ``timeout`` (None: forever) may last, and whether
+        the deadline is what bounds it (then a timed-out wait is this call's timeout)."""
+        left = self.remaining()
+        if timeout is None or left <= timeout:
+            return left, True
+        return timeout, False
+
+    def check(self) -> float:
+        """The seconds left; `CallTimeoutError` when none are."""
+        left = self.remaining()
+        if left <= 0.0:
+            raise self.error()
+        return left
+
+    def error(self) -> CallTimeoutError:
+        return CallTimeoutError(self.tool, self.timeout_s, self.args)
+
+
+def wait_bound(deadline: Deadline | None, timeout: float | None) -> tuple[float | None, bool]:
+    """`Deadline.wait_bound`, or ``(timeout, False)`` for a call without a deadline."""
+    return (timeout, False) if deadline is None else deadline.wait_bound(timeout)
+
+
 class StepExecution(Protocol):
     """One step's calls in flight on a backend."""
 
-    def run_sync(self, call_id: str, run: RunOnce[T]) -> T: ...
+    def run_sync(self, call_id: str, run: RunOnce[T], deadline: Deadline | None = None) -> T:
+        """Place the call, ``run`` it, release. ``deadline`` bounds every wait of the
+        placement (past it: its `CallTimeoutError`); ``run`` bounds the tool's run by it."""
+        ...
 
-    async def run_async(self, call_id: str, run: ARunOnce[T]) -> T: ...
+    async def run_async(
+        self, call_id: str, run: ARunOnce[T], deadline: Deadline | None = None
+    ) -> T: ...
 
     @property
     def done(self) -> bool: ...
@@ -189,6 +246,18 @@ class BookedStep:
         raise PlacementError(
             f"tool {call.tool!r} cannot run: {why}, and its hints forbid the CPU", cause
         )
+
+    def _queue_refused(
+        self, call: PlannedCall, exc: Exception, deadline: Deadline | None
+    ) -> Placement:
+        """A queued call the GPU did not admit: past the call's own deadline, its timeout;
+        one that can never fit (kept weights leave no room), the CPU as
+        ``vram_over_budget``; past ``queue_timeout_s``, the CPU as ``queue_timeout``."""
+        if isinstance(exc, NeverFitsError):
+            return self._cpu_or_fail(call, "vram_over_budget", str(exc))
+        if deadline is not None:
+            raise deadline.error()
+        return self._cpu_or_fail(call, "queue_timeout", str(exc))
 
     def _unplaced(self, call: PlannedCall, exc: BaseException) -> None:
         """Record a call that ran nowhere: it could not be placed (its answer is an error

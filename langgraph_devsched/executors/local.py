@@ -3,7 +3,9 @@
 * ``cpu``: runs on the CPU (at most ``cpu_workers`` at once when set, OOM reruns included).
 * ``gpu_now``: reserves its VRAM now if it fits, else falls back to the CPU (``oom``; with
   ``gpu_concurrency`` set and that many calls on the GPU: ``gpu_busy``).
-* ``gpu_queued``: waits in FIFO order for admission (``queue_timeout_s`` → CPU).
+* ``gpu_queued``: waits in FIFO order for admission (``queue_timeout_s`` → CPU; past the
+  call's own deadline: its timeout answer). A call that can never fit beside the weights
+  kept warm on the GPU is not queued: it goes to the CPU (``vram_over_budget``).
 * A ``torch.cuda.OutOfMemoryError`` raised by the tool on the GPU releases the reservation,
   empties the CUDA cache and reruns the call on the CPU (``oom``).
 Without a GPU, GPU options run on the CPU with the fallback ``no_gpu``. A call whose hints
@@ -29,14 +31,22 @@ from langgraph_devsched.device import Placement
 from langgraph_devsched.executors.base import (
     ARunOnce,
     BookedStep,
+    Deadline,
     PlacementError,
     PlannedCall,
     RunOnce,
     describe_failure,
     vram_needed,
+    wait_bound,
 )
 from langgraph_devsched.executors.lease import Lease, leased
-from langgraph_devsched.ledger import QueueTimeoutError, Reservation, VramLedger, WeightsNeed
+from langgraph_devsched.ledger import (
+    NeverFitsError,
+    QueueTimeoutError,
+    Reservation,
+    VramLedger,
+    WeightsNeed,
+)
 from langgraph_devsched.models import MAX_MODELS, CallModels, ModelCache, ModelRoomError
 from langgraph_devsched.records import CallRecord
 from langgraph_devsched.telemetry import DeviceState, cuda_status, local_device_state
@@ -241,7 +251,9 @@ class _LocalStep(BookedStep):
         return Placement(call.option, self._b.gpu.device, None, res.mb, res.model, warm,
                          res.evicted)
 
-    def _place(self, call: PlannedCall) -> tuple[Placement, Reservation | None]:
+    def _place(
+        self, call: PlannedCall, deadline: Deadline | None = None
+    ) -> tuple[Placement, Reservation | None]:
         need = self._need(call)
         planned = self._gpu_plan(call, need)
         if planned is not None:
@@ -258,24 +270,26 @@ class _LocalStep(BookedStep):
                 why = f"{spec.vram_mb:.0f} MB of VRAM do not fit now ({ledger.free_mb:.0f} MB free)"
                 return self._cpu_or_fail(call, "oom", why), None
             return self._gpu_placement(call, res), res
+        wait, by_deadline = wait_bound(deadline, self._b.queue_timeout_s)
         try:
-            res = ledger.reserve(spec.vram_mb, spec.gpu_share, self._b.queue_timeout_s, need)
-        except QueueTimeoutError as exc:
-            return self._cpu_or_fail(call, "queue_timeout", str(exc)), None
+            res = ledger.reserve(spec.vram_mb, spec.gpu_share, wait, need)
+        except (QueueTimeoutError, NeverFitsError) as exc:
+            return self._queue_refused(call, exc, deadline if by_deadline else None), None
         return self._gpu_placement(call, res), res
 
-    async def _aplace(self, call: PlannedCall) -> tuple[Placement, Reservation | None]:
+    async def _aplace(
+        self, call: PlannedCall, deadline: Deadline | None = None
+    ) -> tuple[Placement, Reservation | None]:
         need = self._need(call)
         if call.option != "gpu_queued" or self._gpu_plan(call, need) is not None:
-            return self._place(call)
+            return self._place(call, deadline)
         ledger = self._b.ledger
         assert ledger is not None
+        wait, by_deadline = wait_bound(deadline, self._b.queue_timeout_s)
         try:
-            res = await ledger.areserve(
-                call.spec.vram_mb, call.spec.gpu_share, self._b.queue_timeout_s, need
-            )
-        except QueueTimeoutError as exc:
-            return self._cpu_or_fail(call, "queue_timeout", str(exc)), None
+            res = await ledger.areserve(call.spec.vram_mb, call.spec.gpu_share, wait, need)
+        except (QueueTimeoutError, NeverFitsError) as exc:
+            return self._queue_refused(call, exc, deadline if by_deadline else None), None
         return self._gpu_placement(call, res), res
 
     def _oom_fallback(self, call: PlannedCall, exc: BaseException | None) -> Placement:
@@ -330,7 +344,7 @@ class _LocalStep(BookedStep):
         end = self._clock()  # the call ended before its VRAM went back
         run.held.release_all()
         for used in run.models:
-            self._b.models.settle(used)
+            self._b.models.finish(used)
         self._record(call, run.placement, run.start, run.peers, run.error, end,
                      _merged(run.models))
 
@@ -339,21 +353,21 @@ class _LocalStep(BookedStep):
         """`ResidentModel.get` answers from the backend's cache while the call runs here."""
         p = run.placement
         with self._b.models.scope(p.device, p.model or call.spec.model_name(call.tool),
-                                  p.evicted, cold=p.warm is False) as used:
+                                  p.evicted, cold=p.warm is False, until_finish=True) as used:
             run.models.append(used)
             yield
 
-    def run_sync(self, call_id: str, run: RunOnce[T]) -> T:
+    def run_sync(self, call_id: str, run: RunOnce[T], deadline: Deadline | None = None) -> T:
         call = self._start(call_id)
         try:
-            placement, res = self._place(call)
+            placement, res = self._place(call, deadline)
         except BaseException as err:
             self._unplaced(call, err)
             raise
         state = _Run(placement, _Held(self._b, res), self._clock(), self._peers(placement))
         lease = Lease()
         try:
-            state.held.take_cpu_slot(placement)
+            state.held.take_cpu_slot(placement, deadline)
             lease.holding = state.held.holding
             with leased(lease):
                 try:
@@ -368,7 +382,7 @@ class _LocalStep(BookedStep):
                     exc = raised
                 state.held.release_gpu()
                 state.placement = placement = self._oom_fallback(call, exc)
-                state.held.take_cpu_slot(placement)  # every CPU run takes a slot
+                state.held.take_cpu_slot(placement, deadline)  # every CPU run takes a slot
                 lease.holding = state.held.holding
                 with self._models(call, state):
                     result, _ = run(placement)
@@ -379,17 +393,19 @@ class _LocalStep(BookedStep):
         finally:
             lease.end(lambda: self._end(call, state))
 
-    async def run_async(self, call_id: str, run: ARunOnce[T]) -> T:
+    async def run_async(
+        self, call_id: str, run: ARunOnce[T], deadline: Deadline | None = None
+    ) -> T:
         call = self._start(call_id)
         try:
-            placement, res = await self._aplace(call)
+            placement, res = await self._aplace(call, deadline)
         except BaseException as err:  # cancelled while queued for the GPU included
             self._unplaced(call, err)
             raise
         state = _Run(placement, _Held(self._b, res), self._clock(), self._peers(placement))
         lease = Lease()
         try:
-            await state.held.atake_cpu_slot(placement)
+            await state.held.atake_cpu_slot(placement, deadline)
             lease.holding = state.held.holding
             with leased(lease):
                 try:
@@ -404,7 +420,7 @@ class _LocalStep(BookedStep):
                     exc = raised
                 state.held.release_gpu()
                 state.placement = placement = self._oom_fallback(call, exc)
-                await state.held.atake_cpu_slot(placement)  # every CPU run takes a slot
+                await state.held.atake_cpu_slot(placement, deadline)  # every CPU run takes a slot
                 lease.holding = state.held.holding
                 with self._models(call, state):
                     result, _ = await run(placement)
@@ -453,15 +469,23 @@ class _Held:
     def holding(self) -> bool:
         return self._gpu is not None or self._cpu is not None
 
-    def take_cpu_slot(self, placement: Placement) -> None:
+    def take_cpu_slot(self, placement: Placement, deadline: Deadline | None) -> None:
         slots = self._b.cpu_slots
         if slots is not None and not placement.on_gpu and self._cpu is None:
-            self._cpu = slots.reserve(1)
+            try:
+                self._cpu = slots.reserve(1, timeout=wait_bound(deadline, None)[0])
+            except QueueTimeoutError:
+                assert deadline is not None
+                raise deadline.error() from None
 
-    async def atake_cpu_slot(self, placement: Placement) -> None:
+    async def atake_cpu_slot(self, placement: Placement, deadline: Deadline | None) -> None:
         slots = self._b.cpu_slots
         if slots is not None and not placement.on_gpu and self._cpu is None:
-            self._cpu = await slots.areserve(1)
+            try:
+                self._cpu = await slots.areserve(1, timeout=wait_bound(deadline, None)[0])
+            except QueueTimeoutError:
+                assert deadline is not None
+                raise deadline.error() from None
 
     def release_gpu(self) -> None:
         if self._gpu is not None and self._b.ledger is not None:

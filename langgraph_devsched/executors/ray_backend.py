@@ -35,10 +35,12 @@ from langgraph_devsched.device import Placement
 from langgraph_devsched.executors.base import (
     ARunOnce,
     BookedStep,
+    Deadline,
     PlacementError,
     PlannedCall,
     RunOnce,
     vram_needed,
+    wait_bound,
 )
 from langgraph_devsched.executors.lease import Lease, leased
 from langgraph_devsched.executors.local import is_gpu_oom
@@ -50,7 +52,13 @@ from langgraph_devsched.executors.ray_cluster import (
 )
 from langgraph_devsched.executors.ray_task import Where, portable_config, remote_invoke
 from langgraph_devsched.executors.ray_tool import RemoteTool
-from langgraph_devsched.ledger import QueueTimeoutError, Reservation, VramLedger, WeightsNeed
+from langgraph_devsched.ledger import (
+    NeverFitsError,
+    QueueTimeoutError,
+    Reservation,
+    VramLedger,
+    WeightsNeed,
+)
 from langgraph_devsched.records import CallRecord
 from langgraph_devsched.telemetry import DeviceState
 
@@ -342,36 +350,38 @@ class _RayStep(BookedStep):
                 return slot
         return min(slots, key=lambda s: (s.ledger.queued, s.ledger.active, s.key))
 
-    def _place(self, call: PlannedCall) -> tuple[Placement, tuple[GpuSlot, Reservation] | None]:
+    def _place(
+        self, call: PlannedCall, deadline: Deadline | None = None
+    ) -> tuple[Placement, tuple[GpuSlot, Reservation] | None]:
         slots = self._candidates(call)
         if isinstance(slots, Placement):
             return slots, None
         if call.option == "gpu_now":
             return self._now(call, slots)
         slot = self._queue_slot(call, slots)
+        wait, by_deadline = wait_bound(deadline, self.backend.queue_timeout_s)
         try:
             res = slot.ledger.reserve(
-                call.spec.vram_mb, call.spec.gpu_share, self.backend.queue_timeout_s,
-                _weights(call),
+                call.spec.vram_mb, call.spec.gpu_share, wait, _weights(call),
             )
-        except QueueTimeoutError as exc:
-            return self._cpu_or_fail(call, "queue_timeout", str(exc)), None
+        except (QueueTimeoutError, NeverFitsError) as exc:
+            return self._queue_refused(call, exc, deadline if by_deadline else None), None
         return self._granted(call, slot, res), (slot, res)
 
     async def _aplace(
-        self, call: PlannedCall
+        self, call: PlannedCall, deadline: Deadline | None = None
     ) -> tuple[Placement, tuple[GpuSlot, Reservation] | None]:
         slots = self._candidates(call)
         if isinstance(slots, Placement) or call.option != "gpu_queued":
-            return self._place(call)
+            return self._place(call, deadline)
         slot = self._queue_slot(call, slots)
+        wait, by_deadline = wait_bound(deadline, self.backend.queue_timeout_s)
         try:
             res = await slot.ledger.areserve(
-                call.spec.vram_mb, call.spec.gpu_share, self.backend.queue_timeout_s,
-                _weights(call),
+                call.spec.vram_mb, call.spec.gpu_share, wait, _weights(call),
             )
-        except QueueTimeoutError as exc:
-            return self._cpu_or_fail(call, "queue_timeout", str(exc)), None
+        except (QueueTimeoutError, NeverFitsError) as exc:
+            return self._queue_refused(call, exc, deadline if by_deadline else None), None
         return self._granted(call, slot, res), (slot, res)
 
     @staticmethod
@@ -435,10 +445,10 @@ class _RayStep(BookedStep):
         run.held = None
         self._record(call, run.placement, run.start, run.peers)
 
-    def run_sync(self, call_id: str, run: RunOnce[T]) -> T:
+    def run_sync(self, call_id: str, run: RunOnce[T], deadline: Deadline | None = None) -> T:
         call = self._start(call_id)
         try:
-            placement, held = self._place(call)
+            placement, held = self._place(call, deadline)
         except BaseException as err:
             self._unplaced(call, err)
             raise
@@ -458,7 +468,7 @@ class _RayStep(BookedStep):
                 self._release(state.held)
                 state.held = None
                 if self._retry_lost(call, attempt):
-                    state.placement, state.held = self._place(call)
+                    state.placement, state.held = self._place(call, deadline)
                     state.peers = max(state.peers, self._peers(state.held))
                     continue
                 oom = oom or call_id in self.oom or (exc is not None and is_gpu_oom(exc))
@@ -472,10 +482,12 @@ class _RayStep(BookedStep):
         finally:
             lease.end(lambda: self._end(call, state))
 
-    async def run_async(self, call_id: str, run: ARunOnce[T]) -> T:
+    async def run_async(
+        self, call_id: str, run: ARunOnce[T], deadline: Deadline | None = None
+    ) -> T:
         call = self._start(call_id)
         try:
-            placement, held = await self._aplace(call)
+            placement, held = await self._aplace(call, deadline)
         except BaseException as err:  # cancelled while queued included
             self._unplaced(call, err)
             raise
@@ -495,7 +507,7 @@ class _RayStep(BookedStep):
                 self._release(state.held)
                 state.held = None
                 if self._retry_lost(call, attempt):
-                    state.placement, state.held = await self._aplace(call)
+                    state.placement, state.held = await self._aplace(call, deadline)
                     state.peers = max(state.peers, self._peers(state.held))
                     continue
                 oom = oom or call_id in self.oom or (exc is not None and is_gpu_oom(exc))

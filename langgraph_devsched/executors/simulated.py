@@ -24,6 +24,7 @@ from typing import Literal, TypeVar, get_args
 from langgraph_devsched.device import Placement
 from langgraph_devsched.executors.base import (
     ARunOnce,
+    Deadline,
     PlacementError,
     PlannedCall,
     RecordBook,
@@ -126,7 +127,7 @@ class _SimulatedStep:
             if call_id in self._by_id and call_id not in self._started:
                 self._book.add_missing(self._by_id[call_id])
 
-    def run_sync(self, call_id: str, run: RunOnce[T]) -> T:
+    def run_sync(self, call_id: str, run: RunOnce[T], deadline: Deadline | None = None) -> T:
         self._started.add(call_id)
         self._refused(call_id)
         placement = self._placement(call_id)
@@ -146,7 +147,9 @@ class _SimulatedStep:
         finally:
             self._book.add(self._recorded(call_id))
 
-    async def run_async(self, call_id: str, run: ARunOnce[T]) -> T:
+    async def run_async(
+        self, call_id: str, run: ARunOnce[T], deadline: Deadline | None = None
+    ) -> T:
         self._started.add(call_id)
         self._refused(call_id)
         placement = self._placement(call_id)
