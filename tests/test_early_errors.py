@@ -1,0 +1,133 @@
+"""Bad input caught early (issue 23, classes 6-9): at construction or before the work starts,
+with a message that names what is wrong and what is valid, never later as a traceback.
+
+Class 6: weights that can never fit warn when the node is built. Class 7: persisted stats
+with bad values load with the bad entries dropped (one warning) and the rest kept, and the
+next decisions are the scheduler's, not ``scheduler_error``. Class 8: every CLI output path
+is checked before the work starts (exit 2, one line, no traceback); a scenario file with a
+non-finite time names the file, the tool and the field. Class 9: ``backend=`` that is not a
+backend and a testbed that does not know one of the node's tools fail at construction.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.graph import START, MessagesState, StateGraph
+
+from langgraph_devsched import (
+    DeviceToolNode,
+    GpuConfig,
+    LocalBackend,
+    SimulatedTestbed,
+    ToolParams,
+)
+from langgraph_devsched.profiling.to_testbed import simulated_gpu
+
+
+@tool
+def asr(text: str) -> str:
+    """Transcribe."""
+    return f"asr:{text}"
+
+
+@tool
+def ocr(text: str) -> str:
+    """Read."""
+    return f"ocr:{text}"
+
+
+def graph_of(node: DeviceToolNode) -> Any:
+    return StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
+
+
+def run_step(node: DeviceToolNode, step: int, names: tuple[str, ...] = ("asr", "ocr")) -> None:
+    calls = [{"name": n, "args": {"text": "x"}, "id": f"{n}{step}"} for n in names]
+    out = graph_of(node).invoke({"messages": [AIMessage("", tool_calls=calls)]})
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [m.status for m in answers] == ["success"] * len(names)
+
+
+# -- class 6: weights that can never fit warn at construction ---------------------------------
+
+HEAVY = {"asr": {"vram_mb": 500, "weights_mb": 20000}, "ocr": {"vram_mb": 500, "weights_mb": 3000}}
+HEAVY_WARNING = (
+    r"tool 'asr' declares vram_mb=500 and weights_mb=20000 \(20500 MB in all\) but a call can "
+    r"get at most 8000 MB of this GPU: its calls will run on the CPU"
+)
+
+
+def never_fitting(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "can get at most" in str(w.message)]
+
+
+def test_weights_that_never_fit_warn_at_construction_on_a_declared_local_gpu() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        DeviceToolNode([asr, ocr], hints=HEAVY, backend=LocalBackend(gpu=GpuConfig(8000)))
+    [text] = never_fitting(caught)  # ocr's 3,500 MB fit: no warning for it
+    assert re.match(HEAVY_WARNING, text), text
+
+
+def test_weights_that_never_fit_warn_at_construction_on_a_simulated_gpu() -> None:
+    bed = SimulatedTestbed(
+        {t: ToolParams(cpu_ms=50, gpu_ms=5, vram_mb=500, weights_mb=1000) for t in ("asr", "ocr")},
+        vram_budget_mb=8000,
+    )
+    with pytest.warns(UserWarning, match=HEAVY_WARNING):
+        DeviceToolNode([asr, ocr], hints=HEAVY, testbed=bed)
+
+
+def test_weights_that_fit_with_the_working_memory_do_not_warn() -> None:
+    fits = {"asr": {"vram_mb": 1000, "weights_mb": 7000}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        DeviceToolNode([asr], hints=fits, backend=LocalBackend(gpu=GpuConfig(8000)))
+    assert never_fitting(caught) == []
+
+
+# -- class 9: backend= and testbed= arguments checked at construction ----------------------------
+
+@pytest.mark.parametrize("backend", ["ray", "local", 3, object()])
+def test_a_backend_that_is_not_one_fails_at_construction(backend: object) -> None:
+    with pytest.raises(TypeError) as info:
+        DeviceToolNode([asr], hints={"asr": {"vram_mb": 100}}, backend=backend)  # type: ignore[arg-type]
+    text = str(info.value)
+    assert text.startswith("backend= must be a backend object (LocalBackend(), RayBackend(), ")
+    assert f"got {type(backend).__name__} " in text
+    assert "has no device_state() or start_step()" in text
+
+
+def test_a_string_backend_points_to_testbed_for_a_simulated_gpu() -> None:
+    with pytest.raises(TypeError, match=r"got str 'ray'.*; for a simulated GPU give testbed="):
+        DeviceToolNode([asr], backend="ray")  # type: ignore[arg-type]
+
+
+def test_a_testbed_that_is_not_one_fails_at_construction() -> None:
+    with pytest.raises(TypeError, match=r"testbed= must be a SimulatedTestbed .*got dict"):
+        DeviceToolNode([asr], testbed={"asr": {}})  # type: ignore[arg-type]
+
+
+def test_simulated_gpu_hints_without_one_of_the_nodes_tools_fail_at_construction() -> None:
+    hinted = {"asr": {"vram_mb": 500, "profile": {"cpu_ms": 40, "gpu_ms": 4}}}
+    bed = simulated_gpu(hinted, vram_budget_mb=8000)
+    both = {**hinted, "ocr": {"vram_mb": 500, "profile": {"cpu_ms": 30, "gpu_ms": 3}}}
+    with pytest.raises(ValueError) as info:
+        DeviceToolNode([asr, ocr], hints=both, testbed=bed)
+    assert str(info.value) == (
+        "the testbed has no parameters for tool(s) 'ocr' of this node; it simulates: asr "
+        "(build it with parameters or hints for every tool)"
+    )
+    run_step(DeviceToolNode([asr], hints=hinted, testbed=bed), 0, ("asr",))  # a full one runs
+
+
+def test_a_middleware_with_a_string_backend_fails_when_built() -> None:
+    from langgraph_devsched.middleware import DeviceSchedulingMiddleware
+
+    with pytest.raises(TypeError, match=r"backend= must be a backend object .*got str 'ray'"):
+        DeviceSchedulingMiddleware(backend="ray")  # type: ignore[arg-type]
