@@ -11,8 +11,10 @@ backend and a testbed that does not know one of the node's tools fail at constru
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +27,11 @@ from langgraph_devsched import (
     GpuConfig,
     LocalBackend,
     SimulatedTestbed,
+    StepReport,
     ToolParams,
 )
+from langgraph_devsched.monitor import RuntimeMonitor
+from langgraph_devsched.monitor.persist import MonitorStatsWarning
 from langgraph_devsched.profiling.to_testbed import simulated_gpu
 
 
@@ -131,3 +136,64 @@ def test_a_middleware_with_a_string_backend_fails_when_built() -> None:
 
     with pytest.raises(TypeError, match=r"backend= must be a backend object .*got str 'ray'"):
         DeviceSchedulingMiddleware(backend="ray")  # type: ignore[arg-type]
+
+
+# -- class 7: persisted stats with bad values: the bad entries dropped, the rest kept -----------
+
+RESIDENT_HINTS = {
+    t: {"vram_mb": 500, "weights_mb": 3000, "profile": {"cpu_ms": cpu, "gpu_ms": 10}}
+    for t, cpu in (("asr", 100), ("ocr", 80))
+}
+
+
+def resident_bed() -> SimulatedTestbed:
+    return SimulatedTestbed(
+        {t: ToolParams(cpu_ms=cpu, gpu_ms=10, vram_mb=500, weights_mb=3000, load_gpu_ms=500,
+                       load_cpu_ms=300) for t, cpu in (("asr", 100), ("ocr", 80))},
+        vram_budget_mb=5000,
+    )
+
+
+def run_monitored(monitor: RuntimeMonitor, steps: int) -> list[StepReport]:
+    reports: list[StepReport] = []
+    node = DeviceToolNode([asr, ocr], hints=RESIDENT_HINTS, testbed=resident_bed(),
+                          monitor=monitor, on_step=reports.append)
+    for i in range(steps):
+        run_step(node, i)
+    return reports
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["negative-load-times", "mixed-bad-values"])
+def test_a_stats_file_with_bad_residency_values_loads_the_rest_and_decisions_stay_the_schedulers(
+    tmp_path: Path, mixed: bool
+) -> None:
+    warm = RuntimeMonitor()
+    run_monitored(warm, 4)
+    path = tmp_path / "stats.json"
+    warm.save(path)
+    data = json.loads(path.read_text())
+    assert data["load_seen_ms"] == {"asr|gpu": 500.0, "asr|cpu": 300.0, "ocr|gpu": 500.0,
+                                    "ocr|cpu": 300.0}
+    data["load_seen_ms"]["asr|gpu"] = -501.0                     # a negative load time
+    data["load_seen_ms"]["asr|cpu"] = -301.0
+    if mixed:
+        data["vram_seen_mb"]["ocr"] = "big"                      # a wrong type
+        data["load_seen_ms"]["ocr|cpu"] = 1e999                  # written as inf: not finite
+    path.write_text(json.dumps(data).replace("Infinity", "1e999"))
+    with pytest.warns(MonitorStatsWarning) as caught:
+        loaded = RuntimeMonitor.load(path)
+    [text] = [str(w.message) for w in caught if issubclass(w.category, MonitorStatsWarning)]
+    bad = ["load_seen_ms.'asr|gpu'", "load_seen_ms.'asr|cpu'"]
+    bad += ["vram_seen_mb.'ocr'", "load_seen_ms.'ocr|cpu'"] if mixed else []
+    assert text.startswith(
+        f"monitor stats file {path}: dropped {len(bad)} invalid entries, kept the rest")
+    assert all(where in text for where in bad)
+    kept = loaded.state
+    assert kept.step == 4 and kept.stats == warm.state.stats
+    assert kept.outcomes == warm.state.outcomes
+    assert kept.load_seen_ms == ({"ocr|gpu": 500.0} if mixed else
+                                 {"ocr|gpu": 500.0, "ocr|cpu": 300.0})
+    assert kept.vram_seen_mb == ({"asr": 500.0} if mixed else {"asr": 500.0, "ocr": 500.0})
+    reports = run_monitored(loaded, 4)
+    assert [r.decision.fallback for r in reports] == [None] * 4
+    assert [r.fallbacks for r in reports] == [{}] * 4             # no scheduler_error
