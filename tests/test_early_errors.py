@@ -197,3 +197,92 @@ def test_a_stats_file_with_bad_residency_values_loads_the_rest_and_decisions_sta
     reports = run_monitored(loaded, 4)
     assert [r.decision.fallback for r in reports] == [None] * 4
     assert [r.fallbacks for r in reports] == [{}] * 4             # no scheduler_error
+
+
+# -- class 8: every CLI output path checked before the work starts --------------------------------
+
+TINY = """\
+name: tiny
+category: parallel
+testbed: {vram_budget_mb: 8000, cpu_cores: 2, noise: 0.0, seed: 1}
+tools:
+  a: {params: {cpu_ms: 150, gpu_ms: 100, vram_mb: 1000}}
+  b: {params: {cpu_ms: 150, gpu_ms: 100, vram_mb: 1000}}
+workload: {kind: parallel, calls: [a, b], rounds: 2}
+"""
+
+FILE_WANTED = ": is a folder; give a file path (missing folders are created)"
+FOLDER_WANTED = ": is a file; give a folder to write into (created if missing)"
+
+
+def command_args(tmp_path: Path, command: str) -> list[str]:
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY, encoding="utf-8")
+    return {
+        "bench": ["bench", "--scenarios", str(scenario), "--schedulers", "all_gpu,oracle",
+                  "--rounds", "1"],
+        "profile": ["profile", "--suite", "tests.test_profiler:TINY_TOOLS", "--devices", "cpu",
+                    "--repeats", "1", "--warmup", "0", "--tools", "double"],
+        "stress": ["stress", "--calls", "20", "--seed", "1", "--backend", "simulated"],
+        "perf": ["perf", "--schedulers", "all_gpu", "--sizes", "1", "--samples", "1",
+                 "--warmup", "0", "--steps", "0"],
+    }[command]
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "where", "expected"),
+    [
+        ("bench", "--json", "dir", FILE_WANTED),
+        ("bench", "--plots", "file", FOLDER_WANTED),
+        ("bench", "--json", "under_file", "cannot be created"),
+        ("profile", "--hints-out", "dir", FILE_WANTED),
+        ("profile", "--json", "dir", FILE_WANTED),
+        ("profile", "--plots", "file", FOLDER_WANTED),
+        ("profile", "--scenario-out", "file", FOLDER_WANTED),
+        ("stress", "--json", "dir", FILE_WANTED),
+        ("perf", "--json", "dir", FILE_WANTED),
+    ],
+)
+def test_a_bad_output_path_is_one_line_and_exit_2_before_any_work(
+    tmp_path: Path, command: str, option: str, where: str, expected: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from langgraph_devsched.cli import app
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    a_file = tmp_path / "taken.txt"
+    a_file.write_text("x")
+    path = {"dir": folder, "file": a_file, "under_file": a_file / "sub" / "r.json"}[where]
+    result = CliRunner().invoke(app, [*command_args(tmp_path, command), option, str(path)])
+    assert result.exit_code == 2, result.output  # a usage error (stress: never 1, "violation")
+    assert result.output.splitlines() == [result.output.strip()], result.output  # one line
+    assert result.output.startswith(f"Error: {option} {path}")
+    assert expected in result.output and "Traceback" not in result.output
+    if where == "under_file":
+        assert f"{a_file} is a file, not a folder" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "taken.txt", "tiny.yaml"]
+    assert list(folder.iterdir()) == [] and a_file.read_text() == "x"  # nothing written
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    (".inf", "Input should be a finite number (got inf)"),
+    (".nan", "Input should be a finite number (got nan)"),
+    ("-3", "Input should be greater than 0 (got -3)"),
+])
+def test_a_non_finite_time_in_a_scenario_names_the_file_the_tool_and_the_field(
+    tmp_path: Path, value: str, why: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from langgraph_devsched.cli import app
+
+    scenario = tmp_path / "bad.yaml"
+    scenario.write_text(TINY.replace("a: {params: {cpu_ms: 150", f"a: {{params: {{cpu_ms: {value}"))
+    result = CliRunner().invoke(app, ["bench", "--scenarios", str(scenario), "--rounds", "1"])
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [
+        f"Error: scenario file {scenario}: invalid scenario",
+        f"  tools.a.params.cpu_ms: {why}",
+    ]
