@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from langgraph_devsched.output_paths import check_output_paths
+
 app = typer.Typer(
     help="langgraph_devsched: schedule LangGraph tool calls on GPU now, GPU queue or CPU.",
     no_args_is_help=True,
@@ -153,6 +155,7 @@ def bench(
     if schedulers is not None:
         names = [n.strip() for n in schedulers.split(",") if n.strip()]
     try:
+        check_output_paths(("--json", json_path, "file"), ("--plots", plots, "folder"))
         options = (llm_timeout, llm_max_tokens, llm_mode, llm_answer, llm_candidates)
         if any(v is not None for v in options):
             from langgraph_devsched.schedulers.agentic_model import apply_llm_options
@@ -167,7 +170,7 @@ def bench(
             json_path=json_path, plots=plots, backend=backend, real=real, declare=declare,
             decision_cost=decision_cost, physics=physics,
         )
-    except ValueError as exc:  # ScenarioError, unknown scheduler names, bad --declare
+    except ValueError as exc:  # ScenarioError, unknown scheduler names, bad --declare/paths
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(code=2) from None
 
@@ -221,6 +224,10 @@ def profile(
     from langgraph_devsched.profiling.command import NothingMeasured, run_profile_command
 
     try:
+        check_output_paths(
+            ("--json", json_path, "file"), ("--hints-out", hints_out, "file"),
+            ("--plots", plots, "folder"), ("--scenario-out", scenario_out, "folder"),
+        )
         run_profile_command(
             suite=suite, devices=devices, size=size, repeats=repeats, warmup=warmup,
             threads=threads, tools=tools, example_args=example_args, json_path=json_path,
@@ -230,7 +237,7 @@ def profile(
     except NothingMeasured as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(code=1) from None
-    except ValueError as exc:  # unknown device/size/tool, bad MODULE:ATTR, no GPU rows
+    except ValueError as exc:  # unknown device/size/tool, bad MODULE:ATTR, no GPU rows, paths
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(code=2) from None
 
@@ -261,11 +268,12 @@ def stress(
     from langgraph_devsched.stress.command import run_stress_command
 
     try:
+        check_output_paths(("--json", json_path, "file"))
         report = run_stress_command(
             calls=calls, seed=seed, backend=backend, fault_rates=fault_rate or (),
             max_seconds=max_seconds, json_path=json_path,
         )
-    except ValueError as exc:  # unknown backend or fault kind, bad rate
+    except ValueError as exc:  # unknown backend or fault kind, bad rate, bad --json path
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(code=2) from None
     if not report.ok:

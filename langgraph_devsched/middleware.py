@@ -37,8 +37,6 @@ from langgraph.types import Command
 
 from langgraph_devsched.device import current_device
 from langgraph_devsched.executors.base import Backend
-from langgraph_devsched.executors.local import LocalBackend
-from langgraph_devsched.executors.simulated import SimulatedBackend
 from langgraph_devsched.hints import ToolDeviceSpec, load_hints_file, validate_spec
 from langgraph_devsched.node import (
     DEFAULT_SCHEDULER,
@@ -46,6 +44,7 @@ from langgraph_devsched.node import (
     StepReport,
     pending_step_calls,
 )
+from langgraph_devsched.node_checks import node_backend
 from langgraph_devsched.schedulers.base import Scheduler
 from langgraph_devsched.schedulers.registry import make_scheduler
 from langgraph_devsched.testbed import SimulatedTestbed
@@ -76,8 +75,7 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         history: int = 100,
     ) -> None:
         super().__init__()
-        if backend is not None and testbed is not None:
-            raise ValueError("give either backend= or testbed=, not both")
+        self.backend: Backend = node_backend(backend, testbed)
         self.scheduler: Scheduler = (
             make_scheduler(scheduler or DEFAULT_SCHEDULER)
             if scheduler is None or isinstance(scheduler, str)
@@ -88,9 +86,6 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         for tool_name, fields in (hints or {}).items():
             validate_spec(tool_name, fields)  # field errors now; unknown tools at first call
         self._hints = hints
-        self.backend: Backend = backend or (
-            SimulatedBackend(testbed) if testbed is not None else LocalBackend()
-        )
         self.monitor = monitor
         self._on_step = on_step
         self.history: deque[StepReport] = deque(maxlen=history)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import warnings
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -39,9 +38,8 @@ from langgraph_devsched.aio import threaded_wrapper
 from langgraph_devsched.call_runner import CallRunner, is_sync_only
 from langgraph_devsched.device import injected_device_args
 from langgraph_devsched.executors.base import Backend
-from langgraph_devsched.executors.local import LocalBackend
-from langgraph_devsched.executors.simulated import SimulatedBackend
 from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
+from langgraph_devsched.node_checks import check_testbed_covers, node_backend, warn_never_fitting
 from langgraph_devsched.planning import (
     PlannedStep,
     StepKey,
@@ -91,31 +89,6 @@ def pending_step_calls(messages: Sequence[Any], call_id: str | None) -> list[Too
                 if c.get("id") == call_id or c.get("id") not in answered
             ]
     return None
-
-
-def warn_never_fitting(specs: Mapping[str, ToolDeviceSpec], backend: Backend) -> list[str]:
-    """Warn (and return the warnings) for GPU-capable tools whose ``vram_mb`` exceeds what
-    the backend's GPU can ever give a call; only where the budget is known without probing."""
-    declared = getattr(backend, "declared_capacity_mb", None)  # local, simulated
-    capacity: float | None = declared() if callable(declared) else None
-    if capacity is None:
-        return []
-    found = []
-    for name, spec in specs.items():
-        if not spec.gpu_capable or spec.vram_mb <= capacity:
-            continue
-        then = (
-            "its calls will run on the CPU (fallback vram_over_budget)"
-            if spec.cpu_allowed
-            else "its hints forbid the CPU, so every call will be answered with an error"
-        )
-        found.append(
-            f"tool {name!r} declares vram_mb={spec.vram_mb:.0f} but a call can get at most "
-            f"{capacity:.0f} MB of this GPU: {then}"
-        )
-    for text in found:
-        warnings.warn(text, UserWarning, stacklevel=3)
-    return found
 
 
 class DeviceToolNode(ToolNode):
@@ -182,15 +155,12 @@ class DeviceToolNode(ToolNode):
         }
         by_name = {n: originals.get(n, t) for n, t in self.tools_by_name.items()}
         self.device_specs: dict[str, ToolDeviceSpec] = resolve_specs(by_name, hints)
-        if backend is not None and testbed is not None:
-            raise ValueError("give either backend= or testbed=, not both")
+        self.backend: Backend = node_backend(backend, testbed)
+        check_testbed_covers(self.device_specs, self.backend)
         if scheduler is None:
             scheduler = DEFAULT_SCHEDULER
         self.scheduler: Scheduler = (
             make_scheduler(scheduler) if isinstance(scheduler, str) else scheduler
-        )
-        self.backend: Backend = backend or (
-            SimulatedBackend(testbed) if testbed is not None else LocalBackend()
         )
         self.monitor = monitor
         self.call_timeout_s = call_timeout_s

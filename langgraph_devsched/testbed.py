@@ -63,7 +63,7 @@ _EPS = 1e-9
 class ToolParams(BaseModel):
     """Hidden ground-truth parameters of one tool (never shown to a scheduler)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     cpu_ms: float = Field(gt=0, description="solo latency on the CPU")
     gpu_ms: float = Field(ge=0, description="solo GPU compute time (transfers excluded)")
@@ -93,7 +93,7 @@ class ToolParams(BaseModel):
 class BackgroundLoad(BaseModel):
     """Something else on the machine, e.g. the agent's own LLM server."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     vram_mb: float = Field(default=0.0, ge=0)
     gpu_share: float = Field(default=0.0, ge=0, le=1)

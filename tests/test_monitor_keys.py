@@ -1,7 +1,8 @@
-"""Monitor state keys: any tool name round-trips, and malformed persisted keys start cold.
+"""Monitor state keys: any tool name round-trips, and malformed persisted keys are dropped.
 
 Regression tests for issue 12 (class 2): stats that passed validation but carried malformed
-keys made every later `record_step` / `snapshot` raise.
+keys made every later `record_step` / `snapshot` raise. Since issue 23 (class 7) a bad entry
+is dropped with a warning and the rest of the file is kept (it used to start cold).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from langgraph.store.memory import InMemoryStore
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor import RuntimeMonitor
 from langgraph_devsched.monitor.persist import MonitorStatsWarning
-from langgraph_devsched.monitor.state import MonitorState
+from langgraph_devsched.monitor.state import KeyStats, MonitorState
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers.base import Batch, Decision
 from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
@@ -95,32 +96,52 @@ def stats_data(extra: dict[str, Any]) -> dict[str, Any]:
     return {"format": "langgraph_devsched.monitor", "version": 1, "step": 1, **extra}
 
 
-def still_works(mon: RuntimeMonitor) -> None:
+def still_works(mon: RuntimeMonitor, before: int = 0) -> None:
     bed = SimulatedTestbed({"ocr": ToolParams(cpu_ms=90, gpu_ms=30)}, vram_budget_mb=8000)
     batch = step(mon, bed, {"ocr": "gpu_now"})
     obs = mon.snapshot(batch)
-    assert obs.step == 1 and obs.estimate("ocr", "gpu_now") is not None
-    assert [h.kind for h in obs.hints] == ["unknown"]
+    assert obs.step == before + 1 and obs.estimate("ocr", "gpu_now") is not None
+    if not before:
+        assert [h.kind for h in obs.hints] == ["unknown"]
+
+
+GOOD_KEY = "asr|cpu|gpu0-cpu0-low-idle"
+
+
+def with_good_entry(bad: dict[str, Any]) -> dict[str, Any]:
+    """``bad`` beside a valid stats row (and step 1): what must survive the load."""
+    data = stats_data({"stats": {GOOD_KEY: GOOD_STAT}})
+    for table, rows in bad.items():
+        data[table] = {**data.get(table, {}), **rows}
+    return data
+
+
+def kept_only_the_good_entry(mon: RuntimeMonitor) -> None:
+    assert mon.state == MonitorState(step=1, stats={GOOD_KEY: KeyStats.model_validate(GOOD_STAT)})
+    assert mon.snapshot().estimate("asr", "cpu").run_ms == 5.0  # type: ignore[union-attr]
+    still_works(mon, before=1)
 
 
 @pytest.mark.parametrize("kind", sorted(MALFORMED))
-def test_malformed_keys_in_a_file_start_cold(tmp_path: Path, kind: str) -> None:
+def test_malformed_keys_in_a_file_are_dropped_and_the_rest_kept(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "stats.json"
-    path.write_text(json.dumps(stats_data(MALFORMED[kind])))
-    with pytest.warns(MonitorStatsWarning, match="ignored, starting cold: invalid content"):
+    path.write_text(json.dumps(with_good_entry(MALFORMED[kind])))
+    with pytest.warns(MonitorStatsWarning) as caught:
         mon = RuntimeMonitor.load(path)
-    assert mon.state == MonitorState()
-    still_works(mon)
+    [text] = [str(w.message) for w in caught]
+    assert text.startswith(f"monitor stats file {path}: dropped 1 invalid entry, kept the rest "
+                           f"(invalid content at {next(iter(MALFORMED[kind]))}.")
+    kept_only_the_good_entry(mon)
 
 
 @pytest.mark.parametrize("kind", sorted(MALFORMED))
-def test_malformed_keys_in_a_store_start_cold(kind: str) -> None:
+def test_malformed_keys_in_a_store_are_dropped_and_the_rest_kept(kind: str) -> None:
     store = InMemoryStore()
-    store.put(("langgraph_devsched", "monitor"), "stats", stats_data(MALFORMED[kind]))
-    with pytest.warns(MonitorStatsWarning, match="ignored, starting cold: invalid content"):
+    store.put(("langgraph_devsched", "monitor"), "stats", with_good_entry(MALFORMED[kind]))
+    with pytest.warns(MonitorStatsWarning, match="store item langgraph_devsched/monitor/stats: "
+                      "dropped 1 invalid entry, kept the rest"):
         mon = RuntimeMonitor.load_from_store(store)
-    assert mon.state == MonitorState()
-    still_works(mon)
+    kept_only_the_good_entry(mon)
 
 
 def test_well_formed_keys_still_load(tmp_path: Path) -> None:
@@ -138,16 +159,16 @@ def test_well_formed_keys_still_load(tmp_path: Path) -> None:
     assert mon.snapshot().estimate("ocr", "cpu").run_ms == 5.0  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
-def test_non_finite_numbers_in_a_store_start_cold(bad: float) -> None:
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), -5.0])
+def test_non_finite_or_negative_numbers_in_a_store_are_dropped(bad: float) -> None:
     stat = {**GOOD_STAT["run"], "mean": bad}
     store = InMemoryStore()
-    store.put(("langgraph_devsched", "monitor"), "stats", stats_data(
+    store.put(("langgraph_devsched", "monitor"), "stats", with_good_entry(
         {"stats": {"ocr|cpu|gpu0-cpu0-low-idle": {**GOOD_STAT, "run": stat}}}))
-    with pytest.warns(MonitorStatsWarning, match="invalid content at stats.*finite number"):
+    why = "greater than or equal to 0" if bad == -5.0 else "finite number"
+    with pytest.warns(MonitorStatsWarning, match=f"invalid content at stats.*{why}"):
         mon = RuntimeMonitor.load_from_store(store)
-    assert mon.state == MonitorState()
-    still_works(mon)
+    kept_only_the_good_entry(mon)
 
 
 def test_a_non_finite_time_is_not_a_measurement(tmp_path: Path) -> None:

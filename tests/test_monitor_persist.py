@@ -67,7 +67,7 @@ def test_missing_file_starts_cold_quietly(tmp_path: Path, recwarn: pytest.Warnin
         ('{"format": "langgraph_devsched.monitor", "version": 1, "step": "many"}',
          "invalid content at step"),
         ('{"format": "langgraph_devsched.monitor", "version": 1, "stats": '
-         '{"k": {"run": {"count": -1}}}}', "invalid content at stats.k.run.count"),
+         '{"k": {"run": {"count": -1}}}}', "invalid content at stats.'k'.run.count"),
     ],
 )
 def test_corrupt_or_foreign_files_are_rejected_with_a_reason(

@@ -57,7 +57,7 @@ class ResidentModels(BaseModel):
 class TestbedConfig(BaseModel):
     """The simulated machine."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     vram_budget_mb: float = Field(gt=0, description="VRAM the scheduler may use, MB")
     cpu_cores: int = Field(default=8, ge=1, description="CPU cores of the CPU executor")

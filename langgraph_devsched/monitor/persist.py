@@ -1,7 +1,9 @@
 """Persist monitor stats: a JSON file or a LangGraph `BaseStore`, with a format version.
 
 Data only (JSON validated by pydantic, no pickle). A corrupt, foreign or future-version file
-is rejected with a warning that says why, and the monitor starts cold: loading never raises,
+is rejected with a warning that says why, and the monitor starts cold; a file whose entries
+hold bad values (a negative time, a wrong type, a malformed key) loses those entries, with one
+warning that names the file and each one dropped, and keeps the rest. Loading never raises,
 whatever the file or the store item holds (binary garbage, JSON nested 100,000 deep, a
 5,000-digit number, ``NaN``, malformed keys). At most `MAX_FILE_BYTES` (64 MiB) are read.
 Saving writes a temp file unique to the call beside the target and renames it over the target
@@ -26,8 +28,7 @@ import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
-from pydantic import ValidationError
-
+from langgraph_devsched.monitor.salvage import Unsalvageable, salvage
 from langgraph_devsched.monitor.state import FORMAT_NAME, FORMAT_VERSION, MonitorState
 
 logger = logging.getLogger(__name__)
@@ -38,15 +39,34 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 """A stats file larger than this is not read (the monitor starts cold, with a warning)."""
 
 
+MAX_LISTED = 5
+"""A partial load's warning names at most this many dropped entries (and counts the rest)."""
+
+
 class MonitorStatsWarning(UserWarning):
-    """Persisted stats could not be used; the monitor starts cold."""
+    """Persisted stats could not be used, in whole (the monitor starts cold) or in part (the
+    bad entries were dropped)."""
+
+
+def _warn(message: str) -> None:
+    logger.warning(message)
+    warnings.warn(message, MonitorStatsWarning, stacklevel=4)
 
 
 def _cold(where: str, why: str) -> MonitorState:
-    message = f"monitor stats {where} ignored, starting cold: {why}"
-    logger.warning(message)
-    warnings.warn(message, MonitorStatsWarning, stacklevel=3)
+    _warn(f"monitor stats {where} ignored, starting cold: {why}")
     return MonitorState()
+
+
+def _partial(where: str, state: MonitorState, dropped: list[str]) -> MonitorState:
+    listed = "; at ".join(dropped[:MAX_LISTED])
+    more = f"; and {len(dropped) - MAX_LISTED} more" if len(dropped) > MAX_LISTED else ""
+    _warn(
+        f"monitor stats {where}: dropped {len(dropped)} invalid "
+        f"entr{'y' if len(dropped) == 1 else 'ies'}, kept the rest (invalid content at "
+        f"{listed}{more})"
+    )
+    return state
 
 
 def state_from_data(data: Any, where: str) -> MonitorState:
@@ -61,15 +81,14 @@ def state_from_data(data: Any, where: str) -> MonitorState:
             f"format version {data.get('version')!r} is not supported (expected {FORMAT_VERSION})",
         )
     try:
-        return MonitorState.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        return _cold(where, f"invalid content at {loc}: {first['msg']}")
+        state, dropped = salvage(data)
+    except Unsalvageable as exc:
+        return _cold(where, f"invalid content at {exc}")
     except RecursionError:
         return _cold(where, "invalid content: nested too deeply")
     except Exception as exc:  # nothing a store may hand back is allowed to take the app down
         return _cold(where, f"invalid content ({type(exc).__name__}: {exc})")
+    return _partial(where, state, dropped) if dropped else state
 
 
 def save_file(state: MonitorState, path: str | Path) -> None:

@@ -4,9 +4,10 @@ Keys are strings so the state is plain JSON (see `langgraph_devsched.monitor.key
 key is ``"tool|option|context"``, an outcome key ``"shape|placement"`` where a shape is
 comma-joined sorted tool names and a placement comma-joined sorted ``tool=option`` pairs, tool
 names escaped. Validation parses every key, so a state that loads is one the monitor can use.
-Numbers must be finite (no ``NaN`` or infinity) and counts non-negative. Each table's
-insertion order is its recency (the monitor moves an entry to the end when it is
-updated and evicts from the front; see `langgraph_devsched.monitor.bounds`).
+Numbers must be finite (no ``NaN`` or infinity), and counts, times and sizes non-negative
+(`monitor.salvage` drops what breaks these rules on load). Each table's insertion order is
+its recency (the monitor moves an entry to the end when it is updated and evicts from the
+front; see `langgraph_devsched.monitor.bounds`).
 
 >>> stats_key("ocr", "cpu", "gpu0-cpu0-low-idle")
 'ocr|cpu|gpu0-cpu0-low-idle'
@@ -28,6 +29,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeFloat,
     NonNegativeInt,
     field_validator,
     model_validator,
@@ -99,8 +101,8 @@ class ToolFacts(BaseModel):
 
     gpu_allowed: bool = True
     cpu_allowed: bool = True
-    declared_cpu_ms: float | None = None
-    declared_gpu_ms: float | None = None
+    declared_cpu_ms: float | None = Field(default=None, ge=0)
+    declared_gpu_ms: float | None = Field(default=None, ge=0)
 
 
 class LastCall(BaseModel):
@@ -110,8 +112,8 @@ class LastCall(BaseModel):
     option: DeviceOption
     device: Literal["gpu", "cpu"]
     context: str
-    run_ms: float
-    wait_ms: float = 0.0
+    run_ms: float = Field(ge=0)
+    wait_ms: float = Field(default=0.0, ge=0)
 
     @field_validator("context")
     @classmethod
@@ -128,7 +130,7 @@ class LastStep(BaseModel):
     placement: str
     bg: str
     calls: list[LastCall]
-    makespan_ms: float
+    makespan_ms: float = Field(ge=0)
 
     @model_validator(mode="after")
     def _keys_parse(self) -> LastStep:
@@ -150,22 +152,31 @@ class MonitorState(BaseModel):
     version: Literal[1] = FORMAT_VERSION
     step: int = Field(default=0, ge=0)
     stats: dict[str, KeyStats] = Field(default_factory=dict)
-    vram_seen_mb: dict[str, float] = Field(default_factory=dict)
-    load_seen_ms: dict[str, float] = Field(
+    vram_seen_mb: dict[str, NonNegativeFloat] = Field(default_factory=dict)
+    load_seen_ms: dict[str, NonNegativeFloat] = Field(
         default_factory=dict, description="largest model load seen per 'tool|gpu' or 'tool|cpu'")
     outcomes: dict[str, OutcomeStats] = Field(default_factory=dict)
     probes_used: dict[str, NonNegativeInt] = Field(default_factory=dict)
     tools: dict[str, ToolFacts] = Field(default_factory=dict)
     last: dict[str, LastStep] = Field(default_factory=dict, description="latest step per shape")
     last_shape: str | None = None
-    resets: int = Field(default=0, description="estimates restarted by the outlier rule (drift)")
-    last_reset_step: int = -1
+    resets: int = Field(
+        default=0, ge=0, description="estimates restarted by the outlier rule (drift)")
+    last_reset_step: int = Field(default=-1, ge=-1)
 
     @field_validator("stats")
     @classmethod
     def _stats_keys_parse(cls, value: dict[str, KeyStats]) -> dict[str, KeyStats]:
         for key in value:
             parse_stats_key(key)
+        return value
+
+    @field_validator("load_seen_ms")
+    @classmethod
+    def _load_keys_parse(cls, value: dict[str, float]) -> dict[str, float]:
+        for key in value:
+            if key.rpartition("|")[2] not in ("gpu", "cpu") or not key.rpartition("|")[0]:
+                raise ValueError(f"malformed load key {key!r} (expected 'tool|gpu' or 'tool|cpu')")
         return value
 
     @field_validator("outcomes")

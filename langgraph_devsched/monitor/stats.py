@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat
 
 OUTLIER_K = 3.0
 """A sample more than this many standard deviations from the mean is an outlier..."""
@@ -44,13 +44,14 @@ class RunningStat(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     count: int = Field(default=0, ge=0)
-    mean: float = 0.0
+    mean: float = Field(default=0.0, ge=0, description="mean of the samples (times: >= 0)")
     m2: float = Field(default=0.0, ge=0, description="sum of squared deviations (Welford)")
     outliers: int = Field(default=0, ge=0, description="samples set aside by the outlier rule")
-    pending: tuple[float, ...] = Field(
+    pending: tuple[NonNegativeFloat, ...] = Field(
         default=(), description="outliers in a row on one side, kept to restart from"
     )
-    last_step: int = Field(default=-1, description="monitor step of the last sample, -1 if none")
+    last_step: int = Field(
+        default=-1, ge=-1, description="monitor step of the last sample, -1 if none")
     last_time: float | None = Field(default=None, description="clock time of the last sample")
 
     @property

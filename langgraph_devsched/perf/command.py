@@ -16,6 +16,8 @@ from typing import Annotated, Any
 
 import typer
 
+from langgraph_devsched.output_paths import check_output_paths
+
 DEFAULT_SIZES = "1,2,4,8,16,32,64"
 
 
@@ -142,6 +144,7 @@ def perf_command(
 
     console = Console(stderr=True)
     try:
+        check_output_paths(("--json", json_path, "file"))
         names = None if schedulers is None else [
             n.strip() for n in schedulers.split(",") if n.strip()]
         size_list = [int(x) for x in sizes.split(",") if x.strip()]
