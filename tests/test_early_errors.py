@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_devsched import (
@@ -33,18 +32,7 @@ from langgraph_devsched import (
 from langgraph_devsched.monitor import RuntimeMonitor
 from langgraph_devsched.monitor.persist import MonitorStatsWarning
 from langgraph_devsched.profiling.to_testbed import simulated_gpu
-
-
-@tool
-def asr(text: str) -> str:
-    """Transcribe."""
-    return f"asr:{text}"
-
-
-@tool
-def ocr(text: str) -> str:
-    """Read."""
-    return f"ocr:{text}"
+from tests.fakes import asr, ocr
 
 
 def graph_of(node: DeviceToolNode) -> Any:
