@@ -197,6 +197,8 @@ class _RowModels:
     """(m,) each row's residency group (rows whose GPU calls first use the models alike)."""
     evicted: tuple[tuple[str, ...], ...]
     """Per group, the resident models its plan evicts."""
+    after: tuple[tuple[tuple[str, float], ...], ...]
+    """Per group, the GPU-resident (model, MB) its plan leaves (`GpuPlan.after`)."""
 
     @property
     def host_loads(self) -> bool:
@@ -221,29 +223,45 @@ def _row_models(
                         keep_warm=res.keep_warm)
         base[:] = plan.base_mb
         return _RowModels(base, no_room, gpu_load, model_index, cpu_load,
-                          np.zeros(m, dtype=np.int64), ((),))  # one group, nothing evicted
+                          np.zeros(m, dtype=np.int64), ((),),  # one group, nothing evicted
+                          (plan.after,))
     first = np.full((m, len(names)), n, dtype=np.int64)
     for j in reversed(range(n)):
         k = model_index[j]
         if k >= 0:
             first[:, k] = np.where(codes[:, j] != 2, j, first[:, k])
-    keys, inverse = np.unique(first, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    keys, inverse = _unique_rows(np, first, n + 1)
     cols = {k: [j for j in range(n) if model_index[j] == k] for k in range(len(names))}
     evicted: list[tuple[str, ...]] = []
+    after: list[tuple[tuple[str, float], ...]] = []
     for g, key in enumerate(keys):
         wanted = [(names[k], float(vram[key[k]]))
                   for k in sorted(range(len(names)), key=lambda k: key[k]) if key[k] < n]
         plan = plan_gpu(res.gpu, wanted, res.weights_mb, budget_mb=budget, background_mb=bg_mb,
                         keep_warm=res.keep_warm)
         evicted.append(tuple(e for out in plan.evicted.values() for e in out))
+        after.append(plan.after)
         rows = inverse == g
         base[rows] = plan.base_mb
         for name in plan.no_room:
             no_room[np.ix_(rows, cols[index[name]])] = True
         for name in plan.loaded:
             gpu_load[np.ix_(rows, cols[index[name]])] = float(res.load_gpu_ms.get(name, 0.0))
-    return _RowModels(base, no_room, gpu_load, model_index, cpu_load, inverse, tuple(evicted))
+    return _RowModels(base, no_room, gpu_load, model_index, cpu_load, inverse, tuple(evicted),
+                      tuple(after))
+
+
+def _unique_rows(np: Any, rows: Any, base: int) -> tuple[Any, Any]:
+    """``np.unique(rows, axis=0, return_inverse=True)`` (the inverse flat) for rows of values
+    in ``range(base)``: one int64 per row where that fits (the same order, much faster)."""
+    if base ** rows.shape[1] >= 1 << 62:
+        keys, inverse = np.unique(rows, axis=0, return_inverse=True)
+        return keys, inverse.reshape(-1)
+    code = np.zeros(rows.shape[0], dtype=np.int64)
+    for k in range(rows.shape[1]):
+        code = code * base + rows[:, k]
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return rows[first], inverse.reshape(-1)
 
 
 def evicted_models(
@@ -259,6 +277,56 @@ def evicted_models(
     rm = _row_models(np, codes, residency, vram_budget_mb, background.vram_mb,
                      [p.vram_mb for p in params])
     return [rm.evicted[g] for g in rm.group.tolist()]
+
+
+StepEnd = tuple[tuple[tuple[str, float], ...], tuple[str, ...]]
+"""What a step leaves resident: the GPU (model, MB), least recently used first, and the
+models it loads into host memory (by name)."""
+
+
+def step_ends(
+    params: Sequence[ToolParams], codes: Any, *, vram_budget_mb: float,
+    background: BackgroundLoad, residency: Residency | None, **_: Any,
+) -> tuple[Any, list[StepEnd]]:
+    """Per row of option codes, the index of the resident-model state its step leaves, and
+    those distinct states (`StepEnd`), as the step itself would leave them: the GPU weights
+    by `plan_gpu`, and in host memory every model with a host load time one of whose calls
+    runs on the CPU (a `cpu` call, a `gpu_queued` one whose model gets no room or whose
+    VRAM is over the budget, a `gpu_now` one that does not fit at launch: all known at
+    launch, so noise never changes them). Without resident models: one state, unchanged."""
+    np = _numpy()
+    codes = np.asarray(codes, dtype=np.int8)
+    m, n = codes.shape
+    if residency is None or residency.idle:
+        return np.zeros(m, dtype=np.int64), [(() if residency is None else residency.gpu, ())]
+    vram = [p.vram_mb for p in params]
+    rm = _row_models(np, codes, residency, vram_budget_mb, background.vram_mb, vram)
+    budget = float(vram_budget_mb)
+    capacity = budget - rm.base_mb
+    in_use = np.array(rm.base_mb, dtype=np.float64)
+    on_cpu = codes == 2
+    for j in range(n):  # the launch, as `_run` does it: gpu_now in call order, then queued
+        now = codes[:, j] == 0
+        fits = now & ~rm.no_room[:, j] & ~(vram[j] > capacity) & (in_use + vram[j] <= budget + _EPS)
+        in_use = np.where(fits, in_use + vram[j], in_use)
+        on_cpu[:, j] |= now & ~fits
+    for j in range(n):
+        on_cpu[:, j] |= (codes[:, j] == 1) & (rm.no_room[:, j] | (vram[j] > capacity))
+    names = sorted({x for x in residency.models if x is not None})
+    mask = np.zeros(m, dtype=np.int64)
+    for k in range(len(names)):
+        cols = [j for j in range(n) if rm.model_index[j] == k]
+        if rm.cpu_load[k] > 0 and cols:
+            mask |= np.where(on_cpu[:, cols].any(axis=1), 1 << k, 0)
+    keys, index = np.unique(rm.group.astype(np.int64) * (1 << len(names)) + mask,
+                            return_inverse=True)
+    ends: list[StepEnd] = []
+    for key in keys.tolist():
+        g, bits = divmod(int(key), 1 << len(names))
+        ends.append((rm.after[g], tuple(x for k, x in enumerate(names) if bits >> k & 1)))
+    return index.reshape(-1), ends
+
+
 _CODE = {o: i for i, o in enumerate(DEVICE_OPTIONS)}  # gpu_now 0, gpu_queued 1, cpu 2
 
 

@@ -165,7 +165,7 @@ def bench(
                 answer=llm_answer, candidates=llm_candidates,
             )
         names = _use_llm(llm, llm_base_url, names)
-        run_bench_command(
+        result = run_bench_command(
             scenarios=scenarios, schedulers=names, rounds=rounds, seed=seed, noise=noise,
             json_path=json_path, plots=plots, backend=backend, real=real, declare=declare,
             decision_cost=decision_cost, physics=physics,
@@ -173,6 +173,12 @@ def bench(
     except ValueError as exc:  # ScenarioError, unknown scheduler names, bad --declare/paths
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(code=2) from None
+    from langgraph_devsched.bench.report import beaten_lines
+
+    if beaten_lines(result):  # a scheduler ended below the reference: the reference is wrong
+        typer.echo("Error: a scheduler ended below the reference (see REFERENCE BEATEN above)",
+                   err=True)
+        raise typer.Exit(code=1)
 
 
 

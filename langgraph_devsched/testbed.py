@@ -345,6 +345,22 @@ class SimulatedTestbed:
         return batchsim.evicted_models(
             params, batchsim.mapping_codes(mappings, len(tools)), **self._machine(tools))
 
+    def codes_residencies(
+        self, tools: Sequence[str], codes: Any
+    ) -> tuple[Any, list[batchsim.Residency]]:
+        """Per row of option codes, the index of the resident-model state its step would
+        leave (as `run_step` would leave it, whatever the noise), and those distinct states
+        (`batchsim.step_ends`); changes nothing. A new host model comes after the ones
+        already loaded, in name order (the order is telemetry only)."""
+        params = [self._require(t) for t in tools]
+        index, ends = batchsim.step_ends(params, codes, **self._machine(tools))
+        states = []
+        for gpu, loaded in ends:
+            host = self._state.host_order + tuple(m for m in loaded if m not in self._state.host)
+            states.append(dataclasses.replace(self._state, gpu=gpu, host=frozenset(host),
+                                              host_order=host))
+        return index, states
+
     def call_times(
         self, tools: Sequence[str], codes: Any, *, rows: dict[str, Any] | None = None
     ) -> tuple[Any, Any]:

@@ -151,8 +151,14 @@ def test_seventeen_builtins_by_category(builtins: list[Scenario]) -> None:
 
 
 def test_oracle_is_optimal_on_all_builtins(bench: BenchResult) -> None:
-    assert all(s.results["oracle"].optimal for s in bench.scenarios)
-    assert all(s.results["oracle"].regret_ms == 0 for s in bench.scenarios)
+    """Without resident models the per-batch optimum is the reference. With them the
+    reference counts what a step leaves for the next ones (`bench.horizon`), which the
+    oracle, optimising each step alone, does not: it may pay more, never less."""
+    plain = [s for s in bench.scenarios if not s.resident_models]
+    assert len(plain) == 13
+    assert all(s.results["oracle"].optimal for s in plain)
+    assert all(s.results["oracle"].regret_ms == 0 for s in plain)
+    assert all(not s.below_reference() for s in bench.scenarios)
 
 
 def test_optimum_beats_all_gpu_in_at_least_eight(bench: BenchResult) -> None:

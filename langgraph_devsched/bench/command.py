@@ -9,7 +9,7 @@ from typing import Any
 
 from langgraph_devsched.bench.agentic_stats import format_agentic, merge
 from langgraph_devsched.bench.declare import parse_declare
-from langgraph_devsched.bench.report import tables, wide_width, write_json
+from langgraph_devsched.bench.report import beaten_lines, tables, wide_width, write_json
 from langgraph_devsched.bench.runner import (
     BenchResult,
     StepRunner,
@@ -145,10 +145,13 @@ def report(
     result: BenchResult, console: Any, *, json_path: Path | None, plots: Path | None,
     where: str = "simulated testbed",
 ) -> BenchResult:
-    """Print the tables (laid out for the console's width), then write the JSON and the
+    """Print the tables (laid out for the console's width) and, in red, every round a
+    scheduler ended below the reference (`report.beaten_lines`), then write the JSON and the
     plots where asked (``where``: what ran, for the plots' titles)."""
     for table in tables(result, width=console.width):
         console.print(table)
+    for line in beaten_lines(result):  # never, unless the reference is wrong
+        console.print(f"[bold red]{line}[/]")
     for name in result.schedulers:  # the agentic scheduler's consultations, where it ran
         total = merge(s.results[name].agentic for s in result.scenarios if name in s.results)
         if total is not None:

@@ -61,7 +61,7 @@ def declare_caption(bench: BenchResult) -> str:
 
 def ratio(result: SchedulerResult, scenario: ScenarioResult) -> float:
     """Final noise-free makespan over the optimum (1.0 is optimal; with resident models the
-    reference is the oracle's final round)."""
+    reference's final round: the least any sequence of mappings pays in it)."""
     best = scenario.optimal_makespan_ms
     return result.final_makespan_ms / best if best > 0 else 1.0
 
@@ -135,7 +135,23 @@ def _result_json(r: SchedulerResult, s: ScenarioResult) -> dict[str, Any]:
         "round_makespans_ms": [round(x, 3) for x in r.round_makespans_ms],
         "measured_makespans_ms": [round(x, 3) for x in r.measured_makespans_ms],
         "round_wall_ms": [round(x, 3) for x in r.round_wall_ms],
+        "below_reference": list(r.below_reference),
     }
+
+
+def beaten_lines(bench: BenchResult) -> list[str]:
+    """One line per (scenario, scheduler) that ended a round below the reference (a ratio
+    under `runner.BELOW_REFERENCE`): the reference is then not a lower bound, a defect."""
+    out = []
+    for s in bench.scenarios:
+        for name, rounds in s.below_reference().items():
+            spans = s.results[name].round_makespans_ms
+            r = min(rounds, key=lambda k: spans[k - 1] / s.reference_makespans_ms[k - 1])
+            out.append(
+                f"REFERENCE BEATEN: {s.name} · {name} round {r}: {spans[r - 1]:,.1f} ms < "
+                f"reference {s.reference_makespans_ms[r - 1]:,.1f} ms (rounds {rounds})"
+                + ("" if s.reference_exact else "; the reference's search hit its budget"))
+    return out
 
 
 def to_json(bench: BenchResult) -> dict[str, Any]:
@@ -160,6 +176,7 @@ def to_json(bench: BenchResult) -> dict[str, Any]:
                 "optimal_mapping": dict(s.optimal_mapping),
                 "resident_models": s.resident_models,
                 "reference_makespans_ms": [round(x, 3) for x in s.reference_makespans_ms],
+                "reference_exact": s.reference_exact,
                 "results": {name: _result_json(r, s) for name, r in s.results.items()},
                 "physics": s.physics,
             }
@@ -308,14 +325,14 @@ def physics_markdown(bench: BenchResult) -> str:
 
 
 def residency_table(bench: BenchResult, *, caption: str = "") -> Any:
-    """Scenarios with resident models: per scheduler the ratio to the oracle's final round,
+    """Scenarios with resident models: per scheduler the ratio to the reference's final round,
     evictions per step and loads; None when no scenario has resident models."""
     from rich.table import Table
 
     scenarios = [s for s in bench.scenarios if s.resident_models]
     if not scenarios:
         return None
-    table = Table(title="Resident models (ratio to the oracle's final round · evictions/step · "
+    table = Table(title="Resident models (ratio to the reference's final round · evictions/step · "
                   "loads)", caption=caption)
     table.add_column("scenario", no_wrap=True)
     for name in bench.schedulers:
@@ -328,7 +345,7 @@ def residency_table(bench: BenchResult, *, caption: str = "") -> Any:
 
 
 def residency_markdown(bench: BenchResult) -> str:
-    """`residency_table` as Markdown: ratio to the oracle's final round, evictions per step."""
+    """`residency_table` as Markdown: ratio to the reference's final round, evictions per step."""
     scenarios = [s for s in bench.scenarios if s.resident_models]
     lines = ["| scenario | " + " | ".join(bench.schedulers) + " |",
              "| --- | " + " | ".join("---:" for _ in bench.schedulers) + " |"]

@@ -10,12 +10,13 @@ counts). Decision time is cost too: each decision is timed (``clock``), and a ro
 ``wall_ms`` is its decision time plus its makespan (``decision_cost="measured"``, the
 default) or its makespan alone (``"none"``); ``wall_regret_ms`` is the regret on wall time.
 
-With resident models (`Scenario.has_resident_models`) a batch's cost depends on the state the
-earlier batches left (loads, evictions), so the reference is the oracle run for the same
-rounds on a noise-free copy, its state carried across batches and rounds (`reference`): each
-round is compared with the oracle's same round, and ``optimal``/the ratio use the final
-round's (the oracle's per-batch optimum is myopic: a scheduler may beat it). Without resident
-models every round's reference is the one per-batch optimum, as before.
+The reference is exact over the rounds run (`bench.horizon`): each round's reference is the
+least any sequence of mappings can pay in that round, the resident-model state (loads,
+evictions) carried from every earlier step, so no scheduler can end a round below it. Without
+resident models that is the per-batch brute-force optimum (`optimum`) every round. A round
+that ends below its reference anyway (a ratio under `BELOW_REFERENCE`) means the reference is
+wrong: the round is listed in `SchedulerResult.below_reference` and a `ReferenceBeaten`
+warning is raised.
 
 >>> from langgraph_devsched.bench.scenario import Scenario
 >>> s = Scenario.model_validate({"name": "fft", "category": "serial",
@@ -29,17 +30,21 @@ models every round's reference is the one per-batch optimum, as before.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
 import statistics
 import time
+import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args
 
 from langgraph_devsched.bench.agentic_stats import AgenticStats, AgenticSummary
 from langgraph_devsched.bench.declare import Declare, declared_specs, parse_declare
+from langgraph_devsched.bench.horizon import Reference, horizon_reference
 from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.records import StepRecord
@@ -60,6 +65,12 @@ DEFAULT_ROUNDS = 20
 DecisionCost = Literal["measured", "none"]
 """Whether measured decision time counts in a round's wall time (``none``: makespan only)."""
 DECISION_COSTS: tuple[str, ...] = get_args(DecisionCost)
+BELOW_REFERENCE = 0.999
+"""A round under this fraction of its reference beats a lower bound: the reference is wrong."""
+
+
+class ReferenceBeaten(UserWarning):
+    """A scheduler ended a round below the reference (which is then not a lower bound)."""
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -132,6 +143,9 @@ class SchedulerResult:
     """Models evicted per executed step (mean over every batch of every round)."""
     loads: int = 0
     """Model loads (cold starts, GPU or host) over the whole run."""
+    below_reference: list[int] = field(default_factory=list)
+    """Rounds (1-based) whose noise-free makespan is under `BELOW_REFERENCE` times the
+    round's reference: never, unless the reference is wrong."""
 
     @property
     def decision_ms_p50(self) -> float:
@@ -155,9 +169,15 @@ class ScenarioResult:
     resident_models: bool = False
     """The scenario's tools keep model weights resident (see `reference`)."""
     reference_makespans_ms: list[float] = field(default_factory=list)
-    """The reference of each round (with resident models: the oracle's own rounds)."""
+    """The reference of each round: the least any sequence of mappings pays in it."""
     physics: str = "processor_sharing"
     """The ground truth's contention physics (``testbed.physics``)."""
+    reference_exact: bool = True
+    """False when the reference's search hit its state budget (`horizon.MAX_STATES`)."""
+
+    def below_reference(self) -> dict[str, list[int]]:
+        """Per scheduler that ended a round below its reference, those rounds."""
+        return {n: r.below_reference for n, r in self.results.items() if r.below_reference}
 
 
 def call_ids(scenario: Scenario) -> list[list[str]]:
@@ -297,32 +317,33 @@ def optimum(scenario: Scenario) -> tuple[list[float], dict[str, DeviceOption]]:
     return spans, mapping
 
 
+_REFERENCES: OrderedDict[tuple[str, int], Reference] = OrderedDict()
+_MAX_REFERENCES = 64
+
+
+def scenario_reference(scenario: Scenario, rounds: int) -> Reference:
+    """The exact reference of ``rounds`` rounds of ``scenario`` (`bench.horizon`) on a
+    noise-free testbed, the declared hints (``exact``) deciding the options a call may take;
+    the last `_MAX_REFERENCES` are kept (the same scenario file and rounds: the same one)."""
+    key = (scenario.model_dump_json(), rounds)
+    found = _REFERENCES.get(key)
+    if found is None:
+        found = horizon_reference(scenario.make_testbed(noise=0.0), scenario_batches(scenario),
+                                  rounds)
+        _REFERENCES[key] = found
+        while len(_REFERENCES) > _MAX_REFERENCES:
+            _REFERENCES.popitem(last=False)
+    _REFERENCES.move_to_end(key)
+    return dataclasses.replace(found, mapping=dict(found.mapping))
+
+
 def reference(
     scenario: Scenario, rounds: int
 ) -> tuple[list[float], dict[str, DeviceOption]]:
-    """Each round's reference makespan and the reference's final mapping.
-
-    Without resident models: the per-batch optimum (`optimum`) every round. With them: the
-    oracle run sequentially on a noise-free testbed for ``rounds`` rounds, the resident-model
-    state carried across batches and rounds, each round's noise-free makespan."""
-    if not scenario.has_resident_models():
-        spans, best = optimum(scenario)
-        return [sum(spans)] * rounds, best
-    bed = scenario.make_testbed(noise=0.0)
-    oracle = OracleScheduler(testbed=bed)
-    batches = scenario_batches(scenario)
-    per_round: list[float] = []
-    mapping: dict[str, DeviceOption] = {}
-    for _ in range(rounds):
-        total = 0.0
-        for batch in batches:
-            decision = oracle.decide(batch, SchedulerView(device=bed.device_state()))
-            calls = list(zip(batch.call_ids, _tools(batch), decision.options_for(batch),
-                             strict=True))
-            total += bed.run_step(calls).makespan_ms
-            mapping.update(decision.mapping)
-        per_round.append(total)
-    return per_round, mapping
+    """Each round's reference makespan and the mapping that reaches the last one
+    (`scenario_reference`); without resident models, `optimum` every round."""
+    ref = scenario_reference(scenario, rounds)
+    return list(ref.round_ms), ref.mapping
 
 
 def run_scenario(
@@ -349,15 +370,25 @@ def run_scenario(
     rounds = scenario.workload.rounds if rounds is None else rounds
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
-    per_round, best_mapping = reference(scenario, rounds)
-    out = ScenarioResult(scenario.name, scenario.category, per_round[-1], best_mapping, rounds,
+    ref = scenario_reference(scenario, rounds)
+    per_round = list(ref.round_ms)
+    out = ScenarioResult(scenario.name, scenario.category, per_round[-1], ref.mapping, rounds,
                          resident_models=scenario.has_resident_models(),
-                         reference_makespans_ms=per_round, physics=scenario.physics)
+                         reference_makespans_ms=per_round, physics=scenario.physics,
+                         reference_exact=ref.exact)
     for name in names:
         out.results[name] = _run_one(
             scenario, name, rounds, seed, noise, monitor_factory, per_round, on_round,
             step_runner, counted=decision_cost == "measured", clock=clock, declare=mode,
         )
+    for name, below in out.below_reference().items():
+        spans = out.results[name].round_makespans_ms
+        worst = min(below, key=lambda r: spans[r - 1] / per_round[r - 1])
+        warnings.warn(ReferenceBeaten(
+            f"{scenario.name}: {name} ended round {worst} at {spans[worst - 1]:.1f} ms, below "
+            f"the reference's {per_round[worst - 1]:.1f} ms (rounds {below}); the reference is "
+            f"not a lower bound" + ("" if ref.exact else " (its search hit its state budget)")),
+            stacklevel=2)
     return out
 
 
@@ -450,6 +481,9 @@ def _run_one(
         agentic=agentic.summary(),
         evictions_per_step=evictions / steps if steps else 0.0,
         loads=loads,
+        below_reference=[r for r, (s, best) in enumerate(zip(round_spans, per_round,
+                                                              strict=True), 1)
+                         if s < best * BELOW_REFERENCE],
     )
 
 

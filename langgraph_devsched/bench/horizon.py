@@ -1,0 +1,243 @@
+"""The benchmark's reference: an exact search over the rounds run, the resident-model state
+carried from step to step.
+
+With resident models a step's cost depends on what the earlier steps left resident (loads,
+evictions), so a per-step brute force is greedy across steps: a load costs this step and
+pays off in the next ones. The search here works on that state (which models are resident
+on the GPU, in LRU order with their sizes, and in host memory):
+
+1. **Reachable states.** From the testbed's starting state, every mapping the hints allow of
+   each step, grouped by the state it leaves (`SimulatedTestbed.codes_residencies`: known at
+   launch, so noise never changes it); equal states are merged. That gives, per round, every
+   state the earlier rounds can leave.
+2. **Each round's bound.** Dynamic programming over the round's batches from every one of
+   those states: per state and batch, the cheapest mapping leading to each state it can
+   leave, exactly (the batched simulator, `SimulatedTestbed.codes_makespans`). An upper bound
+   (the per-batch optimum run from the most promising state) lets the admissible bound
+   (`SimulatedTestbed.lower_bounds`, valid under every physics) skip every mapping that cannot
+   beat it; the minimum and its ties stay exact.
+
+Each round's reference is then the least any sequence of mappings can pay in that round, and
+some sequence pays it: no scheduler can end a round below it. Rounds that start from the same
+set of states share one search. Every physics and declare mode gets the same search (the
+declared hints decide only which options a call may take, as for the oracle). Without
+resident models there is one state, and the reference is the oracle's per-batch brute force,
+figure for figure.
+
+**Budget.** At most `MAX_STATES` states per step (and the oracle's limit on a batch's calls);
+beyond it the first ones found are kept and the result says ``exact=False``: its figures are
+then no longer proven bounds. The simulated makespans kept for reuse are bounded by
+`MAX_CACHED_ROWS`.
+
+>>> from langgraph_devsched.hints import ToolDeviceSpec
+>>> from langgraph_devsched.testbed import ToolParams
+>>> bed = SimulatedTestbed({"asr": ToolParams(cpu_ms=2600, gpu_ms=220, vram_mb=700,
+...     weights_mb=3100, load_gpu_ms=3000)}, vram_budget_mb=12000)
+>>> ref = horizon_reference(bed, [Batch.of([("a", "asr", ToolDeviceSpec())])], 3)
+>>> ref.round_ms, ref.mapping, ref.states, ref.exact
+((2600.0, 220.0, 220.0), {'a': 'gpu_queued'}, 2, True)
+
+The per-step oracle runs ``asr`` on the CPU every round (2,600 ms < 3,220 ms with the load);
+a scheduler that loads it once pays 220 ms from the second round on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph_devsched import batchsim
+from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
+from langgraph_devsched.schedulers.base import Batch, SchedulerView
+from langgraph_devsched.schedulers.oracle import OracleScheduler
+from langgraph_devsched.testbed import SimulatedTestbed
+
+MAX_STATES = 512
+"""Resident-model states the search keeps per step; beyond it the result is inexact."""
+MAX_CACHED_ROWS = 1 << 23
+"""Simulated mappings (over every state and batch) kept for reuse before the cache clears."""
+_SLACK = 1e-9
+
+_Key = tuple[tuple[tuple[str, float], ...], frozenset[str]]
+_Path = tuple[tuple[DeviceOption, ...], ...]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The reference of one scenario over ``len(round_ms)`` rounds."""
+
+    round_ms: tuple[float, ...]
+    """Per round, the least any sequence of mappings can pay in that round."""
+    mapping: dict[str, DeviceOption]
+    """The mappings (every call id of a round) that pay the last round's ``round_ms``."""
+    states: int
+    """The most resident-model states one step of the search started from."""
+    exact: bool
+    """False when `MAX_STATES` cut the search (the figures are then not proven bounds)."""
+
+
+def _key(state: batchsim.Residency) -> _Key:
+    return state.gpu, state.host
+
+
+@dataclass
+class _Step:
+    """One batch from one state: each mapping's end state, bound and (lazily) makespan."""
+
+    state: batchsim.Residency
+    index: Any
+    """Per mapping (row of the batch's codes), the index of its end state in ``ends``."""
+    ends: list[batchsim.Residency]
+    lb: Any = None
+    spans: Any = None
+    """Simulated makespans; NaN where not simulated yet."""
+
+
+@dataclass
+class _Search:
+    bed: SimulatedTestbed
+    batches: Sequence[Batch]
+    oracle: OracleScheduler = field(init=False)
+    tools: list[list[str]] = field(init=False)
+    codes: list[Any] = field(init=False)
+    steps: dict[tuple[_Key, int], _Step] = field(default_factory=dict)
+    rows: int = 0
+
+    def __post_init__(self) -> None:
+        self.oracle = OracleScheduler(testbed=self.bed)
+        view = SchedulerView(device=self.bed.device_state())
+        self.tools = [[c.tool for c in b.calls] for b in self.batches]
+        self.codes = [batchsim.product_codes(self.oracle.choices(b, view)) for b in self.batches]
+
+    def step(self, state: batchsim.Residency, b: int) -> _Step:
+        key = (_key(state), b)
+        found = self.steps.get(key)
+        if found is None:
+            if self.rows > MAX_CACHED_ROWS:
+                self.steps.clear()
+                self.rows = 0
+            self.bed.restore(state)
+            index, ends = self.bed.codes_residencies(self.tools[b], self.codes[b])
+            found = self.steps[key] = _Step(state, index, ends)
+            self.rows += len(self.codes[b])
+        return found
+
+    def greedy(self, state: batchsim.Residency) -> tuple[float, _Path]:
+        """The round paid by the per-batch optimum from ``state`` (an upper bound)."""
+        np = batchsim.require_numpy()
+        total, path = 0.0, []
+        for b, codes in enumerate(self.codes):
+            step = self.step(state, b)
+            self.bed.restore(state)
+            spans = self.bed.codes_makespans(self.tools[b], codes, prune=True)
+            row = int(np.argmin(spans))
+            total += float(spans[row])
+            path.append(tuple(DEVICE_OPTIONS[int(c)] for c in codes[row]))
+            state = step.ends[int(step.index[row])]
+        return total, tuple(path)
+
+    def moves(
+        self, step: _Step, b: int, limit: float
+    ) -> list[tuple[batchsim.Residency, float, tuple[DeviceOption, ...]]]:
+        """From ``step``'s state, the cheapest mapping to each end state whose cost is within
+        ``limit`` (exact: every mapping whose bound is within it is simulated)."""
+        np = batchsim.require_numpy()
+        codes, tools = self.codes[b], self.tools[b]
+        if step.lb is None:
+            self.bed.restore(step.state)
+            step.lb = self.bed.lower_bounds(tools, codes)
+            step.spans = np.full(len(codes), np.nan)
+        todo = np.flatnonzero((step.lb <= limit) & np.isnan(step.spans))
+        if len(todo):
+            self.bed.restore(step.state)
+            step.spans[todo] = self.bed.codes_makespans(tools, codes[todo])
+        within = np.flatnonzero(step.spans <= limit)  # NaN compares False
+        out = []
+        for g in np.unique(step.index[within]).tolist():
+            rows = within[step.index[within] == g]
+            row = int(rows[np.argmin(step.spans[rows])])  # the first of the cheapest
+            out.append((step.ends[g], float(step.spans[row]),
+                        tuple(DEVICE_OPTIONS[int(c)] for c in codes[row])))
+        return out
+
+    def round(self, start: list[batchsim.Residency]) -> tuple[float, _Path]:
+        """The least a round pays from any of ``start``, and the mappings that pay it."""
+        np = batchsim.require_numpy()
+        first = [self.step(s, 0) for s in start]
+        if len(start) == 1 and self._forced(start[0]):
+            return self.greedy(start[0])
+        for step in first:  # the most promising start state gives the upper bound
+            if step.lb is None:
+                self.bed.restore(step.state)
+                step.lb = self.bed.lower_bounds(self.tools[0], self.codes[0])
+                step.spans = np.full(len(self.codes[0]), np.nan)
+        lead = min(range(len(start)), key=lambda i: float(first[i].lb.min()))
+        upper, path = self.greedy(start[lead])
+        limit = upper * (1 + _SLACK) + _SLACK
+        level: dict[_Key, tuple[float, _Path, batchsim.Residency]] = {
+            _key(s): (0.0, (), s) for s in start}
+        for b in range(len(self.batches)):
+            nxt: dict[_Key, tuple[float, _Path, batchsim.Residency]] = {}
+            for spent, done, state in level.values():
+                for end, span, options in self.moves(self.step(state, b), b, limit - spent):
+                    cost = spent + span
+                    seen = nxt.get(_key(end))
+                    if cost <= limit and (seen is None or cost < seen[0]):
+                        nxt[_key(end)] = (cost, (*done, options), end)
+            level = nxt
+        best = min(level.values(), key=lambda v: v[0], default=None)
+        if best is None or best[0] > upper:  # float slack only: the greedy path is the bound
+            return upper, path
+        return best[0], best[1]
+
+    def _forced(self, state: batchsim.Residency) -> bool:
+        """Whether every batch of a round from ``state`` leaves one state whatever the
+        mapping (then the per-batch optimum is the round's)."""
+        for b in range(len(self.batches)):
+            step = self.step(state, b)
+            if len(step.ends) != 1:
+                return False
+            state = step.ends[0]
+        return True
+
+
+def horizon_reference(
+    bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int
+) -> Reference:
+    """The exact reference of ``rounds`` rounds of ``batches`` (each round runs them in
+    order) on ``bed`` from its current resident-model state (see the module docstring); the
+    testbed is left in that state, its clock untouched."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if not batches:
+        return Reference((0.0,) * rounds, {}, 1, True)
+    search = _Search(bed, batches)
+    origin = bed.residency()
+    start: dict[_Key, batchsim.Residency] = {_key(origin): origin}
+    known: dict[frozenset[_Key], tuple[float, _Path]] = {}
+    round_ms: list[float] = []
+    path: _Path = ()
+    most, exact = 1, True
+    for _ in range(rounds):
+        seen = frozenset(start)
+        if seen not in known:
+            known[seen] = search.round(list(start.values()))
+        spent, path = known[seen]
+        round_ms.append(spent)
+        level = start
+        for b in range(len(batches)):  # the states the round can leave
+            nxt: dict[_Key, batchsim.Residency] = {}
+            for state in level.values():
+                for end in search.step(state, b).ends:
+                    nxt.setdefault(_key(end), end)
+            if len(nxt) > MAX_STATES:
+                nxt, exact = dict(list(nxt.items())[:MAX_STATES]), False
+            most = max(most, len(nxt))
+            level = nxt
+        start = level
+    bed.restore(origin)
+    mapping: dict[str, DeviceOption] = {}
+    for batch, options in zip(batches, path, strict=True):
+        mapping.update(zip(batch.call_ids, options, strict=True))
+    return Reference(tuple(round_ms), mapping, most, exact)
