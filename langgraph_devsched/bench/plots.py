@@ -156,6 +156,6 @@ def write_plots(bench: BenchResult, folder: str | Path, *, where: str = SIMULATE
 
 
 def _reference(s: Any, k: int) -> float:
-    """Round ``k``'s reference makespan (with resident models: the oracle's round)."""
+    """Round ``k``'s reference makespan (resident models: the least any mappings pay)."""
     refs = getattr(s, "reference_makespans_ms", None) or []
     return float(refs[k]) if k < len(refs) else float(s.optimal_makespan_ms)
