@@ -2,9 +2,13 @@
 
 Each tool's hidden `ToolParams` come from what it declares: ``cpu_ms`` = ``profile.cpu_ms``,
 ``transfer_ms`` = ``profile.transfer_ms``, ``gpu_ms`` = ``profile.gpu_ms`` minus the transfer
-(the testbed adds it back), ``vram_mb`` and ``gpu_share`` as declared. A GPU-capable tool with
+(the testbed adds it back), ``vram_mb``, ``gpu_share``, ``model``, ``weights_mb`` and
+``load_ms`` as declared (a load time not declared is not simulated). A GPU-capable tool with
 no ``profile.gpu_ms`` (a CPU-only profile) needs ``gpu_speedup=`` (assume the GPU is that many
-times faster) or a declared ``gpu_ms``; a CPU-only tool gets ``gpu_ms = cpu_ms`` (never used).
+times faster) or a declared ``gpu_ms``; a CPU-only tool (``gpu_capable: false``) needs no
+figure at all: it gets ``gpu_ms = cpu_ms`` (never used) and, with no ``profile.cpu_ms``, a
+simulated CPU time of `UNTIMED_MS` (its device is forced, so an invented time would only set
+the step's length; its own code still runs with ``run_tools_on="cpu"``).
 
 ``run_tools_on="cpu"`` makes the node run each tool's own code on this machine's CPU while the
 simulation decides placement, VRAM and time (see `SimulatedBackend`).
@@ -61,19 +65,25 @@ def _specs(hints: HintsSource) -> dict[str, ToolDeviceSpec]:
     return {str(name): validate_spec(str(name), fields) for name, fields in raw.items()}
 
 
+UNTIMED_MS = 1e-3
+"""The simulated CPU time of a CPU-only tool that declares none (next to nothing)."""
+
+
 def tool_params(
     name: str, spec: ToolDeviceSpec, *, gpu_speedup: float | None = None, cpu_threads: int = 1
 ) -> ToolParams:
     """The simulated ground truth of one tool from its hints (see the module docstring)."""
     solo = spec.profile
-    if solo is None or solo.cpu_ms is None:
+    declared_cpu = solo.cpu_ms if solo is not None else None
+    if declared_cpu is None and spec.gpu_capable:
         raise HintsError(
             f"tool {name!r} has no profile.cpu_ms: declare profile: {{cpu_ms: ..., gpu_ms: ...}} "
-            "in its hints, or profile it (`devsched profile --hints-out hints.yaml`)"
+            "in its hints, or profile it (`devsched profile --devices cpu --hints-out "
+            "hints.yaml`, then gpu_speedup=)"
         )
-    cpu_ms = max(solo.cpu_ms, 1e-3)
-    transfer = solo.transfer_ms
-    if solo.gpu_ms is not None:
+    cpu_ms = UNTIMED_MS if declared_cpu is None else max(declared_cpu, UNTIMED_MS)
+    transfer = solo.transfer_ms if solo is not None else 0.0
+    if solo is not None and solo.gpu_ms is not None:
         gpu_ms = max(solo.gpu_ms - transfer, 0.0)
     elif not spec.gpu_capable:
         gpu_ms = cpu_ms
@@ -92,6 +102,10 @@ def tool_params(
         vram_mb=spec.vram_mb,
         gpu_share=spec.gpu_share,
         cpu_threads=cpu_threads,
+        model=spec.model,
+        weights_mb=spec.weights_mb,
+        load_gpu_ms=(spec.load_ms.gpu_ms or 0.0) if spec.load_ms else 0.0,
+        load_cpu_ms=(spec.load_ms.cpu_ms or 0.0) if spec.load_ms else 0.0,
     )
 
 

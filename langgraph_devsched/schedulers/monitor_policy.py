@@ -29,7 +29,8 @@ Probes are marked ``Decision(probe=True)``.
 
 Cold start: a tool with no declared solo time and no measurement is started on the GPU where
 it may (queued or not, as VRAM allows), as a framework would; its guessed time never decides
-for it. A side never measured is then priced at its pessimistic guess (4x the measured side):
+for it. So is a GPU-capable tool whose profile declares only its CPU time (measured on a
+machine without a GPU) until it has been tried on a GPU once. A side never measured is then priced at its pessimistic guess (4x the measured side):
 it is probed only where that bounded cost fits, so a first measurement never costs more than
 ``max_probe_cost`` of the step under the guess.
 
@@ -214,7 +215,8 @@ class MonitorPolicy(SchedulerBase):
         if not batch.calls:
             return self._decision({}, "empty batch"), True
         choices = [
-            self._choices(c.spec.allowed_options(), device, blind=_blind(c.tool, c.spec, obs))
+            self._choices(c.spec.allowed_options(), device,
+                          blind=_blind(c.tool, c.spec, obs) or _gpu_untried(c.tool, c.spec, obs))
             for c in batch.calls
         ]
         specs = {c.tool: c.spec for c in batch.calls}
@@ -652,6 +654,18 @@ def _blind(tool: str, spec: ToolDeviceSpec, obs: Observations) -> bool:
     profile = spec.profile
     declared = profile is not None and (profile.gpu_ms is not None or profile.cpu_ms is not None)
     return not declared and not obs.for_tool(tool)
+
+
+def _gpu_untried(tool: str, spec: ToolDeviceSpec, obs: Observations) -> bool:
+    """Whether ``tool`` may run on a GPU but its GPU side is neither declared (no
+    ``profile.gpu_ms``: a profile taken on the CPU only) nor was ever tried (no call of it
+    placed on a GPU option, fallbacks included). Its GPU time is then only the pessimistic
+    guess, which a probe's bound would never let be measured for a heavy tool: such a tool
+    starts on the GPU, as a framework would, and is compared once both sides are known."""
+    profile = spec.profile
+    if not spec.gpu_capable or (profile is not None and profile.gpu_ms is not None):
+        return False
+    return not any(is_gpu(e.option) for e in obs.for_tool(tool))
 
 
 def _pooled_cv(obs: Observations) -> float:

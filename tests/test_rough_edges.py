@@ -1,0 +1,85 @@
+"""Issue 27's rough edges, each as a new user meets it: a compiled graph on the simulated GPU,
+or the ``devsched`` command as a user runs it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+from langgraph.graph import START, MessagesState, StateGraph
+
+from langgraph_devsched import DeviceToolNode, InjectedDevice
+from langgraph_devsched.profiling import simulated_gpu
+
+
+@tool
+def render(seed: int, device: Annotated[str, InjectedDevice] = "cpu") -> str:
+    """A GPU-capable tool (it asks for its device)."""
+    return f"render {seed} on {device}"
+
+
+@tool
+def word_stats(text: str) -> str:
+    """A pure-Python tool that never runs on a GPU."""
+    return f"{len(text.split())} words"
+
+
+def graph_of(node: DeviceToolNode) -> Any:
+    return StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
+
+
+def step(i: int) -> AIMessage:
+    return AIMessage("", tool_calls=[
+        {"name": "render", "args": {"seed": i}, "id": f"r{i}"},
+        {"name": "word_stats", "args": {"text": "a b c"}, "id": f"w{i}"},
+    ])
+
+
+def test_a_cpu_only_tool_on_the_simulated_gpu_needs_no_figure() -> None:
+    """Point 1. Old: ``HintsError: tool 'word_stats' has no profile.cpu_ms: declare profile:
+    {cpu_ms: ..., gpu_ms: ...}`` for a tool that never runs on a GPU."""
+    hints: dict[str, Any] = {
+        "render": {"vram_mb": 500, "profile": {"cpu_ms": 400, "gpu_ms": 40}},
+        "word_stats": {"gpu_capable": False},
+    }
+    bed = simulated_gpu(hints, vram_budget_mb=4000, run_tools_on="cpu")
+    node = DeviceToolNode([render, word_stats], hints=hints, testbed=bed)
+    result = graph_of(node).invoke({"messages": [step(0)]})
+    assert [m.content for m in result["messages"][1:]] == ["render 0 on cpu", "3 words"]
+    by_tool = {c.tool: c for c in node.history[-1].record.calls}
+    assert by_tool["word_stats"].device == "cpu"
+    assert node.history[-1].record.makespan_ms == pytest.approx(40.0)  # it sets no length
+
+
+def test_the_monitor_tries_a_gpu_side_a_cpu_only_profile_leaves_unknown() -> None:
+    """Point 2. Old: with a profile taken on the CPU only (no ``gpu_ms``) and the simulated
+    GPU 10x faster, the monitor priced the GPU side at 4x the CPU time and never tried it
+    (every step 400 ms on the CPU instead of 40 ms on the GPU)."""
+    hints: dict[str, Any] = {
+        "render": {"vram_mb": 500, "profile": {"cpu_ms": 400}},
+        "word_stats": {"gpu_capable": False, "profile": {"cpu_ms": 2}},
+    }
+    bed = simulated_gpu(hints, vram_budget_mb=4000, gpu_speedup=10, run_tools_on="cpu")
+    node = DeviceToolNode([render, word_stats], hints=hints, testbed=bed)
+    graph = graph_of(node)
+    for i in range(6):
+        graph.invoke({"messages": [step(i)]})
+    sides = [{c.tool: c.device for c in r.record.calls}["render"] for r in node.history]
+    assert sides[0] == "cuda:0"  # started on the GPU, as a framework would
+    assert sides[-1] == "cuda:0", sides  # and kept there once measured faster
+    assert node.history[-1].record.makespan_ms == pytest.approx(40.0)
+
+
+def test_a_cpu_only_profile_still_lets_a_slower_gpu_lose() -> None:
+    """Point 2's other side: one GPU try, then the CPU where the GPU proved slower."""
+    hints: dict[str, Any] = {"render": {"vram_mb": 500, "profile": {"cpu_ms": 40}}}
+    bed = simulated_gpu(hints, vram_budget_mb=4000, gpu_speedup=0.25, run_tools_on="cpu")
+    node = DeviceToolNode([render], hints=hints, testbed=bed)
+    graph = graph_of(node)
+    for i in range(4):
+        graph.invoke({"messages": [AIMessage("", tool_calls=[
+            {"name": "render", "args": {"seed": i}, "id": f"r{i}"}])]})
+    sides = [r.record.calls[0].device for r in node.history]
+    assert sides == ["cuda:0", "cpu", "cpu", "cpu"], sides
