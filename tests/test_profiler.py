@@ -277,8 +277,8 @@ def test_gpu_check_script_cpu_path(tmp_path: Path) -> None:
 
 def test_a_cold_start_becomes_a_load_time_hint() -> None:
     """The first call loads the tool's model (here 80 ms of a fake clock, then 2 ms a call):
-    the profile says so, and the hints carry it as ``load_ms``; a tool without a load has
-    none."""
+    the profile says so, and the hints of the tool that declares the model carry it as
+    ``load_ms``; a tool without a load has none."""
     from langchain_core.tools import tool
 
     from langgraph_devsched.profiling import profiler
@@ -308,7 +308,9 @@ def test_a_cold_start_becomes_a_load_time_hint() -> None:
     assert runs["steady"].load_ms == pytest.approx(0.0)
     from langgraph_devsched.profiling.model import Profile, ToolProfile
 
-    rows = [ToolProfile(tool=name, runs={"cpu": run}) for name, run in runs.items()]
+    rows = [ToolProfile(tool=name, runs={"cpu": run},
+                        declared_model="m" if name == "loads" else None)
+            for name, run in runs.items()]
     p = Profile(created="now", repeats=3, warmup=1, cpu_threads=1, devices_requested=["cpu"],
                 devices_measured=["cpu"], tools=rows)
     hints = profile_hints(p)

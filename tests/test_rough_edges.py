@@ -3,14 +3,18 @@ or the ``devsched`` command as a user runs it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+import yaml
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
+from typer.testing import CliRunner
 
 from langgraph_devsched import DeviceToolNode, InjectedDevice
+from langgraph_devsched.cli import app
 from langgraph_devsched.profiling import simulated_gpu
 
 
@@ -83,3 +87,56 @@ def test_a_cpu_only_profile_still_lets_a_slower_gpu_lose() -> None:
             {"name": "render", "args": {"seed": i}, "id": f"r{i}"}])]})
     sides = [r.record.calls[0].device for r in node.history]
     assert sides == ["cuda:0", "cpu", "cpu", "cpu"], sides
+
+
+SLOW_FIRST_CALL = '''
+import time
+
+from langchain_core.tools import tool
+
+from langgraph_devsched import ResidentModel, device_hints
+
+_seen = []
+
+
+@tool
+def word_stats(text: str) -> str:
+    """Pure Python; its first call builds a cache (60 ms at least, on any machine)."""
+    if not _seen:
+        time.sleep(0.06)
+        _seen.append(1)
+    return f"{len(text.split())} words"
+
+
+encoder = ResidentModel("encoder", load=lambda device: time.sleep(0.06) or "weights",
+                        weights_mb=50)
+
+
+@device_hints(**encoder.hints(vram_mb=100))
+@tool
+def encode(text: str) -> str:
+    """Runs on a resident model (its first call loads it)."""
+    return f"{encoder.get()} for {text}"
+
+
+word_stats.metadata = {"devsched_example_args": {"text": "a b a"}}
+encode.metadata = {**(encode.metadata or {}), "devsched_example_args": {"text": "x"}}
+TOOLS = [word_stats, encode]
+'''
+
+
+def test_a_pure_python_tools_slow_first_call_is_no_model_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Point 3. Old: ``devsched profile --hints-out`` gave the pure-Python tool
+    ``load_ms: {cpu_ms: ...}`` (its slow first call), as if it had a model to load."""
+    (tmp_path / "slow_first_tools.py").write_text(SLOW_FIRST_CALL, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(app, [
+        "profile", "--suite", "slow_first_tools:TOOLS", "--devices", "cpu", "--repeats", "3",
+        "--hints-out", "hints.yaml"])
+    assert done.exit_code == 0, done.output
+    hints = yaml.safe_load((tmp_path / "hints.yaml").read_text())["tools"]
+    assert "load_ms" not in hints["word_stats"], hints["word_stats"]
+    assert hints["encode"]["model"] == "encoder"  # the resident model's load is a load
+    assert hints["encode"]["load_ms"]["cpu_ms"] >= 50.0

@@ -7,7 +7,8 @@ included, as the profiler measures it), ``profile.transfer_ms`` = GPU transfer m
 declared share, ``gpu_capable: false`` for a tool the profiler found CPU-only; ``weights_mb`` =
 the CUDA memory the first call left allocated (else the declared weights), ``load_ms`` = per
 side, what the first (cold) call cost over the warm median where that is a real load (over
-`LOAD_FLOOR_MS` and `LOAD_FLOOR_RATIO` of the median), ``model`` as declared. A tool measured
+`LOAD_FLOOR_MS` and `LOAD_FLOOR_RATIO` of the median, for a tool with a model: declared, or
+weights declared or measured), ``model`` as declared. A tool measured
 nowhere keeps only what it declared.
 
 >>> from langgraph_devsched.profiling.model import DeviceRun, Profile, ToolProfile, summarize
@@ -86,8 +87,8 @@ def _residency(row: ToolProfile) -> dict[str, Any]:
         out["model"] = row.declared_model
     if weights:
         out["weights_mb"] = round(float(weights), 1)
-    if load:
-        out["load_ms"] = load
+    if load and (row.declared_model or weights):  # a slow first call of a tool with no
+        out["load_ms"] = load  # model (imports, caches) is no model load
     return out
 
 

@@ -30,9 +30,10 @@ Probes are marked ``Decision(probe=True)``.
 Cold start: a tool with no declared solo time and no measurement is started on the GPU where
 it may (queued or not, as VRAM allows), as a framework would; its guessed time never decides
 for it. So is a GPU-capable tool whose profile declares only its CPU time (measured on a
-machine without a GPU) until it has been tried on a GPU once. A side never measured is then priced at its pessimistic guess (4x the measured side):
-it is probed only where that bounded cost fits, so a first measurement never costs more than
-``max_probe_cost`` of the step under the guess.
+machine without a GPU) until it has been tried on a GPU once. A side never measured is
+then priced at its pessimistic guess (4x the measured side): it is probed only where that
+bounded cost fits, so a first measurement never costs more than ``max_probe_cost`` of the
+step under the guess.
 
 Where ``view.observations`` is None the policy keeps a private `RuntimeMonitor` fed by its own
 `observe`; when the node or runner owns a monitor (observations given), it only reads: if that
