@@ -66,7 +66,8 @@ def _use_llm(llm: str | None, base_url: str | None, names: list[str] | None) -> 
 def bench(
     scenarios: Annotated[
         Path | None,
-        typer.Option(help="scenario file or folder of *.yaml (default: the built-ins)"),
+        typer.Option(help="scenario file, folder of *.yaml, or built-in scenario names, "
+                     "comma-separated (default: every built-in)"),
     ] = None,
     schedulers: Annotated[
         str | None,

@@ -140,3 +140,24 @@ def test_a_pure_python_tools_slow_first_call_is_no_model_load(
     assert "load_ms" not in hints["word_stats"], hints["word_stats"]
     assert hints["encode"]["model"] == "encoder"  # the resident model's load is a load
     assert hints["encode"]["load_ms"]["cpu_ms"] >= 50.0
+
+
+def test_bench_takes_built_in_scenario_names() -> None:
+    """Point 4. Old: ``devsched bench --scenarios serial_voice_assistant`` answered ``Error:
+    scenario path serial_voice_assistant: no such file or folder`` and listed nothing."""
+    done = CliRunner().invoke(app, [
+        "bench", "--scenarios", "serial_voice_assistant,parallel_rag_fanout",
+        "--schedulers", "static,oracle", "--rounds", "2", "--decision-cost", "none"])
+    assert done.exit_code == 0, done.output
+    assert "serial_voice_assistant" in done.output and "parallel_rag_fanout" in done.output
+    assert "memory_llm_heavy" not in done.output  # only the two named
+
+    bad = CliRunner().invoke(app, ["bench", "--scenarios", "serial_voice_asistant"])
+    assert bad.exit_code == 2
+    assert "nor a built-in scenario name; built-in scenarios: memory_agent_sequence," in (
+        bad.output)
+    assert "serial_voice_assistant" in bad.output
+
+    real = CliRunner().invoke(app, ["bench", "--real", "--scenarios", "no_such_real"])
+    assert real.exit_code == 2
+    assert "built-in: parallel_suite_contention" in real.output

@@ -59,9 +59,17 @@ class RealScenario(BaseModel):
 
 
 def load_real_scenarios(path: str | Path | None = None) -> list[RealScenario]:
-    """Real scenarios from a file or folder (default: the built-in ones)."""
+    """Real scenarios from a file or folder, the built-in ones named (comma-separated), or
+    every built-in one (None)."""
     root = Path(path) if path is not None else BUILTIN_REAL_DIR
     files = sorted(root.glob("*.yaml")) if root.is_dir() else [root]
+    if not root.exists():
+        known = {f.stem: f for f in sorted(BUILTIN_REAL_DIR.glob("*.yaml"))}
+        wanted = [n.strip() for n in str(path).split(",") if n.strip()]
+        if not wanted or any(n not in known for n in wanted):
+            raise ValueError(f"real scenario path {path}: no such file or folder, nor a "
+                             f"built-in real scenario name; built-in: {', '.join(known)}")
+        files = [known[n] for n in dict.fromkeys(wanted)]
     out = []
     for file in files:
         try:

@@ -294,8 +294,27 @@ def builtin_scenario_paths() -> list[Path]:
     return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
+def builtin_by_name(names: str) -> list[Path]:
+    """The built-in scenario files named in ``names`` (comma-separated), in that order;
+    `ScenarioError` listing the built-in names for one that is not.
+
+    >>> [p.stem for p in builtin_by_name("serial_voice_assistant")]
+    ['serial_voice_assistant']
+    """
+    known = {p.stem: p for p in builtin_scenario_paths()}
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in known]
+    if unknown or not wanted:
+        raise ScenarioError(
+            f"scenario path {names}: no such file or folder, nor a built-in scenario name"
+            f"{' (' + ', '.join(unknown) + ')' if unknown and len(wanted) > 1 else ''}; "
+            f"built-in scenarios: {', '.join(known)}")
+    return [known[n] for n in dict.fromkeys(wanted)]
+
+
 def load_scenarios(path: str | Path | None = None) -> list[Scenario]:
-    """Scenarios from a file, from every ``*.yaml`` in a folder, or the built-ins (None)."""
+    """Scenarios from a file, from every ``*.yaml`` in a folder, the built-ins named (a
+    comma-separated list of names, see `builtin_by_name`), or every built-in (None)."""
     if path is None:
         paths = builtin_scenario_paths()
     else:
@@ -307,7 +326,7 @@ def load_scenarios(path: str | Path | None = None) -> list[Scenario]:
         elif path.exists():
             paths = [path]
         else:
-            raise ScenarioError(f"scenario path {path}: no such file or folder")
+            paths = builtin_by_name(str(path))
     scenarios = [load_scenario(p) for p in paths]
     seen: dict[str, int] = {}
     for s in scenarios:
@@ -325,6 +344,7 @@ __all__ = [
     "ToolEntry",
     "Workload",
     "WorkloadKind",
+    "builtin_by_name",
     "builtin_scenario_paths",
     "load_scenario",
     "load_scenarios",
