@@ -38,6 +38,7 @@ from langgraph.types import Command
 from langgraph_devsched.device import current_device
 from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.hints import ToolDeviceSpec, load_hints_file, validate_spec
+from langgraph_devsched.langsmith_check import check_langsmith
 from langgraph_devsched.node import (
     DEFAULT_SCHEDULER,
     DeviceToolNode,
@@ -86,6 +87,7 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         for tool_name, fields in (hints or {}).items():
             validate_spec(tool_name, fields)  # field errors now; unknown tools at first call
         self._hints = hints
+        check_langsmith()  # tracing on, LangSmith unreachable: one line, tracing off
         self.monitor = monitor
         self._on_step = on_step
         self.history: deque[StepReport] = deque(maxlen=history)

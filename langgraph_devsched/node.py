@@ -39,6 +39,7 @@ from langgraph_devsched.call_runner import CallRunner, is_sync_only
 from langgraph_devsched.device import injected_device_args
 from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
+from langgraph_devsched.langsmith_check import check_langsmith
 from langgraph_devsched.node_checks import check_testbed_covers, node_backend, warn_never_fitting
 from langgraph_devsched.planning import (
     PlannedStep,
@@ -165,6 +166,7 @@ class DeviceToolNode(ToolNode):
         self.monitor = monitor
         self.call_timeout_s = call_timeout_s
         warn_never_fitting(self.device_specs, self.backend)
+        check_langsmith()  # tracing on, LangSmith unreachable: one line, tracing off
         self._on_step = on_step
         self.history: deque[StepReport] = deque(maxlen=history)
         self._device_args = {n: injected_device_args(t) for n, t in self.tools_by_name.items()}

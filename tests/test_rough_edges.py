@@ -3,6 +3,10 @@ or the ``devsched`` command as a user runs it."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -161,3 +165,81 @@ def test_bench_takes_built_in_scenario_names() -> None:
     real = CliRunner().invoke(app, ["bench", "--real", "--scenarios", "no_such_real"])
     assert real.exit_code == 2
     assert "built-in: parallel_suite_contention" in real.output
+
+
+TRACED_APP = '''
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+from langgraph.graph import START, MessagesState, StateGraph
+from langsmith import utils as ls_utils
+
+from langgraph_devsched import DeviceToolNode, LocalBackend
+
+
+@tool
+def embed(text: str) -> str:
+    """Embed a text."""
+    return text.upper()
+
+
+node = DeviceToolNode([embed], hints={"embed": {"vram_mb": 300}},
+                      backend=LocalBackend(gpu=False))
+graph = StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
+step = AIMessage("", tool_calls=[{"name": "embed", "args": {"text": "hi"}, "id": "1"}])
+print(graph.invoke({"messages": [step]})["messages"][-1].content)
+print("tracing on:", ls_utils.tracing_is_enabled())
+'''
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_tracing_with_langsmith_unreachable_says_so_once_and_queues_nothing(
+    tmp_path: Path,
+) -> None:
+    """Point 5. Old: nothing from the project; LangSmith's connection errors and a blob of
+    run ids on stderr, and the process held ~12 s at exit flushing runs nobody receives."""
+    (tmp_path / "traced_app.py").write_text(TRACED_APP, encoding="utf-8")
+    url = f"http://127.0.0.1:{closed_port()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH", "LANGCHAIN"))
+           and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+    env.update(LANGSMITH_TRACING="true", LANGSMITH_API_KEY="not-a-key",
+               LANGSMITH_ENDPOINT=url)
+    done = subprocess.run([sys.executable, "traced_app.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["HI", "tracing on: False"]  # nothing queued to flush
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines == [
+        f"LangSmith tracing is on but {url} is unreachable (Connection refused): tracing is "
+        "off for this process (decisions stay in node.history; DEVSCHED_LANGSMITH_CHECK=0 "
+        "skips this check)"], done.stderr
+
+
+def test_a_reachable_langsmith_endpoint_keeps_tracing_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from langsmith import utils as ls_utils
+
+    from langgraph_devsched.langsmith_check import check_langsmith
+
+    ls_utils.get_env_var.cache_clear()  # langsmith caches the variables it reads
+    before = ls_utils.tracing_is_enabled()
+    try:
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen(1)
+            for key in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+                monkeypatch.delenv(key, raising=False)
+            monkeypatch.setenv("LANGSMITH_TRACING", "true")
+            monkeypatch.setenv("LANGSMITH_ENDPOINT",
+                               f"http://127.0.0.1:{server.getsockname()[1]}")
+            assert check_langsmith() is None
+            assert ls_utils.tracing_is_enabled() is True
+    finally:
+        monkeypatch.undo()
+        ls_utils.get_env_var.cache_clear()
+    assert ls_utils.tracing_is_enabled() == before  # the rest of the session as it was
