@@ -265,6 +265,7 @@ def test_langsmith_env_setup_gets_every_key_without_app_code(
     monkeypatch.setattr(lc_tracer, "get_client", lambda: client)  # no network
     monkeypatch.setenv("LANGSMITH_TRACING", "true")
     monkeypatch.setenv("LANGSMITH_API_KEY", "not-used")
+    monkeypatch.setenv("DEVSCHED_LANGSMITH_CHECK", "0")  # the fake client needs no endpoint
     node = DeviceToolNode(
         TOOLS, hints=HINTS, scheduler=Fixed(), backend=LocalBackend(gpu=DECLARED_GPU)
     )
