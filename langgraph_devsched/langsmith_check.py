@@ -3,7 +3,8 @@
 With ``LANGSMITH_TRACING=true`` and an endpoint nobody answers on, LangSmith's client
 retries every batch with back-off, logs each failure with the run ids of the batch, and
 holds the process at exit (about 12 s) to flush what it queued. `check_langsmith` runs when
-a `DeviceToolNode` or the middleware is built, once per process and endpoint: it opens a
+a `DeviceToolNode` or the middleware is built, while tracing is on by the environment alone
+(not inside a traced run), once per process and endpoint: it opens a
 TCP connection to the endpoint's host and port (at most `CONNECT_TIMEOUT_S`). When that
 fails it logs one warning on the ``langgraph_devsched`` logger and turns LangSmith tracing
 off for the process (``langsmith.configure(enabled=False)``), so no run is queued; the
@@ -49,7 +50,7 @@ def check_langsmith(*, connect: Connect = socket.create_connection) -> str | Non
         from langsmith import utils as ls_utils
     except ImportError:  # pragma: no cover - langsmith comes with langchain-core
         return None
-    if ls_utils.tracing_is_enabled() is not True:
+    if not _traced_by_environment(ls_utils):
         return None
     url = ls_utils.get_api_url(None)
     with _lock:
@@ -63,6 +64,20 @@ def check_langsmith(*, connect: Connect = socket.create_connection) -> str | Non
 
         configure(enabled=False)
     return warning
+
+
+def _traced_by_environment(ls_utils: Any) -> bool:
+    """Tracing is on by ``LANGSMITH_TRACING`` alone: not set by a tracing context or
+    ``langsmith.configure``, and not inside a traced run (whose tracer may bring its own
+    client: a node built mid-run, e.g. by the middleware, is not second-guessed)."""
+    import langsmith._internal._context as ls_context
+    from langsmith.run_helpers import get_current_run_tree, get_tracing_context
+
+    if get_tracing_context()["enabled"] is not None or get_current_run_tree() is not None:
+        return False
+    if getattr(ls_context, "_GLOBAL_TRACING_ENABLED", None) is not None:
+        return False
+    return bool(ls_utils.tracing_is_enabled() is True)
 
 
 def _unreachable(url: str, connect: Connect) -> str | None:

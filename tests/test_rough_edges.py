@@ -228,6 +228,7 @@ def test_a_reachable_langsmith_endpoint_keeps_tracing_on(
 
     ls_utils.get_env_var.cache_clear()  # langsmith caches the variables it reads
     before = ls_utils.tracing_is_enabled()
+    ls_utils.get_env_var.cache_clear()
     try:
         with socket.socket() as server:
             server.bind(("127.0.0.1", 0))
