@@ -51,8 +51,9 @@ class Placement:
     model: str | None = None
     """The resident model the call runs on (its ``model`` hint), or None."""
     warm: bool | None = None
-    """Whether that model's weights were resident on the GPU at admission (None: no model
-    or not on the GPU)."""
+    """Whether that model was resident where the call runs when it was placed: its GPU
+    weights at admission, or its host copy for a call placed on the CPU (None: no model,
+    or not known, e.g. after a fallback)."""
     evicted: tuple[str, ...] = ()
     """Idle models evicted at admission to make room for this call."""
 

@@ -14,12 +14,20 @@ import pytest
 import yaml
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
+from langchain_core.tracers.context import collect_runs
 from langgraph.graph import START, MessagesState, StateGraph
 from typer.testing import CliRunner
 
-from langgraph_devsched import DeviceToolNode, InjectedDevice
+from langgraph_devsched import (
+    DeviceToolNode,
+    InjectedDevice,
+    LocalBackend,
+    ResidentModel,
+    device_hints,
+)
 from langgraph_devsched.cli import app
 from langgraph_devsched.profiling import simulated_gpu
+from langgraph_devsched.tracing import decision_runs
 
 
 @tool
@@ -244,3 +252,47 @@ def test_a_reachable_langsmith_endpoint_keeps_tracing_on(
         monkeypatch.undo()
         ls_utils.get_env_var.cache_clear()
     assert ls_utils.tracing_is_enabled() == before  # the rest of the session as it was
+
+
+encoder = ResidentModel("tiny_encoder", load=lambda device: f"encoder@{device}", weights_mb=50)
+
+
+@device_hints(**encoder.hints(vram_mb=100))
+@tool
+def encode(text: str) -> str:
+    """Runs on a resident model."""
+    return f"{encoder.get()}: {text}"
+
+
+def traced_model_keys(graph: Any, steps: int, call: str = "encode") -> list[tuple[Any, Any]]:
+    out = []
+    for i in range(steps):
+        msg = AIMessage("", tool_calls=[{"name": call, "args": {"text": str(i)}, "id": f"e{i}"}])
+        with collect_runs() as runs:
+            graph.invoke({"messages": [msg]})
+        (run,) = decision_runs(runs.traced_runs)
+        meta = run.extra["metadata"]
+        out.append((meta.get("devsched.model"), meta.get("devsched.model_warm")))
+    return out
+
+
+def test_traced_runs_carry_the_model_on_the_cpu_and_the_simulated_gpu() -> None:
+    """Point 6. Old: ``devsched.model`` / ``devsched.model_warm`` were absent from the traced
+    runs of CPU and simulated calls (present in `CallRecord`)."""
+    cpu = DeviceToolNode([encode], backend=LocalBackend(gpu=False))
+    assert traced_model_keys(graph_of(cpu), 2) == [
+        ("tiny_encoder", False), ("tiny_encoder", True)]  # loaded, then warm
+
+    hints = {"encode": {"profile": {"cpu_ms": 5, "gpu_ms": 2},
+                        "load_ms": {"gpu_ms": 300, "cpu_ms": 100}}}
+    for pinned, device in (("cpu", "cpu"), ("gpu_queued", "cuda:0")):
+        bed = simulated_gpu({"encode": {**encoder.hints(vram_mb=100), **hints["encode"]}},
+                            vram_budget_mb=4000, run_tools_on="cpu")
+        node = DeviceToolNode([encode], testbed=bed, hints={"encode": {
+            **encoder.hints(vram_mb=100), **hints["encode"], "pinned": pinned}})
+        assert traced_model_keys(graph_of(node), 2) == [
+            ("tiny_encoder", False), ("tiny_encoder", True)], pinned
+        record = node.history[-1].record.calls[0]
+        assert (record.device, record.model, record.loaded) == (device, "tiny_encoder", False)
+        first = node.history[0].record.calls[0]
+        assert first.loaded and first.load_ms == (100.0 if pinned == "cpu" else 300.0)

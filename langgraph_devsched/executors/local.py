@@ -224,7 +224,10 @@ class _LocalStep(BookedStep):
     def _gpu_plan(self, call: PlannedCall, need: WeightsNeed | None) -> Placement | None:
         """A CPU placement when the GPU is out of the question, else None (try the GPU)."""
         if call.option == "cpu":
-            return Placement("cpu", "cpu")
+            model = call.spec.model_name(call.tool)  # warm: its host copy is resident
+            warm = None if model is None else any(
+                w.model == model and w.side == "cpu" for w in self._b.models.resident())
+            return Placement("cpu", "cpu", model=model, warm=warm)
         ledger = self._b.ledger
         if ledger is None:
             return self._cpu_or_fail(call, "no_gpu", self._b._no_gpu_reason or "no GPU")

@@ -104,7 +104,8 @@ class _SimulatedStep:
     def _placement(self, call_id: str) -> Placement:
         rec = self._by_id[call_id]
         device = "cpu" if self._on_host and rec.device != "none" else rec.device
-        return Placement(rec.option, device, rec.fallback, rec.vram_reserved_mb)
+        return Placement(rec.option, device, rec.fallback, rec.vram_reserved_mb, rec.model,
+                         None if rec.model is None else not rec.loaded, rec.evicted)
 
     def _refused(self, call_id: str) -> None:
         """A call the simulation could place nowhere: recorded, answered with an error."""
