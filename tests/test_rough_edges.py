@@ -296,3 +296,70 @@ def test_traced_runs_carry_the_model_on_the_cpu_and_the_simulated_gpu() -> None:
         assert (record.device, record.model, record.loaded) == (device, "tiny_encoder", False)
         first = node.history[0].record.calls[0]
         assert first.loaded and first.load_ms == (100.0 if pinned == "cpu" else 300.0)
+
+
+PLAIN_TOOLS = '''
+from langchain_core.tools import tool
+
+
+@tool
+def word_stats_with_a_long_name(text: str) -> str:
+    """Count words."""
+    return str(len(text.split()))
+
+
+@tool
+def shout(text: str) -> str:
+    """Upper-case a text."""
+    return text.upper()
+
+
+TOOLS = [word_stats_with_a_long_name, shout]
+'''
+
+
+def table_rows(output: str) -> list[str]:
+    """The body lines of the profile table (between its header rule and its bottom)."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("┡"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("└"))
+    return lines[start + 1:end]
+
+
+@pytest.mark.parametrize("devices", ["cpu", "cpu,cuda"])
+def test_the_profile_table_reads_at_80_columns(
+    devices: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Point 7. Old: at 80 columns the reason column wrapped to ~9 lines a tool and names
+    were folded (``word_sta|ts``), beside three GPU columns of dashes."""
+    if devices.endswith("cuda"):
+        torch = pytest.importorskip("torch")
+        if torch.cuda.is_available():
+            pytest.skip("needs a machine without CUDA (the unavailable-GPU note)")
+    (tmp_path / "table_tools.py").write_text(PLAIN_TOOLS, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(app, [
+        "profile", "--suite", "table_tools:TOOLS", "--devices", devices, "--repeats", "1",
+        "--warmup", "0", "--example-args",
+        '{"word_stats_with_a_long_name": {"text": "a b"}, "shout": {"text": "a"}}'],
+        env={"COLUMNS": "80"})
+    assert done.exit_code == 0, done.output
+    rows = table_rows(done.output)
+    assert len(rows) == 2, "\n".join(rows)  # one line a tool
+    assert "word_stats_with_a_long_name" in rows[0]  # not folded
+    assert all(row.rstrip(" │").endswith("measured on cpu only") for row in rows), rows
+    assert all(len(line) <= 80 for line in done.output.splitlines())
+
+
+def test_perf_logs_say_what_runs_not_where_in_the_code() -> None:
+    """Point 7. Old: every ``devsched perf`` log line ended in ``command.py:151``, and the
+    default was 50,000 node steps (minutes for a first try)."""
+    done = CliRunner().invoke(app, ["perf", "--schedulers", "static", "--sizes", "1",
+                                    "--samples", "1", "--warmup", "0", "--steps", "0"])
+    assert done.exit_code == 0, done.output
+    assert "decisions: static n=1" in done.output
+    assert "command.py" not in done.output
+    from langgraph_devsched.perf.command import DEFAULT_STEPS
+
+    helped = CliRunner().invoke(app, ["perf", "--help"], env={"COLUMNS": "200"})
+    assert f"[default: {DEFAULT_STEPS}]" in helped.output and DEFAULT_STEPS <= 5_000

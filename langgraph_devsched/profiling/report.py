@@ -40,25 +40,47 @@ def _ms(run: DeviceRun | None) -> str:
 
 
 def profile_table(profile: Profile) -> Table:
-    """One row per tool: medians ± IQR per device, transfer, peak VRAM, class and reason."""
+    """One row per tool: medians ± IQR per device, transfer, peak VRAM, class and reason.
+
+    The GPU columns appear only when some tool was measured on a GPU, and a reason leaves
+    out a device that the profile's notes (printed under the table) say was unavailable,
+    so that the table reads at 80 columns."""
     title = f"profile ({profile.size or 'custom'} size, {profile.repeats} repeats, " \
-            f"{profile.cpu_threads} CPU threads)"
+            f"{profile.cpu_threads} CPU threads; ms: median ± IQR)"
     table = Table(title=title)
-    for col in ("tool", "cpu ms (median ± IQR)", "gpu ms (median ± IQR)", "transfer ms",
-                "peak VRAM MB", "class", "reason"):
+    on_gpu = any(row.gpu is not None for row in profile.tools)
+    columns = ["cpu ms"]
+    if on_gpu:
+        columns += ["gpu ms", "transfer ms", "peak VRAM MB"]
+    table.add_column("tool", no_wrap=True)
+    for col in columns:
         table.add_column(col, overflow="fold")
+    table.add_column("class", no_wrap=True)
+    table.add_column("reason", ratio=1)
     for row in profile.tools:
         gpu = row.gpu
-        table.add_row(
-            row.tool,
-            _ms(row.cpu),
-            _ms(gpu),
-            f"{gpu.transfer_ms:.2f} ({gpu.transfer_method})" if gpu else "-",
-            f"{gpu.peak_vram_mb:.0f}" if gpu and gpu.peak_vram_mb is not None else "-",
-            f"[{_RICH_STYLE[row.tool_class]}]{row.tool_class}[/]",
-            row.reason,
-        )
+        cells = [row.tool, _ms(row.cpu)]
+        if on_gpu:
+            cells += [
+                _ms(gpu),
+                f"{gpu.transfer_ms:.2f} ({gpu.transfer_method})" if gpu else "-",
+                f"{gpu.peak_vram_mb:.0f}" if gpu and gpu.peak_vram_mb is not None else "-",
+            ]
+        cells += [f"[{_RICH_STYLE[row.tool_class]}]{row.tool_class}[/]",
+                  _short_reason(row.reason, profile.notes)]
+        table.add_row(*cells)
     return table
+
+
+def _short_reason(reason: str, notes: list[str]) -> str:
+    """``reason`` without its ``(cuda: cuda:0 requested but unavailable)`` part when a
+    note says so for the whole profile."""
+    head, sep, rest = reason.partition(" (")
+    if sep and "requested but unavailable" in rest and any(
+            "requested but unavailable" in n for n in notes):
+        kept = [p for p in rest.rstrip(")").split("; ") if "requested but unavailable" not in p]
+        return f"{head} ({'; '.join(kept)})" if kept else head
+    return reason
 
 
 def print_profile(profile: Profile, console: Console | None = None) -> None:
