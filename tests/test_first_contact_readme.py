@@ -58,8 +58,12 @@ def word_stats(text: str) -> str:
     return f"{len(words)} words, {sum(w in _vocabulary for w in words)} stop words"
 
 
-encoder = ResidentModel("tiny_encoder", weights_mb=40,
-                        load=lambda device: torch.nn.Linear(8, 4).to(device))
+def _load(device: str) -> torch.nn.Module:
+    time.sleep(0.06)  # reading the weights: 60 ms at least, on any machine
+    return torch.nn.Linear(8, 4).to(device)
+
+
+encoder = ResidentModel("readme_encoder", weights_mb=40, load=_load)
 
 
 @device_hints(**encoder.hints(vram_mb=120))
@@ -94,11 +98,12 @@ def test_the_readme_path_from_own_tools_to_a_bench(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     app = tmp_path / "my_app"
     app.mkdir()
-    (app / "tools.py").write_text(textwrap.dedent(APP), encoding="utf-8")
+    (app / "readme_app_tools.py").write_text(textwrap.dedent(APP), encoding="utf-8")
 
     # 1. measure the tools here (CPU only): figures measured, none made up
-    done = devsched("profile", "--suite", "tools:TOOLS", "--devices", "cpu", "--repeats", "3",
-                    "--json", "prof.json", "--hints-out", "hints.yaml", cwd=app)
+    done = devsched("profile", "--suite", "readme_app_tools:TOOLS", "--devices", "cpu",
+                    "--repeats", "3", "--json", "prof.json", "--hints-out", "hints.yaml",
+                    cwd=app)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "hints: hints.yaml" in done.stdout
     hints = yaml.safe_load((app / "hints.yaml").read_text())["tools"]
@@ -106,13 +111,13 @@ def test_the_readme_path_from_own_tools_to_a_bench(tmp_path: Path) -> None:
         "cpu_ms"}  # GPU-capable, measured on the CPU only
     assert hints["word_stats"]["gpu_capable"] is False
     assert "load_ms" not in hints["word_stats"]  # its slow first call is no model load
-    assert (hints["encode"]["model"], hints["encode"]["weights_mb"]) == ("tiny_encoder", 40)
-    assert hints["encode"]["load_ms"]["cpu_ms"] > 0  # the resident model's load, measured
+    assert (hints["encode"]["model"], hints["encode"]["weights_mb"]) == ("readme_encoder", 40)
+    assert hints["encode"]["load_ms"]["cpu_ms"] >= 50  # the resident model's load, measured
 
     # 2. the node on those hints, over a simulated GPU 10x faster than this CPU
     sys.path.insert(0, str(app))
     try:
-        import tools  # type: ignore[import-not-found]
+        import readme_app_tools as tools  # type: ignore[import-not-found]
     finally:
         sys.path.remove(str(app))
     bed = simulated_gpu(app / "hints.yaml", vram_budget_mb=4000, gpu_speedup=10,
@@ -139,7 +144,7 @@ def test_the_readme_path_from_own_tools_to_a_bench(tmp_path: Path) -> None:
     last = node.history[-1].record
     assert last.makespan_ms < sharpen_cpu / 2  # not the CPU's time
     encodes = [m for m in traced if m["devsched.option"] and "devsched.model" in m]
-    assert len(encodes) == 6 and {m["devsched.model"] for m in encodes} == {"tiny_encoder"}
+    assert len(encodes) == 6 and {m["devsched.model"] for m in encodes} == {"readme_encoder"}
     assert encodes[-1]["devsched.model_warm"] is True
 
     # 3. a bench of one built-in scenario, by name

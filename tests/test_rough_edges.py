@@ -254,7 +254,7 @@ def test_a_reachable_langsmith_endpoint_keeps_tracing_on(
     assert ls_utils.tracing_is_enabled() == before  # the rest of the session as it was
 
 
-encoder = ResidentModel("tiny_encoder", load=lambda device: f"encoder@{device}", weights_mb=50)
+encoder = ResidentModel("edges_encoder", load=lambda device: f"encoder@{device}", weights_mb=50)
 
 
 @device_hints(**encoder.hints(vram_mb=100))
@@ -281,7 +281,7 @@ def test_traced_runs_carry_the_model_on_the_cpu_and_the_simulated_gpu() -> None:
     runs of CPU and simulated calls (present in `CallRecord`)."""
     cpu = DeviceToolNode([encode], backend=LocalBackend(gpu=False))
     assert traced_model_keys(graph_of(cpu), 2) == [
-        ("tiny_encoder", False), ("tiny_encoder", True)]  # loaded, then warm
+        ("edges_encoder", False), ("edges_encoder", True)]  # loaded, then warm
 
     hints = {"encode": {"profile": {"cpu_ms": 5, "gpu_ms": 2},
                         "load_ms": {"gpu_ms": 300, "cpu_ms": 100}}}
@@ -291,9 +291,9 @@ def test_traced_runs_carry_the_model_on_the_cpu_and_the_simulated_gpu() -> None:
         node = DeviceToolNode([encode], testbed=bed, hints={"encode": {
             **encoder.hints(vram_mb=100), **hints["encode"], "pinned": pinned}})
         assert traced_model_keys(graph_of(node), 2) == [
-            ("tiny_encoder", False), ("tiny_encoder", True)], pinned
+            ("edges_encoder", False), ("edges_encoder", True)], pinned
         record = node.history[-1].record.calls[0]
-        assert (record.device, record.model, record.loaded) == (device, "tiny_encoder", False)
+        assert (record.device, record.model, record.loaded) == (device, "edges_encoder", False)
         first = node.history[0].record.calls[0]
         assert first.loaded and first.load_ms == (100.0 if pinned == "cpu" else 300.0)
 
