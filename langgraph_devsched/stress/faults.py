@@ -54,6 +54,12 @@ ProbeFault = Literal[
     "timeout",
     "max_concurrency",
     "resident_models",
+    "loader_error",
+    "slow_load",
+    "cancel_load",
+    "close_during_call",
+    "kept_no_room",
+    "deadline_queue",
 ]
 """Scenario faults (`langgraph_devsched.stress.probes`): each runs its own small node after a
 step, in its own thread and event loop, bounded in time. They are drawn independently of each
@@ -93,10 +99,19 @@ DEFAULT_RATES: dict[str, float] = {
     "timeout": 0.12,
     "max_concurrency": 0.12,
     "resident_models": 0.12,
+    # issue 23: model loads, close() and room for resident models, deadlines in the queue;
+    # each runs on one of the two backends per probe: these rates inject each kind over 100
+    # times on each backend in a 10,000-call run
+    "loader_error": 0.12,  # each probe: a declared and an undeclared model whose load raises
+    "slow_load": 0.12,  # each probe: a sync tool's and a to_thread load past the deadline
+    "cancel_load": 0.12,  # each probe: 2 of the 3 ways to load, cancelled during the load
+    "close_during_call": 0.24,
+    "kept_no_room": 0.24,
+    "deadline_queue": 0.24,
 }
 """Rates that inject every kind well over 100 times in a 10,000-call run (about 1,200 steps;
 a flood counts each of its hanging or garbage consultations, a cancel_gpu_sync probe its two
-cancellations)."""
+cancellations, a loader_error, slow_load or cancel_load probe its two loads)."""
 
 
 def parse_fault_rates(

@@ -22,8 +22,10 @@ from collections.abc import Callable
 from langgraph_devsched.stress.kit import ProbeContext, ProbeResult
 from langgraph_devsched.stress.probe_gpu import cancel_gpu_sync, oom_cpu_slots
 from langgraph_devsched.stress.probe_llm import llm_garbage_flood, llm_hang_flood
+from langgraph_devsched.stress.probe_loads import cancel_load, loader_error, slow_load
 from langgraph_devsched.stress.probe_models import resident_models
 from langgraph_devsched.stress.probe_monitor import bad_stats, separator_names, stats_writers
+from langgraph_devsched.stress.probe_room import close_during_call, deadline_queue, kept_no_room
 from langgraph_devsched.stress.probe_steps import cross_loop, max_concurrency, reused_ids, timeout
 
 __all__ = ["PROBES", "PROBE_BACKENDS", "PROBE_EXPECTED", "ProbeContext", "ProbeResult", "run_probe"]
@@ -97,6 +99,41 @@ PROBES: dict[str, tuple[Probe, tuple[str, ...], str]] = {
     "max_concurrency": (
         max_concurrency, BOTH,
         "a step run with config max_concurrency=k (1-3) never runs more than k calls at once",
+    ),
+    "loader_error": (
+        loader_error, BOTH,
+        "the loads of a model named in the hints and of one not named raise: each call "
+        "answered with the load's error; no phantom weights (local: live instances == "
+        "residents at rest); a 6,000 MB gpu_now call then placed on the emptied GPU",
+    ),
+    "slow_load": (
+        slow_load, BOTH,
+        "a load past call_timeout_s (sync tool; async tool via to_thread(handle.get)): "
+        "'timed out' at the deadline; (local) its weights counted while it loads on, a "
+        "6,000 MB model beside it never puts the instances over the budget, instances == "
+        "residents once it ends",
+    ),
+    "cancel_load": (
+        cancel_load, BOTH,
+        "ainvoke cancelled during a load (sync tool, async inline, async via to_thread): "
+        "(local) the ledger counts the loading instance at every grant and release, the "
+        "instances stay within the budget, instances == residents once the load ends",
+    ),
+    "close_during_call": (
+        close_during_call, BOTH,
+        "node.close() while a call runs on its model: its instance never released under it, "
+        "the call answered; (local) instances == residents at rest; the node still serves",
+    ),
+    "kept_no_room": (
+        kept_no_room, BOTH,
+        "an idle kept model (keep_warm, or loaded the tool's own way) leaves no room for a "
+        "gpu_queued call on another model: refused at once, answered from the CPU with a "
+        "fallback cause, the call beside it answered; never a queue waiting on nothing",
+    ),
+    "deadline_queue": (
+        deadline_queue, BOTH,
+        "a gpu_queued call behind a timed-out sync tool (its VRAM, or the gpu_concurrency "
+        "slot): answered within its deadline + 0.5 s + 10x a plain step's time",
     ),
 }
 """Kind -> (probe, the backends it applies to, its expected outcome)."""
