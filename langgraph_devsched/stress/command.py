@@ -60,7 +60,9 @@ def print_report(report: StressReport) -> None:
     console = Console()
     table = Table(title=f"devsched stress: {report.calls} calls, {report.steps} steps")
     numeric = ("rate", "injected", "handled", "violations")
-    for col in ("fault", "rate", "injected", "handled", "violations", "where", "expected outcome"):
+    cols = ("fault", "rate", "injected", "handled", "violations", "where",
+            "injected/handled by backend", "expected outcome")
+    for col in cols:
         table.add_column(col, justify="right" if col in numeric else "left")
     failing = set(report.failing_kinds)
     for f in report.faults:
@@ -68,6 +70,7 @@ def print_report(report: StressReport) -> None:
         table.add_row(
             kind, f"{f.rate:g}", str(f.injected), str(f.handled),
             str(report.violations_by_kind.get(f.kind, 0)), ",".join(f.backends) or "-",
+            " ".join(f"{b} {i}/{h}" for b, (i, h) in sorted(f.by_backend.items())) or "-",
             f.expected,
         )
     console.print(table)

@@ -145,6 +145,8 @@ class _Run:
         names = ("simulated", "local") if config.backend == "both" else (config.backend,)
         self.lanes = [self._lane(name, i) for i, name in enumerate(names)]
         self.steps = 0
+        self.by_backend: dict[str, dict[str, tuple[int, int]]] = {}
+        """Scenario kind -> backend -> (injected, handled)."""
         if "local" in names:  # torch is imported once, up front, not inside a bounded probe
             next(lane for lane in self.lanes if lane.name == "local").node.backend.device_state()
 
@@ -326,6 +328,9 @@ class _Run:
             c.faults.add(kind, result.injected)
             c.counts.add(f"handled:{kind}", result.handled)
             c.counts.add(f"probes:{kind}:{backend}")
+            seen = self.by_backend.setdefault(kind, {})
+            injected, handled = seen.get(backend, (0, 0))
+            seen[backend] = (injected + result.injected, handled + result.handled)
             for name, n in result.counts.items():
                 c.counts.add(f"{kind}:{name}", n)
             for problem in result.problems:
@@ -433,6 +438,7 @@ class _Run:
                 handled=counts.get(f"handled:{kind}", 0),
                 expected=EXPECTED[kind],
                 backends=list(self._where(kind)),
+                by_backend=self.by_backend.get(kind, {}),
             )
             for kind in FAULT_KINDS
         ]

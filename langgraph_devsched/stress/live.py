@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -59,10 +60,13 @@ class Instance:
 
 @dataclass
 class LoadPlan:
-    """What the next loads of one model do: raise, wait on ``gate``, and a hook at start."""
+    """What the loads of one model do: call ``on_start``, wait on ``gate``, sleep
+    ``delay_s``, then raise or return."""
 
     raises: bool = False
     gate: threading.Event | None = None
+    delay_s: float = 0.0
+    """Sleep this long before returning (a load slower than a deadline)."""
     on_start: Callable[[], None] | None = None
 
 
@@ -119,6 +123,8 @@ class LiveModels:
                 plan.on_start()
             if plan.gate is not None:
                 plan.gate.wait(LOAD_LIMIT_S)
+            if plan.delay_s > 0:
+                time.sleep(plan.delay_s)
             if plan.raises:
                 raise InjectedLoadError(f"injected load error: model {name!r} failed to load")
         except BaseException:

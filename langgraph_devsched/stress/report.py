@@ -45,6 +45,10 @@ class FaultFigures(BaseModel):
     backends: list[str] = Field(
         default_factory=list, description="where it ran: simulated, local, none (no node)"
     )
+    by_backend: dict[str, tuple[int, int]] = Field(
+        default_factory=dict,
+        description="scenario faults: (injected, handled) on each backend it ran on",
+    )
 
 
 class StressReport(BaseModel):
