@@ -51,7 +51,7 @@ from langgraph_devsched.testbed import SimulatedTestbed
 
 STEP_LIMIT_S = 5.0
 STUCK_LIMIT_S = 2.0
-DEADLINE_S = 0.2
+DEADLINE_S = 0.1
 
 
 def _ok_answer(cid: str, m: ToolMessage) -> bool:
