@@ -212,3 +212,20 @@ def test_the_checker_expects_the_nodes_timeout_message_when_the_node_has_one() -
         "Error: call h1 (asr) timed out after 0.1 s", tool_call_id="h1", status="error"))
     assert node.violations == 1
     assert node.violations_by_kind.as_dict() == {"hang": 1}
+
+
+def test_a_gpu_oom_that_fired_before_a_cancellation_may_find_no_room_on_the_retry() -> None:
+    """Seen in a 10,000-call run: a GPU-only call whose injected OOM fired in a cancelled
+    step, whose retry then found the GPU full (as the checker already allows for a hang or
+    a tool error)."""
+    from langchain_core.messages import ToolMessage
+
+    call = {"name": "rerank", "args": {"payload": "s1c3", "fault": "gpu_oom"}, "id": "s1c3"}
+    checker = Checker(fired={"s1c3": "gpu_oom"})
+    checker.check_content(call, "gpu_oom", ToolMessage(
+        "Error: tool 'rerank' cannot run: 2000 MB of VRAM do not fit now (0 MB free), and its "
+        "hints forbid the CPU", tool_call_id="s1c3", status="error"))
+    checker.check_content(call, "gpu_oom", ToolMessage(
+        "rerank:s1c3@cpu", tool_call_id="s1c3"))  # a GPU-only tool's OOM never runs on the CPU
+    assert checker.violations == 1
+    assert checker.counts.get("handled:gpu_oom") == 1

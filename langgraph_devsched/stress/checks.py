@@ -141,6 +141,8 @@ class Checker:
         elif fired == "gpu_oom":
             if gpu_only:
                 ok = error and "out of gpu memory" in text.lower()
+                # as for a hang: it fired in a cancelled step, whose retry found no room
+                ok = ok or (error and "cannot run" in text)
             else:
                 ok = not error and text == f"{tool}:{cid}@cpu"
         elif error:
