@@ -3,20 +3,20 @@
 Four models (2,500-4,000 MB of weights each) on an 8,000 MB declared GPU, a step of 2-6 calls
 with random options, some of which raise a CUDA OOM or a tool error. A ledger that checks at
 every grant and release that it holds exactly the resident weights plus the working memory
-of the running calls, never over the budget. Every call answered once; at rest only weights;
-0 after ``node.close()``; every evicted instance released once.
+of the running calls, never over the budget, and (a `LiveLedger`) that every model instance
+the harness's loaders hold is counted and what they really hold fits. Every call answered
+once; at rest only weights, and the live instances are the resident models; 0 after
+``node.close()``; every instance released once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import threading
 from typing import Any
 
 from langgraph_devsched.executors.local import GpuConfig, LocalBackend
-from langgraph_devsched.ledger import Reservation, VramLedger, WeightsNeed
-from langgraph_devsched.models import ResidentModel
+from langgraph_devsched.ledger import Reservation, WeightsNeed
 from langgraph_devsched.node import DeviceToolNode
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.stress.kit import (
@@ -29,6 +29,7 @@ from langgraph_devsched.stress.kit import (
     step_input,
     within,
 )
+from langgraph_devsched.stress.live import LiveLedger, LiveModels
 from langgraph_devsched.stress.tools import oom_error
 
 STEP_LIMIT_S = 10.0
@@ -36,11 +37,12 @@ WEIGHTS_MB = {"vision": 4000.0, "speech": 3500.0, "text": 2500.0, "ocr": 3000.0}
 BUDGET_MB = 8000.0
 
 
-class CheckedLedger(VramLedger):
-    """A ledger that checks its own invariant at every grant and release."""
+class CheckedLedger(LiveLedger):
+    """A ledger that checks its own invariant at every grant and release (and, as a
+    `LiveLedger`, compares itself with the live instances)."""
 
-    def __init__(self, budget_mb: float) -> None:
-        super().__init__(budget_mb)
+    def __init__(self, budget_mb: float, models: LiveModels) -> None:
+        super().__init__(budget_mb, models)
         self.live: dict[int, float] = {}
         self.models: dict[int, str | None] = {}
         self.problems: list[str] = []
@@ -75,36 +77,19 @@ class CheckedLedger(VramLedger):
 
 def resident_models(ctx: ProbeContext) -> ProbeResult:
     result = ProbeResult()
-    released: list[str] = []
-    lock = threading.Lock()
-
-    loaded: list[str] = []
-
-    def handle(name: str) -> ResidentModel[str]:
-        def load(device: str) -> str:
-            with lock:
-                instance = f"{name}#{len(loaded)}@{device}"  # each load its own instance
-                loaded.append(instance)
-            return instance
-
-        def release(instance: str) -> None:
-            with lock:
-                released.append(instance)
-
-        return ResidentModel(name, load, weights_mb=WEIGHTS_MB[name], release=release)
-
-    handles = {n: handle(n) for n in WEIGHTS_MB}
+    live = LiveModels()
+    handles = {n: live.handle(n, WEIGHTS_MB[n]) for n in WEIGHTS_MB}
     faults: dict[str, str] = {}
 
     def tool(name: str) -> Any:
         def before(payload: str) -> str:
             instance = handles[name].get()
             fault = faults.get(payload, "none")
-            if fault == "gpu_oom" and not instance.endswith("@cpu"):
+            if fault == "gpu_oom" and instance.device != "cpu":
                 raise oom_error()
             if fault == "tool_error":
                 raise ValueError(f"injected tool error in {name}")
-            return instance
+            return f"{name}#{instance.token}@{instance.device}"
 
         def run(payload: str) -> str:
             return before(payload)
@@ -116,7 +101,7 @@ def resident_models(ctx: ProbeContext) -> ProbeResult:
         return make_tool(f"m_{name}", run, arun)
 
     backend = LocalBackend(gpu=GpuConfig(BUDGET_MB, device="fake:0"))
-    ledger = CheckedLedger(BUDGET_MB)
+    ledger = CheckedLedger(BUDGET_MB, live)
     backend._detect()
     backend._ledger = ledger  # the probe's checked ledger stands in for the backend's own
     backend.models.ledger = ledger
@@ -161,15 +146,17 @@ def resident_models(ctx: ProbeContext) -> ProbeResult:
             if report.record is not None:
                 result.count("evictions", report.record.evictions)
                 result.count("loads", report.record.loads)
-    for problem in ledger.problems[:5]:
+        for problem in ledger.at_rest_problems():
+            ok = result.check(False, f"step {round_}, at rest: {problem}")
+    for problem in [*ledger.problems[:5], *live.problems[:5]]:
         ok = result.check(False, problem)
     node.close()
     ok &= result.check(ledger.in_use_mb <= 1e-6 and not ledger.resident(),
                        f"after close: {ledger.in_use_mb:.0f} MB, {len(ledger.resident())} "
                        "resident")
-    ok &= result.check(len(released) == len(set(released)),
-                       f"an instance released twice: {sorted(released)}")
-    ok &= result.check(sorted(released) == sorted(loaded),
-                       f"loaded {sorted(loaded)}, released {sorted(released)} by close")
+    left = live.live_gpu_mb()
+    ok &= result.check(not left and live.released == live.loads,
+                       f"after close: {live.loads} loaded, {live.released} released, GPU "
+                       f"instances still live {left}")
     result.case(ok)
     return result
