@@ -229,3 +229,24 @@ def test_a_gpu_oom_that_fired_before_a_cancellation_may_find_no_room_on_the_retr
         "rerank:s1c3@cpu", tool_call_id="s1c3"))  # a GPU-only tool's OOM never runs on the CPU
     assert checker.violations == 1
     assert checker.counts.get("handled:gpu_oom") == 1
+
+
+def test_a_call_beside_a_hang_may_time_out_waiting_for_its_device() -> None:
+    """Under the node's call_timeout_s a hanging sync call keeps its thread (and its CPU slot
+    or VRAM) past its deadline; the deadline of a call of the same step that waits for that
+    device covers the wait (issue 23), so "timed out" is its answer there, and only there."""
+    from langchain_core.messages import ToolMessage
+
+    def calls(*ids: str) -> list[dict[str, object]]:
+        return [{"name": "classify", "args": {"payload": c, "fault": "none"}, "id": c}
+                for c in ids]
+
+    timed_out = "Error: tool 'classify' timed out after 0.5 s; it was stopped waiting for"
+    answers = [ToolMessage(timed_out, tool_call_id=c, status="error") for c in ("h1", "c2")]
+    checker = Checker(fired={"h1": "hang"}, node_timeout=True)
+    checker.check_answers(calls("h1", "c2"), {"h1": "hang", "c2": "none"}, answers)
+    assert checker.violations == 0
+    assert checker.counts.get("timed_out_behind_a_hang") == 1
+    alone = Checker(fired={}, node_timeout=True)
+    alone.check_answers(calls("c2"), {"c2": "none"}, answers[1:])
+    assert alone.violations == 1

@@ -86,6 +86,11 @@ class Checker:
         *, lane: str = "",
     ) -> None:
         self.calls += len(calls)
+        # a hanging sync call keeps its thread, its CPU slot or VRAM past its deadline: the
+        # step's other calls may wait for that device until their own deadline (the node's
+        # call_timeout_s covers the wait for a device, issue 23)
+        behind_hang = self.node_timeout and any(
+            self.fired.get(cid) == "hang" for cid in planned)
         by_id: dict[str, list[ToolMessage]] = {}
         for m in messages:
             if not isinstance(m, ToolMessage):
@@ -107,7 +112,7 @@ class Checker:
             self.duplicated += len(got) - 1
             if len(got) > 1:
                 self.violation(f"call {cid} got {len(got)} answers")
-            self.check_content(call, planned[cid], got[0], lane)
+            self.check_content(call, planned[cid], got[0], lane, behind_hang=behind_hang)
 
     def step_failed(
         self, calls: list[dict[str, Any]], what: str, *, lane: str = "", kind: str = "invariant"
@@ -119,7 +124,8 @@ class Checker:
         self.violation(what, kind)
 
     def check_content(
-        self, call: dict[str, Any], fault: str, m: ToolMessage, lane: str = ""
+        self, call: dict[str, Any], fault: str, m: ToolMessage, lane: str = "",
+        *, behind_hang: bool = False,
     ) -> None:
         text = str(m.content)
         error = m.status == "error"
@@ -127,6 +133,8 @@ class Checker:
         cid, tool = call["id"], call["name"]
         fired = "bad_call" if fault == "bad_call" else self.fired.get(cid)
         gpu_only = not TOOL_HINTS.get(tool, {}).get("cpu_allowed", True)
+        # it waited for a device that a hanging call's thread still held, past its deadline
+        waited = behind_hang and error and fired != "hang" and "timed out after" in text
         ok: bool
         if fired == "bad_call":
             ok = error
@@ -145,15 +153,20 @@ class Checker:
                 ok = ok or (error and "cannot run" in text)
             else:
                 ok = not error and text == f"{tool}:{cid}@cpu"
-        elif error:
+        elif error and not waited:
             # only a GPU-only tool may fail to be placed (its VRAM does not fit, no CPU)
             ok = gpu_only and "cannot run" in text
             self.counts.add("placement_errors")
+        elif error:
+            ok = False  # counted below
         else:
             ok = text.startswith(f"{tool}:{cid}@")
             if gpu_only and text.endswith("@cpu"):
                 # the simulated testbed reruns an OOM on the CPU whatever the hints say
                 self.counts.add(f"cpu_forbidden_ran_on_cpu:{lane}")
+        if not ok and waited:
+            ok = True
+            self.counts.add("timed_out_behind_a_hang")
         if fired is not None and fired == fault:
             self.faults.add(fault)
             if ok:
