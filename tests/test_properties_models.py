@@ -14,11 +14,11 @@ within the budget (at every grant and release); at rest the live instances are t
 residents; every instance released once; after ``close()`` nothing live, the ledger at 0.
 
 `test_generated_model_faults_keep_the_ledger_true` draws every fault of issue 23; on
-d7c8ce5 it fails (phantom weights, uncounted threaded loads, ``close()`` under a running
-call, a queue waiting for ever): strict xfail until those fixes land, examples derandomized
-so that its verdict is the same on every run. `test_handled_model_faults_keep_the_ledger_true`
-draws the part d7c8ce5 already handles (declared models, sync tools, no cancellation or
-``close()`` during a step) and guards it now.
+d7c8ce5 it fails (phantom weights after a raising undeclared load, uncounted threaded loads,
+``close()`` under a running call, a queue waiting for ever); examples derandomized so that
+its verdict is the same on every run. `test_handled_model_faults_keep_the_ledger_true` draws
+the part d7c8ce5 already handled (declared models, sync tools, no cancellation or
+``close()`` during a step).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -157,10 +156,6 @@ def _check(case: dict[str, Any]) -> None:
     assert models.live_gpu_mb() == {} and ledger.problems == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23 classes 2-5 open on d7c8ce5: phantom weights "
-                   "after a raising undeclared load, uncounted to_thread loads past a deadline "
-                   "or a cancellation, close() under a running call, a gpu_queued call that "
-                   "never fits beside a kept model waits for ever")
 @PROPS
 @given(case=case_st)
 def test_generated_model_faults_keep_the_ledger_true(case: dict[str, Any]) -> None:

@@ -33,22 +33,10 @@ timed-out call's CallRecord has no error"}``. Empty: on the working tree of 1 De
 10:45 UTC every probe passed (on 8262736, before the fixes, every issue-12 kind failed)."""
 
 
-OPEN_23: dict[str, str] = {
-    "loader_error-local": "issue 23 class 4: a raising loader of a model the hints do not "
-    "name leaves its weights resident with no instance (phantom)",
-    "slow_load-local": "issue 23 class 3: a to_thread load past the deadline gives its "
-    "weights back while it still loads; its instance is then cached uncounted",
-    "cancel_load-local": "issue 23 class 3: the same for a to_thread load cancelled mid-load "
-    "(11,000 MB really held on 8,000)",
-    "close_during_call-local": "issue 23 class 5: close() releases the instance of a "
-    "running call",
-    "kept_no_room-local": "issue 23 class 2: a gpu_queued call that can never fit beside a "
-    "kept model waits forever",
-    "deadline_queue-local": "issue 23 class 1: a call queued behind a timed-out sync tool is "
-    "answered only when that thread lets go",
-}
-"""Issue-23 kinds that fail on d7c8ce5 (the lead's fixes in progress): strict xfail, so that
-each entry must be deleted the moment its fix lands (an unexpected pass fails the run)."""
+OPEN_23: dict[str, str] = {}
+"""Issue-23 kinds still failing (strict xfail, each naming its class: an entry must go the
+moment its fix lands). Empty: on d7c8ce5 every local variant of the six failed (classes
+1-5); after the lead's fixes (7de9c7c) every one passes."""
 
 NEW_23 = ("loader_error", "slow_load", "cancel_load", "close_during_call", "kept_no_room",
           "deadline_queue")

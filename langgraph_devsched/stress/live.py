@@ -27,6 +27,8 @@ the live GPU instances are exactly the ledger's resident models, with the same w
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import itertools
 import threading
 import time
@@ -265,7 +267,13 @@ def live_backend(
     queue_timeout_s: float | None = None,
     gpu_concurrency: int | None = None,
 ) -> tuple[LocalBackend, LiveLedger]:
-    """A `LocalBackend` on a declared GPU whose ledger is a `LiveLedger` over ``models``."""
+    """A `LocalBackend` on a declared GPU whose ledger is a `LiveLedger` over ``models``.
+
+    torch is imported here when present: the backend's OOM path imports it (to empty the
+    CUDA cache) and the first import takes seconds, which must not fall inside a timed step.
+    """
+    with contextlib.suppress(ImportError):
+        importlib.import_module("torch")
     backend = LocalBackend(gpu=GpuConfig(budget_mb, device="fake:0"),
                            queue_timeout_s=queue_timeout_s, gpu_concurrency=gpu_concurrency)
     ledger = LiveLedger(budget_mb, models, max_active=gpu_concurrency)
