@@ -11,7 +11,8 @@ release (and whenever a load starts, ends or is released):
 * every loading or live GPU instance is counted: its model is resident in the ledger (or was
   just evicted by an admission whose caller is freeing it);
 * what the instances really hold plus the running calls' working memory stays within the
-  budget;
+  budget (an instance just evicted, that the admitting thread frees before its call runs,
+  counts from the moment a load starts beside it);
 
 and `LiveLedger.at_rest_problems` checks, once nothing runs and no load is in progress, that
 the live GPU instances are exactly the ledger's resident models, with the same weights.
@@ -214,10 +215,18 @@ class LiveLedger(VramLedger):
             mb = sum(i.mb for i in uncounted)
             self._note(f"{where}: instance(s) {sorted({i.model for i in uncounted})} on the GPU "
                        f"not counted by the ledger ({mb:.0f} MB)")
-        really = sum(i.mb for i in held) + max(0.0, self.working_mb)
+        # an instance an admission just evicted is freed by the admitting thread before its
+        # call runs: it counts against the budget when a load starts beside it (then both
+        # really are on the device), not at the grant that evicted it
+        load_starts = where.endswith("started")
+        really = sum(i.mb for i in held if load_starts or i.model not in self._freeing)
+        really += max(0.0, self.working_mb)
         if really > self.capacity_mb + _EPS:
+            what = ", ".join(f"{i.model}{' (evicted)' if i.model in self._freeing else ''}"
+                             for i in held)
             self._note(f"{where}: {really:.0f} MB really held (instances + working memory) on "
-                       f"a {self.capacity_mb:.0f} MB budget")
+                       f"a {self.capacity_mb:.0f} MB budget: {what}, "
+                       f"{self.working_mb:.0f} MB working")
 
     def compare(self, where: str) -> None:
         """Compare the ledger with the live instances now (from any thread)."""
