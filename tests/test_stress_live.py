@@ -87,3 +87,27 @@ def test_a_failing_load_leaves_no_instance_and_a_double_release_is_named() -> No
     handle.release(inst)
     handle.release(inst)
     assert models.problems == [f"instance ok#{inst.token} released twice"]
+
+
+def test_an_evicted_instance_counts_once_a_load_starts_beside_it() -> None:
+    """The admitting thread frees what its admission evicted before its call runs: that
+    window alone is quiet; a load starting while the evicted instance is still there is
+    really over the budget."""
+    models = LiveModels()
+    backend, ledger = live_backend(models)
+    cache = backend.models
+    a, b = models.handle("a", 5000), models.handle("b", 4000)
+    res = ledger.try_reserve(500, need=cache.need("a", 5000, False))
+    assert res is not None
+    with cache.scope("fake:0", "a", res.evicted, cold=res.loaded):
+        a.get()
+    ledger.release(res)
+    res = ledger.try_reserve(500, need=cache.need("b", 4000, False))
+    assert res is not None and res.evicted == ("a",)
+    assert ledger.problems == []  # a is evicted, not freed yet: nothing loads beside it
+    with cache.scope("fake:0", "b", (), cold=True):
+        b.get()  # b loads before a is freed
+    assert any("9500 MB really held" in p and "a (evicted)" in p for p in ledger.problems)
+    cache.drop(res.evicted)
+    ledger.release(res)
+    assert models.live_gpu_mb() == {"b": 4000.0}
