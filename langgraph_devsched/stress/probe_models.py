@@ -41,8 +41,8 @@ class CheckedLedger(LiveLedger):
     """A ledger that checks its own invariant at every grant and release (and, as a
     `LiveLedger`, compares itself with the live instances)."""
 
-    def __init__(self, budget_mb: float, models: LiveModels) -> None:
-        super().__init__(budget_mb, models)
+    def __init__(self, budget_mb: float, models: LiveModels | None = None) -> None:
+        super().__init__(budget_mb, models if models is not None else LiveModels())
         self.live: dict[int, float] = {}
         self.models: dict[int, str | None] = {}
         self.problems: list[str] = []
