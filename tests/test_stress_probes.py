@@ -33,10 +33,14 @@ timed-out call's CallRecord has no error"}``. Empty: on the working tree of 1 De
 10:45 UTC every probe passed (on 8262736, before the fixes, every issue-12 kind failed)."""
 
 
-OPEN_23: dict[str, str] = {}
+OPEN_23: dict[str, str] = {
+    "close_during_call-local": "issue 23 class 5, left after 7de9c7c: close() while the "
+    "call's model still loads leaves that model resident (and its instance live) after the "
+    "call ended; close() during the call's run is handled",
+}
 """Issue-23 kinds still failing (strict xfail, each naming its class: an entry must go the
-moment its fix lands). Empty: on d7c8ce5 every local variant of the six failed (classes
-1-5); after the lead's fixes (7de9c7c) every one passes."""
+moment its fix lands). On d7c8ce5 every local variant of the six failed (classes 1-5);
+after the lead's fixes (7de9c7c) all pass but close() during a load."""
 
 NEW_23 = ("loader_error", "slow_load", "cancel_load", "close_during_call", "kept_no_room",
           "deadline_queue")
@@ -110,7 +114,8 @@ def test_every_new_kind_has_a_rate_an_expectation_and_a_backend() -> None:
     assert sum(DEFAULT_RATES[k] for k in STEP_FAULTS) <= 1.0
     # about 1,170 steps in a 10,000-call run; injections per probe as documented
     per_probe = {"cancel_gpu_sync": 2, "cross_loop": 3, "llm_hang_flood": 10,
-                 "llm_garbage_flood": 4, "loader_error": 2, "slow_load": 2, "cancel_load": 2}
+                 "llm_garbage_flood": 4, "loader_error": 2, "slow_load": 2, "cancel_load": 2,
+                 "close_during_call": 2}
     for kind in PROBE_FAULTS:
         assert DEFAULT_RATES[kind] * 1170 * per_probe.get(kind, 1) >= 120, kind
     # issue 23's kinds: over 100 on each of the two backends (one drawn per probe)

@@ -105,7 +105,7 @@ DEFAULT_RATES: dict[str, float] = {
     "loader_error": 0.12,  # each probe: a declared and an undeclared model whose load raises
     "slow_load": 0.12,  # each probe: a sync tool's and a to_thread load past the deadline
     "cancel_load": 0.12,  # each probe: 2 of the 3 ways to load, cancelled during the load
-    "close_during_call": 0.24,
+    "close_during_call": 0.24,  # each probe: close() while the call runs, and while it loads
     "kept_no_room": 0.24,
     "deadline_queue": 0.24,
 }

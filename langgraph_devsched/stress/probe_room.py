@@ -1,9 +1,11 @@
 """Scenario probes on room for resident models and on deadlines in the GPU queue.
 
 * `close_during_call`: ``node.close()`` (from another thread) while a call runs on its
-  model (sync tool, async tool, async tool loading via ``to_thread``): the call's instance is
-  never released under it, the call answered; at rest instances == residents (locally, over
-  the `LiveLedger`); the node still serves a step; after a last close nothing is live.
+  model, and while that model still loads (sync tool, async tool, async tool loading via
+  ``to_thread``): the call's instance is never released under it, the call answered; at
+  rest instances == residents (locally, over the `LiveLedger`), and once the call ended
+  nothing of the closed model is left; the node still serves a step; after a last close
+  nothing is live.
 * `kept_no_room`: an idle model that is never evicted (``keep_warm``, or weights a tool
   loads its own way) leaves no room for a ``gpu_queued`` call on another model: the call is
   refused at once and answered from the CPU with a fallback cause, a small ``gpu_queued``
@@ -36,7 +38,7 @@ from langgraph_devsched.stress.kit import (
     reports_into,
     step_input,
 )
-from langgraph_devsched.stress.live import LiveLedger, LiveModels
+from langgraph_devsched.stress.live import LiveLedger, LiveModels, LoadPlan
 from langgraph_devsched.stress.models_kit import (
     LOAD_MODES,
     RunGate,
@@ -61,19 +63,31 @@ def _ok_answer(cid: str, m: ToolMessage) -> bool:
 # -- close_during_call ----------------------------------------------------------------------
 def close_during_call(ctx: ProbeContext) -> ProbeResult:
     result = ProbeResult()
+    for when in ("running", "loading"):
+        result.case(_close_during(ctx, result, when))
+    return result
+
+
+def _close_during(ctx: ProbeContext, result: ProbeResult, when: str) -> bool:
+    """``close()`` while the call runs on its model, or while that model still loads."""
     rng = ctx.rng
     mode = rng.choice(LOAD_MODES)
     use_async = mode != "sync" or rng.random() < 0.5
-    result.count(f"{mode}:{'async' if use_async else 'sync'}")
+    result.count(f"{when}:{mode}:{'async' if use_async else 'sync'}")
     models = LiveModels()
     gate = RunGate()
+    load_gate = threading.Event()
     problems: list[str] = []
     held = models.handle(model_name(ctx, "held"), 3500.0)
+    if when == "loading":
+        models.plans[held.name] = LoadPlan(gate=load_gate)
     hints: dict[str, dict[str, Any]] = {"t_held": held.hints(vram_mb=500.0, pinned="gpu_now")}
-    tools = [model_tool("t_held", held, models, mode, gate=gate, problems=problems)]
+    tools = [model_tool("t_held", held, models, mode, gate=gate if when == "running" else None,
+                        problems=problems)]
     node, ledger = model_node(ctx, models, tools, hints, sim_params=sim_params(hints))
     graph = graph_of(node)
-    cid = f"cd{ctx.index}"
+    what = f"close() while the call's model is {when} ({mode} tool)"
+    cid = f"cd{ctx.index}{when[0]}"
     box: dict[str, Any] = {}
 
     def step() -> None:
@@ -81,29 +95,35 @@ def close_during_call(ctx: ProbeContext) -> ProbeResult:
 
     runner = threading.Thread(target=step, daemon=True, name="devsched-stress-close-step")
     runner.start()
-    ok = result.check(gate.entered.wait(2.0), "the call never started")
+    entered = gate.entered if when == "running" else models.load_started
+    ok = result.check(entered.wait(2.0), f"{what}: the call never started")
     closer = threading.Thread(target=node.close, daemon=True, name="devsched-stress-close")
     closer.start()
     closer.join(0.1)  # close() may wait for the running call: it ends once the gate opens
     gate.open.set()
+    load_gate.set()
     runner.join(STEP_LIMIT_S + 1.0)
     closer.join(STEP_LIMIT_S)
-    ok &= result.check(not closer.is_alive(), "close() did not return once the call ended")
+    ok &= result.check(not closer.is_alive(), f"{what}: close() did not return once the call "
+                       "ended")
     out, why = box.get("out", (None, "the step never returned"))
-    ok &= result.check(why is None, f"step closed under: {why}")
+    ok &= result.check(why is None, f"{what}: {why}")
     if why is None:
-        ok &= check_answered(result, out, [cid], "call under close()", expect=_ok_answer)
+        ok &= check_answered(result, out, [cid], what, expect=_ok_answer)
     for problem in problems:
         ok &= result.check(False, problem)
-    ok &= rest_checks(result, models, ledger, "after close() during a call")
-    again = f"cd{ctx.index}r"
+    ok &= rest_checks(result, models, ledger, what)
+    if ledger is not None:  # close() frees a model in use once its call ends (or excludes it
+        left = models.live_gpu_mb()  # until then): nothing of it once that call ended
+        ok &= result.check(not left and not ledger.resident(),
+                           f"{what}: after the call ended, {sorted(left)} still live, "
+                           f"{[w.model for w in ledger.resident()]} resident")
+    again = f"cd{ctx.index}{when[0]}r"
     out, why = run_step(graph, step_input([(again, "t_held")]), use_async)
-    ok &= result.check(why is None, f"a step after close(): {why}") and check_answered(
-        result, out, [again], "a step after close()", expect=_ok_answer)
-    ok &= rest_checks(result, models, ledger, "a step after close()")
-    ok &= close_checks(result, node, models, ledger, "close_during_call")
-    result.case(ok)
-    return result
+    ok &= result.check(why is None, f"{what}: a step after close(): {why}") and check_answered(
+        result, out, [again], f"{what}: a step after close()", expect=_ok_answer)
+    ok &= rest_checks(result, models, ledger, f"{what}: a step after close()")
+    return ok & close_checks(result, node, models, ledger, what)
 
 
 # -- kept_no_room ---------------------------------------------------------------------------

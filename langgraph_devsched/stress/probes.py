@@ -121,8 +121,10 @@ PROBES: dict[str, tuple[Probe, tuple[str, ...], str]] = {
     ),
     "close_during_call": (
         close_during_call, BOTH,
-        "node.close() while a call runs on its model: its instance never released under it, "
-        "the call answered; (local) instances == residents at rest; the node still serves",
+        "node.close() while a call runs on its model, and while that model loads: its "
+        "instance never released under it, the call answered; (local) instances == "
+        "residents at rest, nothing of the closed model once the call ended; the node "
+        "still serves",
     ),
     "kept_no_room": (
         kept_no_room, BOTH,
