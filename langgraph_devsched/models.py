@@ -184,7 +184,9 @@ class ModelCache:
         self._users: dict[tuple[str, str], int] = {}
         """Running calls per instance handed out (an instance in use is never freed)."""
         self._closing: set[tuple[str, str]] = set()
-        """Instances `clear` found in use: freed as soon as their last call ends."""
+        """Instances `clear` found in use (or still loading): freed once no call uses them."""
+        self._cleared = 0
+        """How many times `clear` ran: a load that started before the last one ends closed."""
         self._measured: dict[str, float] = {}
         self.loads = 0
         self.hits = 0
@@ -306,6 +308,7 @@ class ModelCache:
             freed = [e for k, e in self._entries.items() if k not in busy]
             self._entries = OrderedDict((k, e) for k, e in self._entries.items() if k in busy)
             self._closing |= busy
+            self._cleared += 1
         self._free(freed)
 
     # -- loading ---------------------------------------------------------------------------
@@ -344,6 +347,8 @@ class ModelCache:
             # the load itself pins the weights (reserved when not resident) until it ends,
             # however the call that started it ends meanwhile (a timeout, a cancellation)
             pin = self._hold(handle) if side == "gpu" and self.ledger is not None else None
+            with self._lock:
+                cleared = self._cleared
             try:
                 started = self._clock()
                 before = _cuda_allocated(device)
@@ -366,6 +371,8 @@ class ModelCache:
                 self.loads += 1
                 self._use_locked(key, record)
                 over = self._over_bound()
+                if self._cleared != cleared:  # closed while it loaded: goes once unused
+                    self._closing.add(key)
             if pin is not None and self.ledger is not None:
                 self.ledger.release(pin)
             if record is not None:
@@ -374,6 +381,8 @@ class ModelCache:
                 record.model = record.model or name
                 record.fresh.discard(name)
             self._free(over)
+            if record is None or record.ended:  # no call will `finish` it
+                self._free_closing()
             return instance
 
     def _use_locked(self, key: tuple[str, str], record: CallModels | None) -> None:

@@ -373,3 +373,26 @@ def test_close_during_a_call_frees_its_model_only_once_the_call_ends(run: str) -
     assert result()["t"].content == "asr@cuda:0"
     assert released == ["asr@cuda:0"]  # then freed: close() asked for it
     assert backend.ledger.in_use_mb == 0 and backend.models.resident() == ()
+
+
+def test_close_while_a_calls_model_still_loads_frees_it_once_the_call_ends() -> None:
+    loader = Loader()
+    big = ResidentModel("big", load=loader.load, weights_mb=5000, release=loader.release)
+
+    @device_hints(**big.hints(vram_mb=100), pinned="gpu_now")
+    @tool
+    def describe(text: str) -> str:
+        """Loads its model, slowly."""
+        return big.get()
+
+    backend = LocalBackend(gpu=GpuConfig(8000))
+    node = DeviceToolNode([describe], backend=backend)
+    result = in_thread(lambda: invoke(node, "invoke", step(("describe", "d"))))
+    assert loader.started.wait(WAIT_S)
+    node.close()  # the load is still running: its weights stay counted
+    assert backend.ledger is not None and backend.ledger.weights_mb == 5000
+    loader.go.set()
+    assert result()["d"].content == "big@cuda:0"
+    # the model the load cached after close() goes with its call (seen first by devsched stress)
+    assert loader.live == set() and backend.ledger.in_use_mb == 0
+    assert backend.models.resident() == ()

@@ -33,14 +33,10 @@ timed-out call's CallRecord has no error"}``. Empty: on the working tree of 1 De
 10:45 UTC every probe passed (on 8262736, before the fixes, every issue-12 kind failed)."""
 
 
-OPEN_23: dict[str, str] = {
-    "close_during_call-local": "issue 23 class 5, left after 7de9c7c: close() while the "
-    "call's model still loads leaves that model resident (and its instance live) after the "
-    "call ended; close() during the call's run is handled",
-}
+OPEN_23: dict[str, str] = {}
 """Issue-23 kinds still failing (strict xfail, each naming its class: an entry must go the
 moment its fix lands). On d7c8ce5 every local variant of the six failed (classes 1-5);
-after the lead's fixes (7de9c7c) all pass but close() during a load."""
+after the lead's fixes all pass, close() during a load included."""
 
 NEW_23 = ("loader_error", "slow_load", "cancel_load", "close_during_call", "kept_no_room",
           "deadline_queue")
