@@ -234,7 +234,12 @@ class MonitorPolicy(SchedulerBase):
 
         # a batch enumerated exactly needs little of the budget: the fit may take most of it
         cheap = count_mappings(choices) <= self.exact_limit
+        previous = self._fits.get(tuple(sorted(tools)))
         fit = self._fit(tools, specs, obs, device, outcomes, deadline(0.8 if cheap else 0.5))
+        if previous is not None and previous[1].model != fit.model:
+            # a new contention model is a new twin: the old one's first-contact misses do
+            # not say how far this one is to be trusted
+            self._contact.forget(tuple(sorted(tools)))
         params = {
             t: estimate_params(t, s, obs, bg_share=device.gpu_utilization,
                                share=fit.shares.get(t), threads=fit.threads.get(t, 1),
