@@ -31,6 +31,7 @@ evictions like the testbed. The contention fit runs without them (it replays war
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -229,6 +230,11 @@ _CANDIDATES: tuple[tuple[Physics, tuple[float, ...]], ...] = (
 )
 """The contention models the fit selects among, each physics with the values of its
 tunable (time slicing: ``slice_overhead``; bandwidth: ``mem_bound``)."""
+CANDIDATE_MODELS: tuple[ContentionModel, ...] = ()  # filled in below `_tuned`
+SCREEN_MODELS = 2
+"""A selection screens the current model (its joint moves) and this many other candidates
+per refit: a whole screen (`CANDIDATE_MODELS`) is spread over a few decisions, so that none
+pays all of it (issue 25)."""
 GROUP_SCALES: tuple[float, ...] = (0.3, 0.5, 0.7, 0.85)
 """A group move scales the shares of every tool that shared the GPU together by these."""
 
@@ -239,6 +245,9 @@ def _tuned(physics: Physics, value: float) -> ContentionModel:
     if physics == "bandwidth":
         return ContentionModel(physics, mem_bound=value)
     return ContentionModel(physics)
+
+
+CANDIDATE_MODELS = tuple(_tuned(p, v) for p, values in _CANDIDATES for v in values)
 
 
 def _on_grid(share: float) -> float:
@@ -360,6 +369,11 @@ class ContentionFit:
     cpu_scale: dict[str, float] = field(default_factory=dict)
     """Per tool whose declared CPU time no solo run measured, the factor its runs beside
     other calls ask of that time (see `fit_contention`)."""
+    screen_left: tuple[int, ...] = ()
+    """A selection in progress: the `CANDIDATE_MODELS` (indices) it has still to screen ..."""
+    screen_best: tuple[float, int, tuple[tuple[str, float], ...]] | None = None
+    """... and the best one screened so far: its loss over the current model's (each
+    measured on the same evidence), its index and its share table."""
 
 
 def _ordered_calls(
@@ -390,6 +404,8 @@ def fit_contention(
     deadline: Callable[[], bool] | None = None,
     offset: int = 0,
     visits: int | None = None,
+    sweep: bool = False,
+    screen: int | None = None,
 ) -> ContentionFit:
     """Fit each tool's GPU share and CPU threads so the twin reproduces the executed
     placements of this batch shape (mean per-call run times and latencies, relative squared
@@ -404,6 +420,12 @@ def fit_contention(
     ``offset`` rotates the tool order
     and ``visits`` (default: ``passes`` times the tools) bounds the tool updates, so that a
     fit resumed later with its ``resume_at`` and ``visits_left`` finishes the work.
+
+    ``sweep`` (a warm refit from ``start``): instead of the tool-by-tool passes, a few
+    steepest-descent moves (`_sweep`), each scoring every fitted parameter's grid
+    neighbours in one batched simulation. ``screen``: a contention-model selection screens
+    this many candidates besides the current model per call (``complete=False`` until it is
+    through; the policy passes `SCREEN_MODELS`), None: all of them at once.
     """
     outcomes = sorted(
         (o for o in obs.outcomes_for(tuple(tools)) if o.count and len(o.run_ms) == len(tools)),
@@ -507,19 +529,28 @@ def fit_contention(
 
     def table_losses(tables: Sequence[Mapping[str, float]], model: ContentionModel
                      ) -> list[float]:
-        """The loss of each share table under ``model``, all simulated in one batch."""
+        """The loss of each share table under ``model``, all simulated in one batch (the
+        tables' parameter rows are built once for every model)."""
         g, pn = len(tables), len(plans)
         bed = twin(params, device, oom_ms=oom_ms, residency=False, model=model)
-        rows: dict[str, Any] = {f: np.empty((g * pn, n)) for f in fields}
-        for k, table in enumerate(tables):
-            here = {t: estimate_params(t, specs[t], obs, bg_share=device.gpu_utilization,
-                                       share=table.get(t), threads=threads.get(t, 1),
-                                       cpu_scale=cpu_scale.get(t))
-                    for t in distinct}
-            for f in fields:
-                rows[f][k * pn:(k + 1) * pn, :] = [float(getattr(here[t], f)) for t in tools]
+        key = tuple(tuple(sorted(t.items())) for t in tables)
+        rows = table_rows.get(key)
+        if rows is None:
+            rows = {f: np.empty((g * pn, n)) for f in fields}
+            for k, table in enumerate(tables):
+                here = {t: estimate_params(t, specs[t], obs, bg_share=device.gpu_utilization,
+                                           share=table.get(t), threads=threads.get(t, 1),
+                                           cpu_scale=cpu_scale.get(t))
+                        for t in distinct}
+                for f in fields:
+                    rows[f][k * pn:(k + 1) * pn, :] = [float(getattr(here[t], f))
+                                                       for t in tools]
+            table_rows.clear()
+            table_rows[key] = rows
         starts, ends = bed.call_times(tools, np.tile(plan_codes, (g, 1)), rows=rows)
         return scored(starts, ends, g)
+
+    table_rows: dict[Any, dict[str, Any]] = {}
 
     # a declared CPU time that no solo run measured (the tool always shared the CPU):
     # corrected from its runs beside other calls, through the twin's own core sharing (what
@@ -552,7 +583,51 @@ def fit_contention(
         params[tool] = estimate(tool)
 
     cores = max(1, device.cpu_cores)
-    total = passes * len(distinct) if visits is None else visits
+    thread_grid = [n for n in THREAD_GRID if n <= cores]
+
+    def variant_losses(variants: Sequence[Mapping[str, ToolParams]]) -> list[float]:
+        """The loss with each variant's tools' parameters in place of ``params`` (the
+        others as they are), every plan under every variant in one batch."""
+        g, pn = len(variants), len(plans)
+        bed = twin(params, device, oom_ms=oom_ms, residency=False, model=current[0])
+        rows: dict[str, Any] = {}
+        for f in fields:
+            base = np.array([float(getattr(params[t], f)) for t in tools])
+            grid = np.tile(base, (g, 1))
+            for k, variant in enumerate(variants):
+                for j, t in enumerate(tools):
+                    if t in variant:
+                        grid[k, j] = float(getattr(variant[t], f))
+            rows[f] = np.repeat(grid, pn, axis=0)
+        starts, ends = bed.call_times(tools, np.tile(plan_codes, (g, 1)), rows=rows)
+        return scored(starts, ends, g)
+
+    def rescale_all() -> None:
+        """`rescale_cpu` of every such tool at once, from one simulation of the fit."""
+        bed = twin(params, device, oom_ms=oom_ms, residency=False, model=current[0])
+        starts, ends = bed.call_times(tools, plan_codes)
+        for tool in sorted(unsolo):
+            cols = [j for j, t in enumerate(tools) if t == tool]
+            mask = on_cpu[:, cols] * weight[:, None]
+            predicted = float(((ends - starts)[:, cols] * mask).sum())
+            count = float(mask.sum())
+            if predicted <= 0 or count <= 0:
+                continue
+            asked = cpu_scale.get(tool, 1.0) * float((seen_run[:, cols] * mask).sum()) / (
+                predicted)
+            if abs(asked - 1.0) <= max(AGREE_WITHIN, 3.0 * cv / count**0.5):
+                asked = (PRIOR_WEIGHT + count * asked) / (PRIOR_WEIGHT + count)
+            cpu_scale[tool] = min(MAX_CPU_SCALE, max(1.0 / MAX_CPU_SCALE, asked))
+        params.update({t: estimate(t) for t in unsolo})
+
+    if sweep and start is not None:
+        if unsolo:
+            rescale_all()
+        _sweep(distinct, gpu_shared, cpu_shared, shares, threads, specs, thread_grid,
+               estimate, params, variant_losses, len(plans) * n)
+        total = 0
+    else:
+        total = passes * len(distinct) if visits is None else visits
     for done in range(total):
         position = offset + done
         tool = distinct[position % len(distinct)]
@@ -569,39 +644,56 @@ def fit_contention(
     if not gpu_shared:
         return ContentionFit(shares, threads, model=current[0], selected_at=selected_at,
                              cpu_scale=cpu_scale)
-    if selected_at and runs < 2 * selected_at:  # selected on half the evidence or more
+    screening = start is not None and bool(start.screen_left)
+    if not screening and selected_at and runs < 2 * selected_at:  # selected on half or more
         return ContentionFit(shares, threads, model=current[0], selected_at=selected_at,
                              losses=dict(start.losses) if start else {}, cpu_scale=cpu_scale)
     if late():  # the selection runs at the next refit
         return ContentionFit(shares, threads, complete=False, model=current[0],
-                             selected_at=selected_at, cpu_scale=cpu_scale)
+                             selected_at=selected_at, cpu_scale=cpu_scale,
+                             screen_left=start.screen_left if start else (),
+                             screen_best=start.screen_best if start else None)
     # which contention model explains the executed placements best: the current one as
     # fitted above (and its shares scaled together: a joint move), each other screened at
-    # each value of its tunable (`_CANDIDATES`) from
-    # the fitted and the declared shares, and those scaled together (`GROUP_SCALES`)
+    # each value of its tunable (`CANDIDATE_MODELS`) from
+    # the fitted and the declared shares, and those scaled together (`GROUP_SCALES`);
+    # `SCREEN_MODELS` others a refit, each against the current model on the same evidence
     fitted = dict(shares)
     mine = current[0]
-    found = {mine.label: loss_of(fitted, mine)}
-    best: tuple[float, ContentionModel, dict[str, float]] | None = None
+    found = dict(start.losses) if screening and start is not None else {}
+    left = [i for i in (start.screen_left if screening and start is not None else
+                        range(len(CANDIDATE_MODELS))) if CANDIDATE_MODELS[i] != mine]
+    since = selected_at if screening else max(1, runs)
+    screened = start.screen_best if screening and start is not None else None
     group = sorted(gpu_shared)
     starts: list[dict[str, float]] = [fitted, {}]
     tables = list(starts) + [
         {**t, **{g: _on_grid(t.get(g, specs[g].gpu_share) * f) for g in group}}
         for t in starts for f in GROUP_SCALES]
-    for physics, values in _CANDIDATES:  # a bounded screen, run whole (once per doubling)
-        for value in values:
-            model = _tuned(physics, value)
-            for loss, table in zip(table_losses(tables, model), tables, strict=True):
-                if model == mine:  # a joint move of the current model's shares
-                    if runs < JOINT_UNTIL and loss < found[mine.label] - 1e-9:
-                        found[mine.label], fitted = loss, dict(table)
-                    continue
-                found[model.label] = min(found.get(model.label, loss), loss)
-                if best is None or loss < best[0]:
-                    best = (loss, model, table)
-    if best is None or best[0] >= SELECT_BELOW * found[mine.label]:
-        return ContentionFit(fitted, threads, model=mine, selected_at=max(1, runs),
+    ours = table_losses(tables, mine)
+    found[mine.label] = ours[0]
+    for loss, table in zip(ours[1:], tables[1:], strict=True):  # joint moves
+        if runs < JOINT_UNTIL and loss < found[mine.label] - 1e-9:
+            found[mine.label], fitted = loss, dict(table)
+    step = len(left) if screen is None else max(1, screen)
+    chunk, left = left[:step], left[step:]
+    for index in chunk:  # a bounded screen, a few candidates a refit
+        model = CANDIDATE_MODELS[index]
+        losses_here = table_losses(tables, model)
+        found[model.label] = min(losses_here)
+        for loss, table in zip(losses_here, tables, strict=True):
+            ours_now = found[mine.label]
+            ratio = loss / ours_now if ours_now > 0 else (math.inf if loss > 0 else 1.0)
+            if screened is None or ratio < screened[0] - 1e-12:
+                screened = (ratio, index, tuple(sorted(table.items())))
+    if left:
+        return ContentionFit(fitted, threads, complete=False, model=mine, selected_at=since,
+                             losses=found, cpu_scale=cpu_scale, screen_left=tuple(left),
+                             screen_best=screened)
+    if screened is None or screened[0] >= SELECT_BELOW:
+        return ContentionFit(fitted, threads, model=mine, selected_at=since,
                              losses=found, cpu_scale=cpu_scale)
+    best = (screened[0], CANDIDATE_MODELS[screened[1]], dict(screened[2]))
     _, model, table = best
     shares.clear()
     shares.update(table)
@@ -613,6 +705,70 @@ def fit_contention(
             complete = False
             break
         best_of(tool, shares, shares.get(tool, specs[tool].gpu_share), SHARE_GRID)
-    found[model.label] = min(found[model.label], loss_of(shares, model))
+    found[model.label] = min(found.get(model.label, math.inf), loss_of(shares, model))
     return ContentionFit(dict(shares), threads, complete=complete, model=model,
-                         selected_at=max(1, runs), losses=found, cpu_scale=cpu_scale)
+                         selected_at=since, losses=found, cpu_scale=cpu_scale)
+
+
+SWEEP_STEPS = 2
+"""A warm refit's move changes a share by at most this many `SHARE_GRID` steps, a thread
+count by one `THREAD_GRID` step ..."""
+SWEEP_CALLS = 3
+"""... and it makes at most this many moves (one batched simulation each) ..."""
+SWEEP_CELLS = 16384
+"""... and no move past the first once the moves simulated this many calls in all (an
+8-call batch with 12 executed placements: 3 moves; 16 calls: 1)."""
+
+
+def _near(grid: Sequence[Any], value: Any, steps: int) -> list[Any]:
+    """The grid values within ``steps`` of the one nearest ``value``."""
+    i = min(range(len(grid)), key=lambda k: (abs(grid[k] - value), grid[k]))
+    return list(grid[max(0, i - steps):i + steps + 1])
+
+
+def _sweep(
+    distinct: Sequence[str], gpu_shared: set[str], cpu_shared: set[str],
+    shares: dict[str, float], threads: dict[str, int], specs: Mapping[str, ToolDeviceSpec],
+    thread_grid: Sequence[int], estimate: Callable[[str], ToolParams],
+    params: dict[str, ToolParams], variant_losses: Callable[
+        [Sequence[Mapping[str, ToolParams]]], list[float]], cells: int,
+) -> None:
+    """A warm refit (``fit_contention(sweep=True)``): steepest descent, at most
+    `SWEEP_CALLS` moves. Each move tries every fitted share and thread count at its grid
+    neighbours (`SWEEP_STEPS`), all in one batch, and takes the one that lowers the loss
+    most (ties: the smallest change, then the tool's name); it stops when none does, or
+    before a move that would take the simulated calls past `SWEEP_CELLS` (``cells``: the
+    calls a variant simulates, its plans times the batch's calls; the first move always
+    runs). The loss never rises."""
+    spent = 0
+    for _ in range(SWEEP_CALLS):
+        moves: list[tuple[str, dict[str, Any], Any, Any]] = []
+        for tool in distinct:
+            if tool in gpu_shared:
+                now = shares.get(tool, specs[tool].gpu_share)
+                moves += [(tool, shares, v, now) for v in _near(SHARE_GRID, now, SWEEP_STEPS)
+                          if v != now]
+            if tool in cpu_shared:
+                now_t = threads.get(tool, 1)
+                moves += [(tool, threads, v, now_t) for v in _near(thread_grid, now_t, 1)
+                          if v != now_t]
+        if not moves or (spent and spent + (len(moves) + 1) * cells > SWEEP_CELLS):
+            return
+        spent += (len(moves) + 1) * cells
+        variants: list[Mapping[str, ToolParams]] = [{}]
+        for tool, table, value, _ in moves:
+            saved = table.get(tool)
+            table[tool] = value
+            variants.append({tool: estimate(tool)})
+            if saved is None:
+                table.pop(tool, None)
+            else:
+                table[tool] = saved
+        here, *after = variant_losses(variants)
+        loss, _, _, k = min((round(x, 9), abs(m[2] - m[3]), m[0], k)
+                            for k, (x, m) in enumerate(zip(after, moves, strict=True)))
+        if loss >= here - 1e-9:
+            return
+        tool, table, value, _ = moves[k]
+        table[tool] = value
+        params[tool] = estimate(tool)

@@ -14,7 +14,8 @@ prediction (which pools every call's samples) is trusted.
 **Reuse.** While nothing the decision was made from has moved — the calls' hints, the
 telemetry bucket, the tools' latency evidence (`reuse.ChangeDetector`: no sample outside
 its noise, and fewer than twice the samples the decision was made from), no probe pending,
-the contention fit settled — the last decision of the batch
+the contention fit settled or, while it still learns, the same mapping chosen twice in a
+row — the last decision of the batch
 (its tools in call order) is taken again at once, marked ``Decision(reused=True)``; it is
 refreshed after ``refresh_after`` reuses. Per-shape tables (fits, last decisions) keep the
 ``max_shapes`` most recently used shapes.
@@ -69,6 +70,7 @@ from langgraph_devsched.schedulers.dmda import DmdaScheduler
 from langgraph_devsched.schedulers.eviction_cost import RecentModels
 from langgraph_devsched.schedulers.heft import HeftScheduler
 from langgraph_devsched.schedulers.monitor_model import (
+    SCREEN_MODELS,
     ContentionFit,
     declared_error,
     estimate_params,
@@ -232,8 +234,12 @@ class MonitorPolicy(SchedulerBase):
 
         # a batch enumerated exactly needs little of the budget: the fit may take most of it
         cheap = count_mappings(choices) <= self.exact_limit
-        before = self._fits.get(tuple(sorted(tools)))
+        previous = self._fits.get(tuple(sorted(tools)))
         fit = self._fit(tools, specs, obs, device, outcomes, deadline(0.8 if cheap else 0.5))
+        if previous is not None and previous[1].model != fit.model:
+            # a new contention model is a new twin: the old one's first-contact misses do
+            # not say how far this one is to be trusted
+            self._contact.forget(tuple(sorted(tools)))
         params = {
             t: estimate_params(t, s, obs, bg_share=device.gpu_utilization,
                                share=fit.shares.get(t), threads=fit.threads.get(t, 1),
@@ -280,7 +286,7 @@ class MonitorPolicy(SchedulerBase):
         best = _observed_tie_break(model, [m for m in scores if bucket(m) == 0], best)
         miss = self._contact.last_miss(shape)
         twin_best, best = best, _measured_guard(model, scores, best, miss)
-        probe = self._probe(batch, obs, model, best, choices, deadline(1.0))
+        probe = self._probe(batch, obs, model, best, choices)
         chosen = probe[0] if probe else best
         placed = canon(zip(tools, chosen, strict=True))
         if placed not in model.seen and _all_known(batch, obs, chosen):
@@ -306,19 +312,18 @@ class MonitorPolicy(SchedulerBase):
             reason += (f" (with {model.reloads[chosen]:.0f} ms to reload the models it "
                        "evicts)")
         decision = self._decision(mapping, reason, predicted_ms=predicted, probe=bool(probe))
-        # settled: the fit is done, and past the runs after each of which it is refitted,
-        # or its refit stopped moving, chose the last decision's mapping again and leaves no
-        # near-tie untried
+        # settled: the fit is done (no screen half way), and past the runs after each of
+        # which it is refitted, or the mapping is stable while the fit still learns: the
+        # last decision's mapping chosen again, neither of the two a probe, no near-tie
+        # left untried (the fit is refitted again once the evidence doubled)
         learning = bool(fit.shares or fit.threads) and sum(
             o.count for o in outcomes) < EVERY_RUN_UNTIL
-        runs = sum(o.count for o in outcomes)
-        converged = (
-            before is not None and before[1].complete
-            and _same_fit(before[1], fit, creep=runs >= CREEP_AFTER)
-            and last is not None and last.options == chosen and not probe
+        stable = (
+            last is not None and last.options == chosen and not probe
+            and not last.decision.probe
             and not _untried_near_tie(model, scores, best, low + tie)
         )
-        return decision, fit.complete and (converged or not learning)
+        return decision, fit.complete and (stable or not learning)
 
     def _seeds(
         self, batch: Batch, view: SchedulerView, tools: list[str],
@@ -346,7 +351,10 @@ class MonitorPolicy(SchedulerBase):
         """The contention fit for this shape, refitted (warm) when its evidence moved (a new
         placement executed, a placement's first samples, each of the shape's first
         `EVERY_RUN_UNTIL` runs, then twice the runs of the last fit: the means it fits are
-        sharper) or the last fit ran out of time (then it resumes where it stopped)."""
+        sharper) or the last fit ran out of time (then it resumes where it stopped). A warm
+        refit is a few batched steepest-descent moves (``fit_contention(sweep=True)``); while
+        the shape learns, a contention-model screen is spread over decisions
+        (`SCREEN_MODELS` candidates each), so that no decision pays it all."""
         shape = tuple(sorted(tools))
         seen = sum(o.count for o in outcomes)
         evidence = (
@@ -366,6 +374,8 @@ class MonitorPolicy(SchedulerBase):
             start=start, passes=1 if cached else 2, deadline=deadline,
             offset=start.resume_at if resume and start is not None else 0,
             visits=start.visits_left if resume and start is not None else None,
+            sweep=start is not None and (start.complete or bool(start.screen_left)),
+            screen=SCREEN_MODELS if seen < EVERY_RUN_UNTIL else None,
         )
         self._fits[shape] = (evidence, fit)
         return fit
@@ -393,26 +403,33 @@ class MonitorPolicy(SchedulerBase):
 
     def _probe(
         self, batch: Batch, obs: Observations, model: TwinScores, best: Mapping_,
-        choices: list[tuple[DeviceOption, ...]], late: Callable[[], bool],
+        choices: list[tuple[DeviceOption, ...]],
     ) -> tuple[Mapping_, ExplorationHint] | None:
-        """The most valuable affordable probe; hints are weighed while the decision's time
-        budget lasts (at least one)."""
+        """The most valuable affordable probe; hints are weighed best expected gain first
+        while their probe mappings fit `PROBE_CALLS` (at least one)."""
         tools = [c.tool for c in batch.calls]
         counts = {canon(o.placement): o.count for o in obs.outcomes_for(tuple(tools))}
         base = model.values[best]
         floor = 0.01 * base
         candidates = []
-        ranked: list[Mapping_] | None = None
-        for hint in obs.hints:
-            if hint.probes_left <= 0 or hint.kind not in PROBE_KINDS:
-                continue
-            if _gain(batch, obs, hint) <= floor:
-                continue
-            if ranked is not None and late():
+        hints = [h for h in obs.hints if h.probes_left > 0 and h.kind in PROBE_KINDS
+                 and _gain(batch, obs, h) > floor]
+        # the best-scored mappings, for hints met anywhere
+        ranked = sorted(model.values, key=lambda m: (model.values[m], m))[:_SCAN]
+        # the hints in order of gain, while their probe mappings fit `PROBE_CALLS` simulated
+        # calls (at least one hint), all scored in one batch: the simulator's cost is
+        # mostly per batch
+        sets: list[tuple[list[Mapping_], list[Mapping_]]] = []
+        total = 0
+        for hint in hints:
+            plain, room = self._probe_sets(hint, best, tools, choices)
+            total += (len(plain) + len(room)) * len(tools)
+            if sets and total > PROBE_CALLS:
                 break
-            if ranked is None:  # the best-scored mappings, for hints met anywhere
-                ranked = sorted(model.values, key=lambda m: (model.values[m], m))[:_SCAN]
-            for m in self._realise(hint, best, tools, choices, model, ranked):
+            sets.append((plain, room))
+        model.score([m for plain, room in sets for m in (*plain, *room)])
+        for hint, probe_sets in zip(hints, sets, strict=False):
+            for m in self._realise(hint, tools, model, ranked, probe_sets):
                 runs = counts.get(canon(zip(tools, m, strict=True)), 0)
                 if m == best or runs >= (RESAMPLE_BELOW if hint.kind == "sparse" else 1):
                     continue
@@ -435,12 +452,28 @@ class MonitorPolicy(SchedulerBase):
 
     @staticmethod
     def _realise(
-        hint: ExplorationHint, best: Mapping_, tools: list[str],
-        choices: list[tuple[DeviceOption, ...]], model: TwinScores, ranked: list[Mapping_],
+        hint: ExplorationHint, tools: list[str], model: TwinScores, ranked: list[Mapping_],
+        sets: tuple[list[Mapping_], list[Mapping_]],
     ) -> list[Mapping_]:
         """Mappings that measure what ``hint`` says is unknown: the best predicted ones
         among those scored, then the hint's change to ``best`` alone, then with one other
-        call's option changed (to make room), each group best predicted first."""
+        call's option changed (to make room; ``sets``: `_probe_sets`), each group best
+        predicted first."""
+        plain_set, room_set = sets
+        model.score([*plain_set, *room_set])
+        values = model.values
+        plain = sorted(plain_set, key=lambda m: (values[m], m))
+        room = sorted(room_set, key=lambda m: (values[m], m))
+        anywhere = [m for m in ranked if _measures(hint, m, tools)][:3]
+        return anywhere + plain + room
+
+    @staticmethod
+    def _probe_sets(
+        hint: ExplorationHint, best: Mapping_, tools: list[str],
+        choices: list[tuple[DeviceOption, ...]],
+    ) -> tuple[list[Mapping_], list[Mapping_]]:
+        """The hint's change to ``best`` alone, and with one other call's option changed
+        (at most `_ROOM` of those)."""
 
         def moved(m: list[DeviceOption], i: int, device: str) -> list[list[DeviceOption]]:
             if device == "cpu":
@@ -462,9 +495,9 @@ class MonitorPolicy(SchedulerBase):
             ia = next((i for i, t in enumerate(tools) if t == a and is_gpu(best[i])), None)
             ib = next((i for i, t in enumerate(tools) if t == b and best[i] == "cpu"), None)
             if ia is None or ib is None or hint.option not in choices[ib]:
-                return []
+                return [], []
             if "cpu" not in choices[ia]:
-                return []
+                return [], []
             m = list(best)
             m[ia], m[ib] = "cpu", hint.option
             out, touched = [m], {ia, ib}
@@ -482,19 +515,16 @@ class MonitorPolicy(SchedulerBase):
                     variants.update(
                         tuple([*m[:j], o, *m[j + 1:]]) for o in options if o != m[j]
                     )
-        room_set = sorted(variants)[:_ROOM]
-        model.score([*plain_set, *room_set])
-        values = model.values
-        plain = sorted(plain_set, key=lambda m: (values[m], m))
-        room = sorted(room_set, key=lambda m: (values[m], m))
-        anywhere = [m for m in ranked if _measures(hint, m, tools)][:3]
-        return anywhere + plain + room
+        return plain_set, sorted(variants)[:_ROOM]
 
 
 _SCAN = 2000
 """How many of the best-scored mappings are scanned for one that measures a hint."""
 _ROOM = 128
 """At most this many make-room variants are scored for one hint."""
+PROBE_CALLS = 4096
+"""A decision weighs the hints (best expected gain first) whose probe mappings, times the
+batch's calls, add up to at most this many (at least one hint)."""
 
 
 def _all_known(batch: Batch, obs: Observations, mapping: Mapping_) -> bool:
@@ -581,26 +611,6 @@ def _untried_near_tie(
             if placement != mine and placement not in model.seen:
                 return True
     return False
-
-
-CREEP_AFTER = 16
-"""From this many runs of a shape on, a refit that moves no share by more than one grid
-step (`SHARE_STEP`) counts as not moving: late in learning the fit creeps along the grid
-while the mapping it decides stays."""
-SHARE_STEP = 0.05
-SCALE_STEP = 0.02
-"""Fitted corrections of a declared CPU time within this ratio count as the same fit."""
-
-
-def _same_fit(a: ContentionFit, b: ContentionFit, *, creep: bool = False) -> bool:
-    if a.threads != b.threads or a.model != b.model or set(a.cpu_scale) != set(b.cpu_scale):
-        return False
-    if any(abs(a.cpu_scale[t] / b.cpu_scale[t] - 1.0) > SCALE_STEP for t in a.cpu_scale):
-        return False
-    if not creep:
-        return a.shares == b.shares
-    return set(a.shares) == set(b.shares) and all(
-        abs(a.shares[t] - b.shares[t]) <= SHARE_STEP + 1e-9 for t in a.shares)
 
 
 def _in_call_order(tools: list[str], outcome: PlacementOutcome) -> Mapping_ | None:

@@ -17,6 +17,9 @@ measured mapping by that margin).
 >>> errors.settle(shape, {(("asr", "gpu_now"), ("ocr", "gpu_now")): (150.0, 3)}, noise=0.0)
 >>> errors.last_miss(shape)
 0.5
+>>> errors.forget(shape)  # the fit selected another contention model: a new twin
+>>> errors.last_miss(shape)
+0.0
 """
 
 from __future__ import annotations
@@ -84,6 +87,11 @@ class FirstContact:
             ms, runs = measured[placement]
             miss = abs(ms / predicted - 1.0) - NOISE_Z * noise / math.sqrt(max(1, runs))
             entry.last_miss = max(0.0, miss)
+
+    def forget(self, shape: Hashable) -> None:
+        """The twin of ``shape`` changed (another contention model): its predictions and
+        last miss were another twin's."""
+        self._shapes.pop(shape, None)
 
     def last_miss(self, shape: Hashable) -> float:
         """The twin's last relative miss on first contact for ``shape`` (0 before any
