@@ -14,6 +14,7 @@ from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor.hints import ExplorationHint
 from langgraph_devsched.monitor.observations import Observations, OptionEstimate
 from langgraph_devsched.schedulers.agentic import (
+    ANSWER_PROMPT,
     FORCE_PROMPT,
     AgenticNotConfiguredError,
     AgenticScheduler,
@@ -25,10 +26,10 @@ from tests.agentic_fakes import ToolScriptModel, submit, tool_call
 
 OBS_TOOLS = (
     "step_calls",
-    "tool_estimates",
     "device_state",
-    "exploration_hints",
+    "tool_estimates",
     "past_outcomes",
+    "exploration_hints",
     "submit_mapping",
 )
 GPU = DeviceState(True, "gpu", 8000, 1000, 0.0, 8)
@@ -55,15 +56,6 @@ OBS = Observations(
     ),
 )
 VIEW = SchedulerView(GPU, OBS)
-# hint fields added after this test was written, at their defaults (e.g. timeout_s)
-LATER_HINT_FIELDS = {
-    k: v
-    for k, v in ToolDeviceSpec().model_dump(mode="json", exclude={"cpu_impl", "gpu_impl"}).items()
-    if k not in {"gpu_capable", "cpu_allowed", "vram_mb", "gpu_share", "pinned", "preferred",
-                 "profile",
-                 # resident-model fields are shown only where a tool sets them
-                 "model", "weights_mb", "load_ms", "keep_warm"}
-}
 
 
 class ByTool(SchedulerBase):
@@ -100,112 +92,77 @@ def agentic(script: list[AIMessage], **kw: Any) -> tuple[AgenticScheduler, ToolS
 # -- the protocol ----------------------------------------------------------------------------
 
 
-def test_observation_calls_then_answer_with_exact_messages() -> None:
-    first = AIMessage(
-        "",
-        id="ai-1",
-        tool_calls=[
-            tool_call("step_calls", id="t1"),
-            tool_call("tool_estimates", {"tool": "asr"}, "t2"),
-        ],
-    )
-    second = AIMessage("", id="ai-2", tool_calls=[tool_call("device_state", id="t3")])
-    answer = submit({"c1": "gpu_now", "c2": "cpu"}, "asr is fast on the GPU; embed is tiny")
-    scheduler, model = agentic([first, second, answer])
+def test_the_observations_open_the_conversation_as_tool_outputs() -> None:
+    """The monitor's observation tools are called for the sub-agent: an assistant message
+    with the calls, their outputs as ToolMessages (compact JSON), then one forced turn whose
+    answer is one option per call id through a json_schema with an enum per call."""
+    answer = AIMessage('{"c1": "gpu_now", "c2": "cpu"}', id="ai-1")
+    scheduler, model = agentic([answer])
 
     decision = scheduler.decide(BATCH, VIEW)
 
     assert plain(decision) == Decision(
-        mapping={"c1": "gpu_now", "c2": "cpu"},
-        reason="agentic: asr is fast on the GPU; embed is tiny",
-        llm_calls=3,
+        mapping={"c1": "gpu_now", "c2": "cpu"}, reason="agentic", llm_calls=1,
         scheduler="agentic",
     )
-    assert scheduler.last_fallbacks == {}
-    prompt = [
+    calls = [tool_call(name, id=f"obs{i}") for i, name in enumerate(OBS_TOOLS[:-1])]
+    outputs = [
+        '{"c1":{"tool":"asr","vram_mb":1500},'
+        '"c2":{"tool":"embed","vram_mb":500,"solo_ms":{"gpu":40,"cpu":50}}}',
+        '{"gpu":true,"vram_budget_mb":8000,"vram_free_mb":7000,"gpu_utilization":0.0,'
+        '"cpu_cores":8}',
+        '{"asr":{"gpu_now":[60,3,"g1c0"]},"embed":"unmeasured"}',
+        '{"calls":["c1","c2"],"runs":[]}',
+        '["`asr` has never run on the CPU (up to 10 ms to gain)"]',
+    ]
+    assert no_ids(model.received[0]) == [
         SystemMessage(scheduler.prompt(BATCH)[0].content),
-        HumanMessage(
-            "This step has 2 tool call(s): c1 (asr), c2 (embed). "
-            "Choose one of gpu_now, gpu_queued, cpu for each call id."
-        ),
+        HumanMessage("Step of 2 call(s): c1 (asr), c2 (embed)."),
+        AIMessage("", id="devsched-observations", tool_calls=calls),
+        *(ToolMessage(out, name=name, tool_call_id=f"obs{i}")
+          for i, (name, out) in enumerate(zip(OBS_TOOLS, outputs, strict=False))),
+        HumanMessage(ANSWER_PROMPT),
     ]
-    calls = [
-        {
-            "call_id": "c1",
-            "tool": "asr",
-            "allowed_options": ["gpu_now", "gpu_queued", "cpu"],
-            "hints": {
-                "gpu_capable": True,
-                "cpu_allowed": True,
-                "vram_mb": 1500.0,
-                "gpu_share": 1.0,
-                "pinned": None,
-                "preferred": None,
-                "profile": None,
-                **LATER_HINT_FIELDS,
-            },
-        },
-        {
-            "call_id": "c2",
-            "tool": "embed",
-            "allowed_options": ["gpu_now", "gpu_queued", "cpu"],
-            "hints": {
-                "gpu_capable": True,
-                "cpu_allowed": True,
-                "vram_mb": 500.0,
-                "gpu_share": 1.0,
-                "pinned": None,
-                "preferred": None,
-                "profile": {"cpu_ms": 50.0, "gpu_ms": 40.0, "transfer_ms": 0.0},
-                **LATER_HINT_FIELDS,
-            },
-        },
-    ]
-    estimates = {
-        "tool": "asr",
-        "estimates": [
-            {
-                "tool": "asr",
-                "option": "gpu_now",
-                "context": "gpu1-cpu0-low-idle",
-                "device": "gpu",
-                "run_ms": 60.0,
-                "latency_ms": 60.0,
-                "std_ms": 0.0,
-                "count": 3,
-                "outliers": 0,
-                "fallbacks": 0,
-                "steps_since": 0,
-                "age_s": None,
-                "status": "measured",
-            },
-        ],
-        "vram_seen_mb": None,
-        "note": None,
+    assert model.bindings == [((), None)]  # one turn: no tool to call, the schema constrains
+    schema = model.call_kwargs[0]["response_format"]["json_schema"]["schema"]
+    assert schema["properties"] == {
+        "c1": {"type": "string", "enum": ["gpu_now", "gpu_queued", "cpu"]},
+        "c2": {"type": "string", "enum": ["gpu_now", "gpu_queued", "cpu"]},
     }
-    device = {
-        "gpu_available": True,
-        "gpu_name": "gpu",
-        "vram_budget_mb": 8000.0,
-        "vram_used_mb": 1000.0,
-        "vram_free_mb": 7000.0,
-        "gpu_utilization": 0.0,
-        "cpu_cores": 8,
-        "reason": None,
-    }
-    after_first = [
-        first,
-        ToolMessage(json.dumps(calls), name="step_calls", tool_call_id="t1"),
-        ToolMessage(json.dumps(estimates), name="tool_estimates", tool_call_id="t2"),
-    ]
-    after_second = [second, ToolMessage(json.dumps(device), name="device_state", tool_call_id="t3")]
-    assert [no_ids(m) for m in model.received] == [
-        prompt,
-        prompt + after_first,
-        prompt + after_first + after_second,
-    ]
-    assert model.bindings == [(OBS_TOOLS, None)] * 3
-    assert scheduler.llm_calls == 3 and scheduler.consultations == 1
+    assert schema["required"] == ["c1", "c2"] and schema["additionalProperties"] is False
+    assert scheduler.llm_calls == 1 and scheduler.consultations == 1
+
+
+def test_no_mapping_is_offered_to_the_model_as_a_recommendation() -> None:
+    """The classical policy's mapping is computed beside the model (agreement, fallback),
+    never shown: no candidates, no "best", no policy mapping in what the model reads."""
+    fallback = ByTool({"asr": "gpu_queued", "embed": "gpu_now"})
+    scheduler, model = agentic([AIMessage('{"c1": "cpu", "c2": "cpu"}', id="a")],
+                               fallback=fallback)
+    decision = scheduler.decide(BATCH, VIEW)
+    read = " ".join(str(m.content) for m in model.received[0])
+    assert "best" not in read and "candidate" not in read and "recommend" not in read
+    assert '"c2":"gpu_now"' not in read.replace(" ", "")
+    assert fallback.calls == 1  # decided beside, for agreement
+    assert decision.consultation.agrees is False
+    assert decision.consultation.deviation.policy == {"c1": "gpu_queued", "c2": "gpu_now"}
+
+
+def test_more_observation_calls_within_a_turn_budget() -> None:
+    look = tool_call("tool_estimates", {"tool": "asr"}, "t1")
+    first = AIMessage("", id="ai-1", tool_calls=[look])
+    answer = submit({"c1": "gpu_now", "c2": "cpu"}, "asr is fast on the GPU; embed is tiny")
+    scheduler, model = agentic([first, answer], max_turns=3)
+
+    decision = scheduler.decide(BATCH, VIEW)
+
+    assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"}
+    assert decision.reason == "agentic: asr is fast on the GPU; embed is tiny"
+    assert decision.llm_calls == 2
+    assert no_ids(model.received[1][-2:]) == [
+        first, ToolMessage('{"asr":{"gpu_now":[60,3,"g1c0"]}}', name="tool_estimates",
+                           tool_call_id="t1")]
+    assert model.bindings == [(OBS_TOOLS, None)] * 2  # the same tools on every free turn
 
 
 def test_system_prompt_carries_policy_and_hard_constraints() -> None:
@@ -219,8 +176,8 @@ def test_system_prompt_carries_policy_and_hard_constraints() -> None:
     scheduler.decide(BATCH, VIEW)
     system = model.received[0][0].text
     assert system.endswith(
-        'Hard constraints, enforced after you answer: {"min_free_vram_mb": 500.0, '
-        '"pinned": {"asr": "gpu_now"}, "cpu_forbidden": ["asr"]}\n'
+        'Hard constraints, enforced after you answer: {"min_free_vram_mb":500.0,'
+        '"pinned":{"asr":"gpu_now"},"cpu_forbidden":["asr"]}\n'
         "Operator policy: keep at least 20 GB of VRAM free for the chat model"
     )
 
@@ -238,11 +195,11 @@ def test_exploration_hints_and_past_outcomes_tools() -> None:
         ),
         submit({"c1": "gpu_now", "c2": "cpu"}),
     ]
-    scheduler, model = agentic(script)
+    scheduler, model = agentic(script, max_turns=2)
     scheduler.decide(BATCH, VIEW)
-    hints, outcomes, unknown = model.received[1][-3:]
-    assert json.loads(hints.text) == [OBS.hints[0].model_dump(mode="json")]
-    assert json.loads(outcomes.text) == {"shape": ["asr", "embed"], "outcomes": []}
+    hints, outcomes, unknown = model.received[1][-4:-1]  # then the forced turn's nudge
+    assert json.loads(hints.text) == [OBS.hints[0].text]
+    assert json.loads(outcomes.text) == {"calls": ["c1", "c2"], "runs": []}
     assert json.loads(unknown.text) == {"error": "unknown tool 'ocr'; known tools: asr, embed"}
 
 
@@ -251,7 +208,8 @@ def test_exploration_hints_and_past_outcomes_tools() -> None:
 
 def test_text_turn_is_followed_by_a_forced_answer_turn() -> None:
     chat = AIMessage("I think asr should use the GPU.", id="ai-1")
-    scheduler, model = agentic([chat, submit({"c1": "gpu_now", "c2": "cpu"})])
+    scheduler, model = agentic([chat, submit({"c1": "gpu_now", "c2": "cpu"})], max_turns=2,
+                               answer="tool_required")
 
     decision = scheduler.decide(BATCH, VIEW)
 
@@ -278,7 +236,8 @@ def test_json_answer_in_text_is_accepted_when_tool_choice_is_ignored() -> None:
         'Here: {"assignments": [{"call_id": "c1", "option": "gpu_queued"}, '
         '{"call_id": "c2", "option": "cpu"}], "reason": "from text"}'
     )
-    scheduler, _ = agentic([AIMessage("thinking", id="ai-1"), AIMessage(text, id="ai-2")])
+    scheduler, _ = agentic([AIMessage("thinking", id="ai-1"), AIMessage(text, id="ai-2")],
+                           answer="tool_required", max_turns=2)
     decision = scheduler.decide(BATCH, VIEW)
     assert dict(decision.mapping) == {"c1": "gpu_queued", "c2": "cpu"}
     assert decision.reason == "agentic: from text" and decision.fallback is None
@@ -288,8 +247,8 @@ def test_no_answer_at_all_falls_back_for_every_call() -> None:
     scheduler, model = agentic([AIMessage("no idea", id="ai-1")], answer="tool_required")
     decision = scheduler.decide(BATCH, VIEW)
     assert dict(decision.mapping) == {"c1": "gpu_queued", "c2": "gpu_queued"}
-    assert decision.fallback == "scheduler_error" and decision.llm_calls == 2
-    assert [b[1] for b in model.bindings] == [None, "any"]
+    assert decision.fallback == "scheduler_error" and decision.llm_calls == 1
+    assert [b[1] for b in model.bindings] == ["any"]
     assert decision.reason == (
         "agentic consultation failed (no_answer: the model never called submit_mapping); "
         "fallback by_tool: fixed"
@@ -300,12 +259,12 @@ def test_no_answer_at_all_falls_back_for_every_call() -> None:
 def test_auto_channel_walks_the_chain_and_remembers_it() -> None:
     scheduler, model = agentic([AIMessage("no idea", id="ai-1")])
     decision = scheduler.decide(BATCH, VIEW)
-    assert decision.fallback == "scheduler_error" and decision.llm_calls == 4
-    # free turn, then tool_choice required, then json_schema (tools listed, choice none),
-    # then plain text
-    assert [b[1] for b in model.bindings] == [None, "any", "none", "none"]
+    assert decision.fallback == "scheduler_error" and decision.llm_calls == 3
+    # json_schema (no tools bound), then tool_choice required (the answer tool), then text
+    assert model.bindings == [((), None), (("submit_mapping",), "any"), ((), None)]
+    assert "response_format" in model.call_kwargs[0]
     assert decision.consultation.channel == "text"
-    assert decision.consultation.channels_tried == ("tool_required", "json_schema", "text")
+    assert decision.consultation.channels_tried == ("json_schema", "tool_required", "text")
     assert scheduler.channel == "text"  # the endpoint keeps the channel that is left
 
 

@@ -14,9 +14,14 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
+from langgraph_devsched.monitor.hints import ExplorationHint
 from langgraph_devsched.monitor.observations import Observations
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
-from langgraph_devsched.schedulers.agentic_model import answer_budget, answer_schema
+from langgraph_devsched.schedulers.agentic_model import (
+    LONG_BUDGET_FACTOR,
+    answer_budget,
+    answer_schema,
+)
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
 from langgraph_devsched.telemetry import DeviceState
 from tests.agentic_fakes import ToolScriptModel, submit, tool_call
@@ -39,7 +44,8 @@ def scheduler(script: list[AIMessage], **kw: Any) -> tuple[AgenticScheduler, Too
 
 def test_a_valid_answer_in_the_first_turns_text_is_used_at_once() -> None:
     text = f"Let me think.\n```json\n{json.dumps(ANSWER)}\n```"
-    sched, model = scheduler([AIMessage(text, id="a1"), AIMessage("never asked", id="a2")])
+    sched, model = scheduler([AIMessage(text, id="a1"), AIMessage("never asked", id="a2")],
+                             max_turns=2)
     decision = sched.decide(BATCH, VIEW)
     assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"}
     assert decision.fallback is None and decision.llm_calls == 1 and len(model.received) == 1
@@ -50,7 +56,7 @@ def test_an_answer_in_an_earlier_turn_survives_a_useless_last_turn() -> None:
     # the model answers in text while looking, then the forced turn says nothing useful
     look = AIMessage(json.dumps(ANSWER) + " and now", id="a1",
                      tool_calls=[tool_call("device_state", id="t1")])
-    sched, _ = scheduler([look, AIMessage("ok", id="a2")], answer="tool_required")
+    sched, _ = scheduler([look, AIMessage("ok", id="a2")], answer="tool_required", max_turns=2)
     decision = sched.decide(BATCH, VIEW)
     assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"}
     assert decision.fallback is None
@@ -94,10 +100,14 @@ def test_another_tools_call_written_as_text_is_not_an_answer() -> None:
 
 def test_every_turn_is_capped_by_a_token_budget_sized_to_the_batch() -> None:
     look = AIMessage("", id="a1", tool_calls=[tool_call("device_state", id="t1")])
-    sched, model = scheduler([look, submit({"c1": "cpu", "c2": "cpu"})])
+    sched, model = scheduler([look, AIMessage("hm", id="a2"), submit({"c1": "cpu", "c2": "cpu"})],
+                             max_turns=2)
     sched.decide(BATCH, VIEW)
-    assert [kw.get("max_tokens") for kw in model.call_kwargs] == [answer_budget(2)] * 2
-    assert answer_budget(13) > answer_budget(2) >= 128
+    # the free turn and the tool channel get room for a reason; json_schema the answer alone
+    assert [kw.get("max_tokens") for kw in model.call_kwargs] == [
+        LONG_BUDGET_FACTOR * answer_budget(2), answer_budget(2),
+        LONG_BUDGET_FACTOR * answer_budget(2)]
+    assert answer_budget(13) > answer_budget(2) >= 2 * len('"c1": "gpu_queued", ') // 4
 
 
 def test_an_explicit_token_cap_is_sent_as_is() -> None:
@@ -111,21 +121,32 @@ def test_an_explicit_token_cap_is_sent_as_is() -> None:
 
 def test_the_forced_turn_keeps_the_tool_list_and_names_the_tool_when_asked() -> None:
     sched, model = scheduler([AIMessage("hm", id="a1"), submit({"c1": "cpu", "c2": "cpu"})],
-                             answer="tool_named")
+                             answer="tool_named", max_turns=2)
     sched.decide(BATCH, VIEW)
     assert model.bindings == [(OBS_TOOLS, None), (OBS_TOOLS, "submit_mapping")]
 
 
 def test_the_json_schema_channel_sends_the_per_step_schema() -> None:
-    text = '{"assignments": {"c1": "gpu_queued", "c2": "cpu"}, "reason": "json"}'
+    text = '{"c1": "gpu_queued", "c2": "cpu"}'
     sched, model = scheduler([AIMessage("hm", id="a1"), AIMessage(text, id="a2")],
-                             answer="json_schema")
+                             answer="json_schema", max_turns=2)
     decision = sched.decide(BATCH, VIEW)
     assert dict(decision.mapping) == {"c1": "gpu_queued", "c2": "cpu"}
     assert model.bindings == [(OBS_TOOLS, None), (OBS_TOOLS, "none")]
     sent = model.call_kwargs[1]["response_format"]
     assert sent["json_schema"]["schema"] == answer_schema(["c1", "c2"])
+    pinned = Batch.of([("c1", "asr", ToolDeviceSpec(pinned="cpu")),
+                       ("c2", "embed", ToolDeviceSpec(gpu_capable=False))])
+    sched, model = scheduler([AIMessage(text, id="a1")], answer="json_schema")
+    sched.decide(pinned, VIEW)
+    enum = {c: p["enum"] for c, p in
+            model.call_kwargs[-1]["response_format"]["json_schema"]["schema"]["properties"].items()}
+    assert enum == {"c1": ["cpu"], "c2": ["cpu"]}  # an enum per call: its allowed options
     assert decision.consultation.channel == "json_schema" and decision.consultation.via == "text"
+
+
+class BadRequest(ValueError):
+    status_code = 400
 
 
 class RejectsToolChoice(ToolScriptModel):
@@ -134,14 +155,15 @@ class RejectsToolChoice(ToolScriptModel):
     def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
         if self.tool_choice == "any":
             self.received.append(list(messages))
-            raise ValueError("400: tool_choice 'required' is not supported")
+            raise BadRequest("400: tool_choice 'required' is not supported")
         return super()._generate(messages, stop, run_manager, **kw)
 
 
 def test_auto_moves_past_a_channel_the_server_rejects() -> None:
     text = '{"assignments": {"c1": "cpu", "c2": "cpu"}, "reason": "json"}'
-    model = RejectsToolChoice(script=[AIMessage("hm", id="a1"), AIMessage(text, id="a2")])
-    sched = AgenticScheduler(model, fallback=FALLBACK, guard_ratio=None)
+    model = RejectsToolChoice(script=[AIMessage(text, id="a2")])
+    sched = AgenticScheduler(model, fallback=FALLBACK, guard_ratio=None, answer="auto")
+    sched.channel_state.chain = ("tool_required", "json_schema", "text")
     decision = sched.decide(BATCH, VIEW)
     assert dict(decision.mapping) == {"c1": "cpu", "c2": "cpu"} and decision.fallback is None
     assert decision.consultation.channels_tried == ("tool_required", "json_schema")
@@ -180,8 +202,8 @@ def test_one_shot_puts_the_observations_in_the_prompt_and_asks_once() -> None:
     assert decision.llm_calls == 1 and decision.consultation.mode == "one_shot"
     assert model.bindings == [((), None)]  # no tools at all on a JSON one-shot turn
     task = model.received[0][1].content
-    assert "step_calls: [" in task and "tool_estimates(asr): " in task and "device_state: {" in task
-    assert '"run_ms":60.0' in task  # the monitor's estimate, inline (compact, no nulls)
+    assert "step_calls: {" in task and "tool_estimates: {" in task and "device_state: {" in task
+    assert '"gpu_now":[60,3,"g1c0"]' in task  # the monitor's estimate, inline (compact)
     assert "null" not in task
     assert isinstance(model.received[0][-1], HumanMessage)
 
@@ -228,15 +250,23 @@ def test_the_guard_can_be_turned_off() -> None:
     assert decision.fallback is None and decision.consultation.guard_answer_ms is None
 
 
-def test_the_candidates_observation_lists_the_twins_best_mappings() -> None:
-    look = AIMessage("", id="a1", tool_calls=[tool_call("candidate_mappings", id="t1")])
-    sched, model = scheduler([look, submit({"c1": "gpu_now", "c2": "gpu_now"})], candidates=2)
-    sched.decide(PROFILED, PROFILED_VIEW)
-    assert "candidate_mappings" in model.bindings[0][0]
-    shown = json.loads(model.received[1][-1].content)
-    assert len(shown["candidates"]) == 2
-    first, second = (c["predicted_makespan_ms"] for c in shown["candidates"])
-    assert first <= second and set(shown["candidates"][0]["mapping"]) == {"c1", "c2"}
+def test_the_guard_never_vetoes_a_probe_the_hints_asked_for() -> None:
+    """An answer the twin predicts beyond the ratio passes when it measures what an
+    exploration hint names as unknown (asr never ran on the CPU); the override is recorded
+    with both predictions. Another bad answer is still rejected."""
+    hint = ExplorationHint.make("unknown", ("asr",), devices=("cpu",), expected_gain_ms=5)
+    view = SchedulerView(PROFILED_VIEW.device, Observations(step=3, hints=(hint,)))
+    sched, _ = scheduler([AIMessage('{"c1": "cpu", "c2": "gpu_now"}', id="a")], guard_ratio=1.5)
+    decision = sched.decide(PROFILED, view)
+    record = decision.consultation
+    assert decision.fallback is None and dict(decision.mapping) == {"c1": "cpu", "c2": "gpu_now"}
+    assert record.cause is None and record.guard_waived == hint.text
+    assert record.guard_answer_ms > 1.5 * record.guard_best_ms
+    unhinted = Observations(step=3, hints=(
+        ExplorationHint.make("unknown", ("embed",), devices=("cpu",), expected_gain_ms=5),))
+    sched, _ = scheduler([AIMessage('{"c1": "cpu", "c2": "gpu_now"}', id="a")], guard_ratio=1.5)
+    assert sched.decide(PROFILED, SchedulerView(view.device, unhinted)).consultation.cause == (
+        "guarded")
 
 
 # -- configuration from the environment ------------------------------------------------------

@@ -70,7 +70,7 @@ async def test_a_real_endpoint_answers_a_complete_valid_mapping() -> None:
 def test_cached_agentic_decision(benchmark: BenchmarkFixture) -> None:
     batch, view, _ = warmed()
     model = ToolScriptModel(script=[submit({"asr": "gpu_now", "ocr": "gpu_queued", "fft": "cpu"})])
-    scheduler = AgenticScheduler(model)
+    scheduler = AgenticScheduler(model, fallback="static")  # beside it: no probe to run
     scheduler.decide(batch, view)  # the one consultation
 
     decision: Decision = benchmark(scheduler.decide, batch, view)

@@ -102,7 +102,8 @@ async def test_the_sub_agent_never_sees_arguments_or_outputs(mode: str) -> None:
     assert "s1a" in seen and "s2b" in seen  # the calls are there, by id and tool name...
     assert CANARY not in seen  # ...their arguments and outputs are not
     estimates = next(m for m in model.received[3] if getattr(m, "name", "") == "tool_estimates")
-    assert json.loads(estimates.text)["estimates"]  # the second step saw the monitor's stats
+    # the second step saw the monitor's stats
+    assert any(isinstance(v, dict) for v in json.loads(estimates.text).values())
     assert scheduler.last_fallbacks == {}
 
 

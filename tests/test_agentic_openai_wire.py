@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from langgraph_devsched.schedulers.agentic import AgenticScheduler, openai_model
-from langgraph_devsched.schedulers.agentic_model import answer_budget
+from langgraph_devsched.schedulers.agentic_model import LONG_BUDGET_FACTOR, answer_budget
 from tests.test_agentic import BATCH, VIEW, ByTool
 
 httpx = pytest.importorskip("httpx")
@@ -84,7 +84,41 @@ def tool_names(body: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.parametrize("mode", ["decide", "adecide"])
-async def test_the_wire_format_of_a_consultation(mode: str) -> None:
+async def test_the_default_consultation_is_one_request_with_a_schema_per_call(mode: str) -> None:
+    """Default mode on the wire: the observations as an assistant message with tool calls
+    and their tool outputs, one request, no tools bound, a json_schema with an enum per call
+    id, the completion capped to the batch, within what is left of the timeout."""
+    bodies: list[dict[str, Any]] = []
+
+    def serve(request: Any) -> Any:
+        bodies.append(json.loads(request.content))
+        reply = {"role": "assistant", "content": '{"c1": "gpu_now", "c2": "cpu"}'}
+        return httpx.Response(200, json=completion(reply))
+
+    transport = httpx.MockTransport(serve)
+    model = openai_model("stub", base_url="http://llm.invalid/v1",
+                         http_client=httpx.Client(transport=transport),
+                         http_async_client=httpx.AsyncClient(transport=transport))
+    scheduler = AgenticScheduler(model, fallback=ByTool({"asr": "cpu", "embed": "cpu"}),
+                                 guard_ratio=None, timeout_s=9)
+    decision = (
+        await scheduler.adecide(BATCH, VIEW) if mode == "adecide" else scheduler.decide(BATCH, VIEW)
+    )
+    assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"} and decision.llm_calls == 1
+    (body,) = bodies
+    assert [m["role"] for m in body["messages"]] == [
+        "system", "user", "assistant", *["tool"] * 5, "user"]
+    called = [c["function"]["name"] for c in body["messages"][2]["tool_calls"]]
+    assert called == ["step_calls", "device_state", "tool_estimates", "past_outcomes",
+                      "exploration_hints"]
+    assert "tools" not in body and body["max_completion_tokens"] == answer_budget(2)
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert schema["required"] == ["c1", "c2"]
+    assert schema["properties"]["c1"]["enum"] == ["gpu_now", "gpu_queued", "cpu"]
+
+
+@pytest.mark.parametrize("mode", ["decide", "adecide"])
+async def test_the_wire_format_of_a_consultation_with_a_turn_budget(mode: str) -> None:
     server = StubServer()
     transport = httpx.MockTransport(server)
     model = openai_model(
@@ -95,7 +129,8 @@ async def test_the_wire_format_of_a_consultation(mode: str) -> None:
         http_async_client=httpx.AsyncClient(transport=transport),
     )
     scheduler = AgenticScheduler(
-        model, fallback=ByTool({"asr": "cpu", "embed": "cpu"}), guard_ratio=None, timeout_s=9
+        model, fallback=ByTool({"asr": "cpu", "embed": "cpu"}), guard_ratio=None, timeout_s=9,
+        max_turns=3, answer="tool_required",
     )
 
     decision = (
@@ -110,22 +145,25 @@ async def test_the_wire_format_of_a_consultation(mode: str) -> None:
         == tool_names(second)
         == [
             "step_calls",
-            "tool_estimates",
             "device_state",
-            "exploration_hints",
+            "tool_estimates",
             "past_outcomes",
+            "exploration_hints",
             "submit_mapping",
         ]
     )
     assert "tool_choice" not in first
     assert tool_names(last) == tool_names(first) and last["tool_choice"] == "required"
     assert all("response_format" not in body for body in server.bodies)
-    assert all(body["max_completion_tokens"] == answer_budget(2) for body in server.bodies)
+    assert all(body["max_completion_tokens"] == LONG_BUDGET_FACTOR * answer_budget(2)
+               for body in server.bodies)
     assert all("timeout" not in body for body in server.bodies)
     # each request may take only what is left of the consultation's 9 s (not the model's 60 s)
     assert all(0 < t <= 9 for t in server.timeouts) and server.timeouts == sorted(
         server.timeouts, reverse=True)
-    assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "tool"]
+    opening = ["system", "user", "assistant", *["tool"] * 5]
+    assert [m["role"] for m in first["messages"]] == opening
+    assert [m["role"] for m in second["messages"]] == [*opening, "assistant", "tool"]
     assert [m["role"] for m in last["messages"]][-2:] == ["assistant", "user"]
     schema = last["tools"][-1]["function"]["parameters"]
     assert schema["required"] == ["assignments", "reason"]
@@ -152,7 +190,7 @@ async def test_the_json_schema_channel_keeps_the_tools_and_sends_a_response_form
     model = openai_model(
         "stub", base_url="http://llm.invalid/v1", http_client=httpx.Client(transport=transport)
     )
-    scheduler = AgenticScheduler(model, answer="json_schema", guard_ratio=None,
+    scheduler = AgenticScheduler(model, answer="json_schema", guard_ratio=None, max_turns=2,
                                  fallback=ByTool({"asr": "cpu", "embed": "cpu"}))
 
     decision = scheduler.decide(BATCH, VIEW)
@@ -166,8 +204,7 @@ async def test_the_json_schema_channel_keeps_the_tools_and_sends_a_response_form
     fmt = forced["response_format"]
     assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == "submit_mapping"
     schema = fmt["json_schema"]["schema"]
-    assert schema["required"] == ["assignments", "reason"]
-    assert schema["properties"]["assignments"]["required"] == ["c1", "c2"]
+    assert schema["required"] == ["c1", "c2"]
 
 
 def test_openai_model_never_retries_by_default() -> None:

@@ -46,7 +46,7 @@ def test_counts_valid_answers_fallbacks_latency_and_prompt_cache() -> None:
     s = stats.summary()
     assert s is not None
     assert (s.decisions, s.consultations, s.cached_decisions, s.valid_answers) == (4, 3, 1, 2)
-    assert s.fallbacks == {"no_answer": 1} and s.channels == {"free": 2, "text": 1}
+    assert s.fallbacks == {"no_answer": 1} and s.channels == {"text": 3}
     assert s.answered_via == {"text": 2}
     latencies = [r.latency_ms for r in stats.records if not r.cached]
     assert s.latency_p50_ms == statistics.median(latencies) and s.latency_p50_ms > 0

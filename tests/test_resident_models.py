@@ -351,12 +351,11 @@ def test_the_agentic_sub_agent_sees_which_models_are_warm() -> None:
                          resident=(WarmModel("blip", 990.0, "gpu"),))
     tools = {t.name: t for t in observation_tools(batch, SchedulerView(device))}
     calls = json.loads(tools["step_calls"].invoke({}))
-    assert calls[0]["model_warm"] == {"gpu": True, "cpu": False}
-    assert calls[0]["hints"]["weights_mb"] == 990.0 and calls[0]["hints"]["model"] == "blip"
-    assert "model_warm" not in calls[1] and "weights_mb" not in calls[1]["hints"]
+    assert calls["c1"]["warm"] == ["gpu"]
+    assert calls["c1"]["weights_mb"] == 990 and calls["c1"]["model"] == "blip"
+    assert "warm" not in calls["c2"] and "weights_mb" not in calls["c2"]
     state = json.loads(tools["device_state"].invoke({}))
-    assert state["resident_models"] == [
-        {"model": "blip", "side": "gpu", "weights_mb": 990.0, "in_use": 0, "keep_warm": False}]
+    assert state["resident_models"] == [{"model": "blip", "side": "gpu", "weights_mb": 990}]
 
 
 def test_a_remembered_decision_is_not_reused_once_the_warm_models_changed() -> None:

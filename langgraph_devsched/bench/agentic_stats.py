@@ -54,6 +54,17 @@ class AgenticSummary(BaseModel):
     cache_hit_rate: float | None = Field(description="cached_tokens / prompt_tokens")
     channels: dict[str, int] = Field(description="answer channel of each consultation")
     answered_via: dict[str, int] = Field(description="where each valid answer was found")
+    compared: int = Field(0, description="valid consultations compared with the policy's mapping")
+    agreed: int = Field(0, description="... whose answer was the classical policy's mapping")
+    agreement_rate: float | None = Field(None, description="agreed / compared")
+    deviations: int = Field(0, description="compared consultations that deviated")
+    deviations_won: int = Field(0, description="deviations that beat the policy's mapping")
+    deviations_lost: int = Field(0, description="deviations that did worse than it")
+    deviation_won_ms: float = Field(
+        0.0, description="sum over deviations of the policy's makespan minus the answer's")
+    deviations_measured: int = Field(
+        0, description="deviations judged by measurement (both mappings ran), else the twin")
+    guard_waived: int = Field(0, description="answers the guard let through as hinted probes")
     latencies_ms: list[float] = Field(
         default_factory=list, description="each consultation's latency, in order"
     )
@@ -92,6 +103,9 @@ class AgenticStats:
         skipped = Counter(str(r.skipped) for r in self.records
                           if r.skipped is not None and not r.cached)
         valid = [r for r in asked if r.valid]
+        compared = [r for r in valid if getattr(r, "agrees", None) is not None]
+        devs = [r.deviation for r in compared if not r.agrees and r.deviation is not None]
+        won = [d.won_ms for d in devs if d.won_ms is not None]
         latencies = [float(r.latency_ms) for r in asked]
         prompt = sum(int(r.prompt_tokens) for r in asked)
         cached = sum(int(r.cached_tokens) for r in asked)
@@ -112,6 +126,16 @@ class AgenticStats:
             cache_hit_rate=cached / prompt if prompt else None,
             channels=dict(Counter(str(r.channel) for r in asked)),
             answered_via=dict(Counter(str(r.via) for r in valid)),
+            compared=len(compared),
+            agreed=sum(1 for r in compared if r.agrees),
+            agreement_rate=(sum(1 for r in compared if r.agrees) / len(compared)
+                            if compared else None),
+            deviations=len(compared) - sum(1 for r in compared if r.agrees),
+            deviations_won=sum(1 for w in won if w > 0),
+            deviations_lost=sum(1 for w in won if w < 0),
+            deviation_won_ms=round(sum(won), 3),
+            deviations_measured=sum(1 for d in devs if d.by == "measured"),
+            guard_waived=sum(1 for r in valid if getattr(r, "guard_waived", None)),
             latencies_ms=latencies,
         )
 
@@ -159,6 +183,15 @@ def merge(summaries: Iterable[AgenticSummary | None]) -> AgenticSummary | None:
         cache_hit_rate=total("cached_tokens") / prompt if prompt else None,
         channels=counts("channels"),
         answered_via=counts("answered_via"),
+        compared=total("compared"),
+        agreed=total("agreed"),
+        agreement_rate=total("agreed") / total("compared") if total("compared") else None,
+        deviations=total("deviations"),
+        deviations_won=total("deviations_won"),
+        deviations_lost=total("deviations_lost"),
+        deviation_won_ms=round(sum(s.deviation_won_ms for s in found), 3),
+        deviations_measured=total("deviations_measured"),
+        guard_waived=total("guard_waived"),
         latencies_ms=latencies,
     )
 
@@ -184,4 +217,12 @@ def format_agentic(name: str, s: AgenticSummary) -> str:
     if s.cache_hit_rate is not None:
         parts.append(f"prompt cache {s.cache_hit_rate:.0%}")
     parts.append(f"channels {kv(s.channels)}")
+    if s.compared:
+        parts.append(
+            f"agreement with the policy {s.agreed}/{s.compared} ({s.agreement_rate:.0%}), "
+            f"deviations {s.deviations}: {s.deviations_won} won, {s.deviations_lost} lost, "
+            f"net {s.deviation_won_ms:+.0f} ms ({s.deviations_measured} measured)"
+        )
+    if s.guard_waived:
+        parts.append(f"{s.guard_waived} hinted probes past the guard")
     return ", ".join(parts)

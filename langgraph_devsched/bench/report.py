@@ -129,7 +129,11 @@ def _result_json(r: SchedulerResult, s: ScenarioResult) -> dict[str, Any]:
         "reused": r.reused,
         "agentic": r.agentic.model_dump() if r.agentic is not None else None,
         "probes": r.probes,
-        "fallbacks": r.fallbacks,
+        # one count of the scheduler's fallbacks (the agentic consultations that fell back,
+        # the same as the sum of ``agentic.fallbacks``); the testbed's OOM reruns on the CPU
+        # are another thing, counted apart
+        "fallbacks": sum(r.agentic.fallbacks.values()) if r.agentic is not None else 0,
+        "oom_fallbacks": r.fallbacks,
         "evictions_per_step": round(r.evictions_per_step, 4),
         "loads": r.loads,
         "round_makespans_ms": [round(x, 3) for x in r.round_makespans_ms],

@@ -43,7 +43,6 @@ A decision is reused while the step's fingerprint is unchanged (`agentic_cache`)
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -54,7 +53,6 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AnyMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, StructuredTool
 
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.records import StepRecord
@@ -74,6 +72,7 @@ from langgraph_devsched.schedulers.agentic_cache import (
     slots,
 )
 from langgraph_devsched.schedulers.agentic_consult import (
+    ANSWER_PROMPT,
     FORCE_PROMPT,
     SYSTEM_PROMPT,
     ChannelState,
@@ -81,8 +80,10 @@ from langgraph_devsched.schedulers.agentic_consult import (
     Outcome,
     Tally,
 )
-from langgraph_devsched.schedulers.agentic_guard import TwinView, candidates_data, guard
+from langgraph_devsched.schedulers.agentic_guard import TwinView, guard, hinted_probe
 from langgraph_devsched.schedulers.agentic_lead import (
+    agreement,
+    executed_key,
     fallback_lead,
     held_to_rules,
     lead_candidate,
@@ -99,6 +100,7 @@ from langgraph_devsched.schedulers.agentic_model import (
     ENV_MODE,
     ENV_MODEL,
     ENV_TIMEOUT,
+    LONG_BUDGET_FACTOR,
     AgenticNotConfiguredError,
     AnswerChannel,
     ConsultMode,
@@ -117,11 +119,16 @@ from langgraph_devsched.schedulers.agentic_pick import (
 )
 from langgraph_devsched.schedulers.agentic_record import AgenticDecision, ConsultationRecord
 from langgraph_devsched.schedulers.agentic_slots import ConsultationSlots
-from langgraph_devsched.schedulers.agentic_tools import observation_tools
+from langgraph_devsched.schedulers.agentic_tools import (
+    allowed_options,
+    compact,
+    observation_tools,
+)
 from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerBase
 from langgraph_devsched.schedulers.base import SchedulerView as View
 
 __all__ = [
+    "ANSWER_PROMPT",
     "ENV_API_KEY",
     "ENV_BASE_URL",
     "ENV_MODEL",
@@ -186,7 +193,7 @@ class AgenticScheduler(SchedulerBase):
         cpu_forbidden: Collection[str] = (),
         fallback: Scheduler | str | None = None,
         timeout_s: float = 30.0,
-        max_turns: int = 4,
+        max_turns: int = 1,
         mode: ConsultMode = "agent",
         answer: AnswerChannel = "auto",
         final_tool_choice: str | None = None,
@@ -295,7 +302,7 @@ class AgenticScheduler(SchedulerBase):
         key, obs, lead = self._key(batch, view)
         if lead is not None and lead.probe:
             return self._probe(batch, view, lead, obs)
-        cached = self._lookup(key, batch, view, obs)
+        cached = self._lookup(key, batch, view, obs, lead)
         if cached is not None:
             return cached
         consultation, twin_view = self._consultation(batch, view, started, obs, lead)
@@ -303,7 +310,7 @@ class AgenticScheduler(SchedulerBase):
             outcome = consultation.only()  # type: ignore[union-attr]
         else:
             outcome = self._run_sync(consultation, config)
-        return self._conclude(batch, view, key, obs, outcome, twin_view, started)
+        return self._conclude(batch, view, key, obs, outcome, twin_view, started, lead)
 
     async def adecide(
         self, batch: Batch, view: View, *, config: RunnableConfig | None = None
@@ -315,7 +322,7 @@ class AgenticScheduler(SchedulerBase):
         key, obs, lead = self._key(batch, view)
         if lead is not None and lead.probe:
             return self._probe(batch, view, lead, obs)
-        cached = self._lookup(key, batch, view, obs)
+        cached = self._lookup(key, batch, view, obs, lead)
         if cached is not None:
             return cached
         consultation, twin_view = self._consultation(batch, view, started, obs, lead)
@@ -323,9 +330,12 @@ class AgenticScheduler(SchedulerBase):
             outcome = consultation.only()  # type: ignore[union-attr]
         else:
             outcome = await self._run_async(consultation, config)
-        return self._conclude(batch, view, key, obs, outcome, twin_view, started)
+        return self._conclude(batch, view, key, obs, outcome, twin_view, started, lead)
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
+        deviation = getattr(getattr(decision, "consultation", None), "deviation", None)
+        if deviation is not None:
+            deviation.measured(float(record.makespan_ms))
         if self._private_monitor is not None and self._last_device is not None:
             self._private_monitor.record_step(batch, decision, record, self._last_device)
         self.fallback.observe(batch, decision, record)
@@ -348,17 +358,21 @@ class AgenticScheduler(SchedulerBase):
         return self._key(batch, view)[0]
 
     def _key(self, batch: Batch, view: View) -> tuple[Key, dict[str, Any], Decision | None]:
-        """The fingerprint, the observations as data, and in pick mode the fallback's
-        decision for this step (`agentic_lead`), whose settled mapping is part of the key: when
-        the monitor policy learns its way to another mapping, the model is asked again. A
-        probe keys as ``"probe"``: `decide` runs it as it is (`_probe`)."""
+        """The fingerprint, the observations as data, and the fallback policy's decision for
+        this step (`agentic_lead`: computed beside the model's, for agreement and fallback;
+        its probes, the monitor's reprobes, run as they are, see `_probe`). The default mode
+        is asked again when the observations change: the fingerprint's hints and estimates,
+        and the set of executed mappings of the shape (a new one was measured). Pick mode is
+        asked again when the policy's settled mapping moves (its candidate 1)."""
         key, obs = fingerprint(batch, view)
-        if self.mode != "pick":
-            return key, obs, None
         lead = fallback_lead(self.fallback, batch, view)
+        if self.mode != "pick":
+            return (*key, executed_key(obs, batch)), obs, lead
         return (*key, lead_key(batch, lead)), obs, lead
 
-    def _lookup(self, key: Key, batch: Batch, view: View, obs: dict[str, Any]) -> Decision | None:
+    def _lookup(
+        self, key: Key, batch: Batch, view: View, obs: dict[str, Any], lead: Decision | None
+    ) -> Decision | None:
         entry = self._cache.lookup(key, estimates(obs, batch.shape))
         if entry is None:
             return None
@@ -367,7 +381,8 @@ class AgenticScheduler(SchedulerBase):
         record = ConsultationRecord(cached=True, cause=entry.failure, mode=self.mode)
         if entry.failure is not None:
             return self._whole_fallback(
-                batch, view, entry.failure, "not consulted again yet", record, cached=True
+                batch, view, entry.failure, "not consulted again yet", record, cached=True,
+                lead=lead,
             )
         where = slots(batch)
         answer = ParsedAnswer(
@@ -389,17 +404,18 @@ class AgenticScheduler(SchedulerBase):
             record=record,
             seen=vram_seen(obs),
             fit_vram=not entry.fallback_mapping,
+            lead=lead,
         )[0]
 
     def _probe(
         self, batch: Batch, view: View, lead: Decision, obs: Mapping[str, Any]
     ) -> Decision:
-        """The fallback's exploratory probe, run without consulting (pick mode).
+        """The monitor's reprobe, run without consulting: symmetric, swap or unknown-side
+        probes that the fallback policy (``monitor``) sizes from the exploration hints.
 
-        A probe is a measurement the fallback policy asked for (a side never measured, a
-        pair never run together), not a choice among mappings: the model is not asked, the
-        cache is left as it is, and the measurement lets the policy's next lead, the
-        model's candidate 1, be learnt rather than guessed. Measured with
+        A probe is a measurement, not a choice among mappings: the model is not asked, the
+        cache is left as it is, and the measurement reaches the model as an observation at
+        its next consultation (a new executed mapping, new estimates). Measured with
         Qwen2.5-Coder-1.5B (docs/agentic.md): not running the probes left the fallback
         unable to learn (8 of 13 built-ins optimal); offering each probe for the model to
         ratify consulted on every step. The probe is held to the hard constraints."""
@@ -429,25 +445,12 @@ class AgenticScheduler(SchedulerBase):
         _, obs, lead = self._key(batch, view)
         return self._consultation(batch, view, self.clock(), obs, lead)[0].prompt()
 
-    def _observation_tools(self, batch: Batch, view: View, twin_view: TwinView | None) -> list:
-        tools: list[BaseTool] = observation_tools(batch, view, self.constraints)
-        if self.candidates > 0:
-            k = self.candidates
-
-            def candidate_mappings() -> str:
-                """The monitor model's best mappings for this step with their predicted
-                makespans (predictions, not measurements)."""
-                return json.dumps(candidates_data(twin_view, k), default=str)
-
-            tools.append(StructuredTool.from_function(candidate_mappings, name=CANDIDATES_TOOL))
-        return tools
-
     def _consultation(
         self, batch: Batch, view: View, started: float, obs: Mapping[str, Any],
         lead: Decision | None = None,
     ) -> tuple[Consultation | PickConsultation, TwinView | None]:
         twin_view = None
-        if self.guard_ratio is not None or self.candidates > 0 or self.mode == "pick":
+        if self.guard_ratio is not None or lead is not None or self.mode == "pick":
             try:
                 twin_view = TwinView.build(batch, view.device, view.observations)
             except Exception as exc:  # the guard is advice: never let it break a step
@@ -461,16 +464,20 @@ class AgenticScheduler(SchedulerBase):
             picked = self._pick_consultation(batch, view, twin_view, count, vram_seen(obs), lead)
             if picked is not None:
                 return picked, twin_view
+        budget = answer_budget(len(batch))
+        rules = {k: v for k, v in self.constraints.describe().items() if v}
         consultation = Consultation(
             model=self.model,
-            observations=self._observation_tools(batch, view, twin_view),
+            observations=observation_tools(batch, view, self.constraints),
             batch=batch,
-            constraints_text=json.dumps(self.constraints.describe()),
+            constraints_text=compact(rules) if rules else "none",
             policy=self.policy,
             mode="one_shot" if self.mode == "pick" else self.mode,
             channel=self.channel_state,
             max_turns=self.max_turns,
-            max_tokens=self.max_tokens or answer_budget(len(batch)),
+            max_tokens=self.max_tokens or budget,
+            long_tokens=self.max_tokens or LONG_BUDGET_FACTOR * budget,
+            allowed={c.call_id: allowed_options(c, self.constraints) for c in batch.calls},
             deadline=started + self.timeout_s,
             clock=self.clock,
             on_llm_call=count,
@@ -599,10 +606,10 @@ class AgenticScheduler(SchedulerBase):
 
     def _fail(
         self, batch: Batch, view: View, key: Key, cause: AgenticCause, detail: str,
-        record: ConsultationRecord,
+        record: ConsultationRecord, lead: Decision | None = None,
     ) -> Decision:
         logger.warning("agentic scheduler: %s (%s); falling back", cause, detail)
-        decision = self._whole_fallback(batch, view, cause, detail, record)
+        decision = self._whole_fallback(batch, view, cause, detail, record, lead=lead)
         self._cache.store(key, Entry({}, {}, "", {}, cause, self.retry_failed_after, detail))
         return decision
 
@@ -615,6 +622,7 @@ class AgenticScheduler(SchedulerBase):
         outcome: Outcome,
         twin_view: TwinView | None,
         started: float,
+        lead: Decision | None = None,
     ) -> Decision:
         if outcome.skipped is None:
             with self._lock:
@@ -623,7 +631,7 @@ class AgenticScheduler(SchedulerBase):
         if outcome.answer is None:
             cause = outcome.failure or "no_answer"
             record = self._record(outcome, started)
-            return self._fail(batch, view, key, cause, outcome.detail, record)
+            return self._fail(batch, view, key, cause, outcome.detail, record, lead)
         known = set(batch.call_ids)
         issues = list(outcome.answer.issues)
         unknown = sorted(set(outcome.answer.options) - known)
@@ -642,15 +650,22 @@ class AgenticScheduler(SchedulerBase):
             record=record,
             seen=vram_seen(obs),
             fit_vram=not outcome.unguarded,  # the fallback's own mapping: its twin fitted it
+            lead=lead,
         )
+        extra: dict[str, Any] = {}
         if self.guard_ratio is not None and twin_view is not None:
             verdict = guard(twin_view, mapping, ratio=self.guard_ratio)
-            predictions = {"guard_answer_ms": verdict.answer_ms, "guard_best_ms": verdict.best_ms}
+            extra = {"guard_answer_ms": verdict.answer_ms, "guard_best_ms": verdict.best_ms}
             if verdict.rejected and not outcome.unguarded:
-                record = self._record(outcome, started, **predictions)
-                record = _replace(record, cause="guarded", detail=verdict.text())
-                return self._fail(batch, view, key, "guarded", verdict.text(), record)
-            decision = _replace(decision, consultation=_replace(record, **predictions))
+                asked_for = hinted_probe(mapping, batch, obs.get("hints", ()))
+                if asked_for is None:
+                    record = self._record(outcome, started, **extra)
+                    record = _replace(record, cause="guarded", detail=verdict.text())
+                    return self._fail(batch, view, key, "guarded", verdict.text(), record,
+                                      lead)
+                extra["guard_waived"] = asked_for
+        extra.update(agreement(batch, view, self.constraints, mapping, lead, obs, twin_view))
+        decision = _replace(decision, consultation=_replace(decision.consultation, **extra))
         where = dict(zip(batch.call_ids, slots(batch), strict=True))
         self._cache.store(
             key,
@@ -664,7 +679,13 @@ class AgenticScheduler(SchedulerBase):
         )
         return decision
 
-    def _fallback_decision(self, batch: Batch, view: View) -> tuple[Decision, str]:
+    def _fallback_decision(
+        self, batch: Batch, view: View, lead: Decision | None = None
+    ) -> tuple[Decision, str]:
+        """The fallback policy's decision: the one made beside the model for this step
+        (``lead``) where there is one, else asked now (static if it fails)."""
+        if lead is not None and not lead.probe:
+            return lead, self.fallback.name
         try:
             return self.fallback.decide(batch, view), self.fallback.name
         except Exception as exc:
@@ -688,12 +709,13 @@ class AgenticScheduler(SchedulerBase):
         record: ConsultationRecord,
         seen: Mapping[str, float],
         fit_vram: bool = True,
+        lead: Decision | None = None,
     ) -> tuple[AgenticDecision, dict[str, DeviceOption]]:
         needs_fallback = any(answer.options.get(c) not in DEVICE_OPTIONS for c in batch.call_ids)
         fallback: Mapping[str, DeviceOption] = {}
         used = ""
         if needs_fallback:
-            base, used = self._fallback_decision(batch, view)
+            base, used = self._fallback_decision(batch, view, lead)
             fallback = base.mapping
         mapping, causes = repair(
             answer, batch, view.device, self.constraints, fallback=fallback, vram_seen_mb=seen,
@@ -738,8 +760,9 @@ class AgenticScheduler(SchedulerBase):
         record: ConsultationRecord,
         *,
         cached: bool = False,
+        lead: Decision | None = None,
     ) -> Decision:
-        base, used = self._fallback_decision(batch, view)
+        base, used = self._fallback_decision(batch, view, lead)
         mapping, repairs = repair(
             ParsedAnswer(dict(base.mapping)), batch, view.device, self.constraints, fallback={}
         )

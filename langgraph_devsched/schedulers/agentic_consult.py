@@ -12,7 +12,6 @@ and, time permitting, is asked again through it. The answer is read from any tur
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,6 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
-from langgraph_devsched.options import DEVICE_OPTIONS
 from langgraph_devsched.schedulers.agentic_answer import (
     ANSWER_TOOL,
     AgenticCause,
@@ -40,6 +38,7 @@ from langgraph_devsched.schedulers.agentic_model import (
     bind_turn,
 )
 from langgraph_devsched.schedulers.agentic_text import find_answer
+from langgraph_devsched.schedulers.agentic_tools import inline, opening
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -47,30 +46,26 @@ if TYPE_CHECKING:
     from langgraph_devsched.schedulers.base import Batch
 
 SYSTEM_PROMPT = """\
-You are the device scheduler of an agent application. One agent step is about to run \
-several tool calls at once; choose a device option for each call so that the step's \
-makespan (the time until its last call ends) is as small as possible.
-Options:
-- gpu_now: start on the GPU at once, sharing it with the other GPU calls (they slow each \
-other down); its VRAM must fit now, else it fails out of memory and reruns on the CPU.
-- gpu_queued: wait until its VRAM fits and the GPU is free enough, then run on the GPU.
-- cpu: run on the CPU (no VRAM; slow for heavy compute, fast for transfer-bound tools).
-Read what you need with the observation tools ({tools}): they report declared hints and \
-measurements only. Then call submit_mapping once, with one entry per call id and a short reason.
+You are the device scheduler of an agent application. A step runs tool calls at once; \
+give each call one device option so that the step ends soonest (its makespan).
+Options: gpu_now (the GPU at once, shared with the other GPU calls: they slow each other; \
+its VRAM must fit now), gpu_queued (the GPU once its VRAM fits and the GPU is free), cpu \
+(no VRAM; slow for heavy compute, fast for transfer-bound tools).
+The observation tools ({tools}) report declared hints and measurements only: \
+tool_estimates gives per option [run ms, samples, context] (context g<k>c<j>: k other \
+calls on the GPU, j on the CPU), past_outcomes the executed mappings and their measured \
+makespans, exploration_hints what is not measured yet (measuring it may pay off later).
+Answer with only a JSON object giving every call id its option: \
+{{"<call id>": "<option>", ...}}.
 Hard constraints, enforced after you answer: {constraints}"""
 
-ONE_SHOT_PROMPT = """\
-You are the device scheduler of an agent application. One agent step is about to run \
-several tool calls at once; choose a device option for each call so that the step's \
-makespan (the time until its last call ends) is as small as possible.
-Options: gpu_now (start on the GPU at once, sharing it; its VRAM must fit now), gpu_queued \
-(wait for VRAM and a free GPU, then run there), cpu (no VRAM; slow for heavy compute).
-Hard constraints, enforced after you answer: {constraints}"""
+ONE_SHOT_PROMPT = SYSTEM_PROMPT
 
 FORCE_PROMPT = "Submit your answer now: call submit_mapping with one option per call id."
+ANSWER_PROMPT = "Answer now."
 JSON_PROMPT = (
     'Answer now with only a JSON object: {"assignments": {"<call id>": "<gpu_now, gpu_queued '
-    'or cpu>", ...}, "reason": "<one sentence>"}, one entry per call id of this step.'
+    'or cpu>", ...}, "reason": "<a few words>"}, one entry per call id of this step.'
 )
 MAX_FORCED = len(CHANNEL_CHAIN) + 1
 """Forced turns in one consultation at most (one per channel, one more after observations)."""
@@ -172,6 +167,10 @@ class Consultation:
     max_turns: int
     max_tokens: int | None
     deadline: float
+    allowed: dict[str, list[str]] = field(default_factory=dict)
+    """Each call's allowed options (the json_schema channel's enum per call)."""
+    long_tokens: int | None = None
+    """The token cap of the tool and text channels (their answers are longer)."""
     clock: Callable[[], float] = time.monotonic
     on_llm_call: Callable[[], None] | None = None
     tally: Tally = field(default_factory=Tally)
@@ -180,42 +179,32 @@ class Consultation:
     # -- prompt --------------------------------------------------------------------------------
 
     def prompt(self) -> list[AnyMessage]:
-        """The first messages: rules (policy included) and the task."""
+        """The first messages: rules (policy included, the same for every consultation),
+        the task (the same for every step of a batch shape), then the observations: called
+        for the model (``agent``: an assistant message with the tool calls and their
+        outputs) or inline (``one_shot``)."""
         names = ", ".join(t.name for t in self.observations)
-        if self.mode == "one_shot":
-            system = ONE_SHOT_PROMPT.format(constraints=self.constraints_text)
-        else:
-            system = SYSTEM_PROMPT.format(constraints=self.constraints_text, tools=names)
+        system = SYSTEM_PROMPT.format(constraints=self.constraints_text, tools=names)
         if self.policy:
             system += f"\nOperator policy: {self.policy}"
-        listed = ", ".join(f"{c.call_id} ({c.tool})" for c in self.batch.calls)
-        task = (
-            f"This step has {len(self.batch)} tool call(s): {listed}. Choose one of "
-            f"{', '.join(DEVICE_OPTIONS)} for each call id."
+        listed = ", ".join(
+            c.call_id if c.call_id == c.tool else f"{c.call_id} ({c.tool})"
+            for c in self.batch.calls
         )
+        task = f"Step of {len(self.batch)} call(s): {listed}."
         if self.mode == "one_shot":
-            task += "\nObservations:\n" + self._inline_observations()
-        return [SystemMessage(system), HumanMessage(task)]
-
-    def _inline_observations(self) -> str:
-        """Every observation tool's output, compacted (no nulls, no spaces): prompt tokens
-        are what a small model on a CPU pays most for."""
-        lines = []
-        tools = sorted({c.tool for c in self.batch.calls})
-        for tool in self.observations:
-            if tool.name == "tool_estimates":
-                for name in tools:
-                    lines.append(f"tool_estimates({name}): {_compact(tool.invoke({'tool': name}))}")
-            else:
-                lines.append(f"{tool.name}: {_compact(tool.invoke({}))}")
-        return "\n".join(lines)
+            task += "\nObservations:\n" + inline(self.observations)
+            return [SystemMessage(system), HumanMessage(task)]
+        return [SystemMessage(system), HumanMessage(task), *opening(self.observations)]
 
     # -- turns ---------------------------------------------------------------------------------
 
     def _tools(self, channel: AnswerChannel | None) -> list[BaseTool]:
-        """Agent turns: always every tool. One-shot: the answer tool for a tool channel, no
-        tool at all for json_schema and text."""
-        if self.mode == "agent":
+        """Agent turns with a turn budget: always every tool (the same list, so the server's
+        prompt cache keeps the prefix). Otherwise the answer tool for a tool channel, no tool
+        at all for json_schema and text (nothing could be called in that turn; servers such
+        as llama.cpp render every tool's schema into the prompt)."""
+        if self.mode == "agent" and self.max_turns > 1:
             return [*self.observations, answer_tool()]
         return [answer_tool()] if channel is not None and channel.startswith("tool") else []
 
@@ -241,7 +230,7 @@ class Consultation:
             if state.get("empty"):
                 self.channel.advance()  # the last forced turn gave nothing: next channel
             channel = self.channel.current
-            nudge = FORCE_PROMPT if channel.startswith("tool") else JSON_PROMPT
+            nudge = {"json_schema": ANSWER_PROMPT, "text": JSON_PROMPT}.get(channel, FORCE_PROMPT)
             if not _has_nudge(messages, nudge):
                 extra.append(HumanMessage(nudge))
             self.tally.channel = channel
@@ -250,9 +239,10 @@ class Consultation:
             self.model,
             self._tools(channel),
             channel=channel,
-            max_tokens=self.max_tokens,
+            max_tokens=self.max_tokens if channel == "json_schema" else self.long_tokens,
             timeout_s=self._remaining(),
             call_ids=list(self.batch.call_ids),
+            allowed=self.allowed,
         )
         self.tally.llm_calls += 1
         if self.on_llm_call is not None:
@@ -276,7 +266,12 @@ class Consultation:
         }
 
     def _failed_forced(self, state: _State, forced: bool, exc: Exception) -> dict[str, Any]:
-        """A forced turn that raised: with ``auto``, the next channel gets the next turn."""
+        """A forced turn that raised: with ``auto``, the next channel gets the next turn. A
+        request cut at the deadline says nothing about the channel: a timeout, as it is."""
+        if self.clock() >= self.deadline:
+            raise DeadlineError("the consultation's deadline passed") from exc
+        if getattr(exc, "status_code", None) is None:
+            raise exc  # no answer from the server at all (refused, reset): not the channel
         if not (forced and self.channel.advance() and state["forced"] + 1 < MAX_FORCED):
             raise exc
         return {
@@ -308,7 +303,7 @@ class Consultation:
 
     def _route(self, state: _State) -> str:
         last = next((m for m in reversed(state["messages"]) if isinstance(m, AIMessage)), None)
-        if find_answer([last]) is not None:
+        if find_answer([last], self.batch.call_ids) is not None:
             return END
         names = [c["name"] for c in getattr(last, "tool_calls", None) or []]
         observing = any(n != ANSWER_TOOL for n in names)
@@ -375,7 +370,7 @@ class Consultation:
 
     def read(self, messages: Sequence[AnyMessage]) -> Outcome:
         """The answer in any turn of ``messages``, else ``no_answer``."""
-        found = find_answer(messages)
+        found = find_answer(messages, self.batch.call_ids)
         if found is None:
             return Outcome(
                 failure="no_answer",
@@ -385,22 +380,6 @@ class Consultation:
             )
         args, via = found
         return Outcome(parse_answer(args), via=via, tally=self.tally, messages=list(messages))
-
-
-def _compact(text: str) -> str:
-    """JSON ``text`` without null fields and spaces (``text`` itself if it is not JSON)."""
-
-    def strip(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if v is not None}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    try:
-        return json.dumps(strip(json.loads(text)), separators=(",", ":"))
-    except ValueError:
-        return text
 
 
 def _has_nudge(messages: Sequence[AnyMessage], nudge: str) -> bool:

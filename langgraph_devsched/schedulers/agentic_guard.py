@@ -22,7 +22,7 @@ same ranking feeds the optional ``candidate_mappings`` observation (`candidates_
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +139,49 @@ def guard(twin_view: TwinView, mapping: Mapping[str, DeviceOption], *, ratio: fl
     if answer_ms < best_ms:  # the answer is better than anything ranked (descent)
         best_ms, best = answer_ms, dict(mapping)
     return Verdict(answer_ms, best_ms, best, ratio)
+
+
+def hinted_probe(
+    mapping: Mapping[str, DeviceOption], batch: Batch, hints: Sequence[Any]
+) -> str | None:
+    """The text of an exploration hint that ``mapping`` measures, else None: the guard never
+    vetoes a probe the hints asked for. A hint is measured when each of its tools has a call
+    on the hint's device (``devices``), with the hint's option where it names one for a
+    single tool (``shared``, ``queued``, ``noisy``, ``stale``).
+
+    >>> from langgraph_devsched.hints import ToolDeviceSpec
+    >>> b = Batch.of([("a", "ocr", ToolDeviceSpec()), ("b", "asr", ToolDeviceSpec())])
+    >>> hint = {"kind": "swap", "tools": ["ocr", "asr"], "devices": ["cpu", "gpu"],
+    ...         "text": "swap ocr/asr"}
+    >>> hinted_probe({"a": "cpu", "b": "gpu_now"}, b, [hint])
+    'swap ocr/asr'
+    >>> hinted_probe({"a": "gpu_now", "b": "cpu"}, b, [hint]) is None
+    True
+    """
+    placed: dict[str, set[tuple[str, str]]] = {}
+    for call in batch.calls:
+        option = mapping.get(call.call_id)
+        if option is not None:
+            side = "gpu" if option != "cpu" else "cpu"
+            placed.setdefault(call.tool, set()).add((side, option))
+    for hint in hints:
+        data = hint.model_dump() if hasattr(hint, "model_dump") else hint
+        tools = list(data.get("tools") or ())
+        devices = list(data.get("devices") or ())
+        option = data.get("option") if len(tools) == 1 else None
+        if not tools or (not devices and option is None):
+            continue
+        ok = True
+        for i, tool in enumerate(tools):
+            here = placed.get(tool, set())
+            want = devices[i] if i < len(devices) else None
+            if not any((want is None or s == want) and (option is None or o == option)
+                       for s, o in here):
+                ok = False
+                break
+        if ok:
+            return str(data.get("text") or data.get("kind"))
+    return None
 
 
 def candidates_data(twin_view: TwinView | None, k: int) -> dict[str, Any]:

