@@ -113,15 +113,14 @@ def test_the_observations_open_the_conversation_as_tool_outputs() -> None:
         '"cpu_cores":8}',
         '{"asr":{"gpu_now":[60,3,"g1c0"]},"embed":"unmeasured"}',
         '{"calls":["c1","c2"],"runs":[]}',
-        '["`asr` has never run on the CPU (up to 10 ms to gain)"]',
+        '["unknown: asr on cpu unmeasured, gain<=10ms"]',
     ]
     assert no_ids(model.received[0]) == [
         SystemMessage(scheduler.prompt(BATCH)[0].content),
-        HumanMessage("Step of 2 call(s): c1 (asr), c2 (embed)."),
         AIMessage("", id="devsched-observations", tool_calls=calls),
         *(ToolMessage(out, name=name, tool_call_id=f"obs{i}")
           for i, (name, out) in enumerate(zip(OBS_TOOLS, outputs, strict=False))),
-        HumanMessage(ANSWER_PROMPT),
+        HumanMessage(f"Step of 2 call(s): c1 (asr), c2 (embed). {ANSWER_PROMPT}"),
     ]
     assert model.bindings == [((), None)]  # one turn: no tool to call, the schema constrains
     schema = model.call_kwargs[0]["response_format"]["json_schema"]["schema"]
@@ -197,8 +196,8 @@ def test_exploration_hints_and_past_outcomes_tools() -> None:
     ]
     scheduler, model = agentic(script, max_turns=2)
     scheduler.decide(BATCH, VIEW)
-    hints, outcomes, unknown = model.received[1][-4:-1]  # then the forced turn's nudge
-    assert json.loads(hints.text) == [OBS.hints[0].text]
+    hints, outcomes, unknown = model.received[1][-3:]
+    assert json.loads(hints.text) == ["unknown: asr on cpu unmeasured, gain<=10ms"]
     assert json.loads(outcomes.text) == {"calls": ["c1", "c2"], "runs": []}
     assert json.loads(unknown.text) == {"error": "unknown tool 'ocr'; known tools: asr, embed"}
 

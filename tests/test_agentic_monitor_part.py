@@ -41,5 +41,6 @@ def test_a_newly_measured_mapping_is_an_observation_the_model_is_asked_about() -
         step=4, estimates=OBS.estimates, hints=OBS.hints, outcomes=(ran,)))
     again = scheduler.decide(BATCH, measured)
     assert again.llm_calls == 1 and scheduler.consultations == 2
-    assert '"runs":[[["cpu","cpu"],80,1]]' in str(model.received[-1][6].content)
+    outcomes = next(m for m in model.received[-1] if getattr(m, "name", "") == "past_outcomes")
+    assert '"runs":[[["cpu","cpu"],80,1]]' in str(outcomes.content)
     assert scheduler.decide(BATCH, measured).llm_calls == 0

@@ -107,8 +107,8 @@ async def test_the_default_consultation_is_one_request_with_a_schema_per_call(mo
     assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"} and decision.llm_calls == 1
     (body,) = bodies
     assert [m["role"] for m in body["messages"]] == [
-        "system", "user", "assistant", *["tool"] * 5, "user"]
-    called = [c["function"]["name"] for c in body["messages"][2]["tool_calls"]]
+        "system", "assistant", *["tool"] * 5, "user"]
+    called = [c["function"]["name"] for c in body["messages"][1]["tool_calls"]]
     assert called == ["step_calls", "device_state", "tool_estimates", "past_outcomes",
                       "exploration_hints"]
     assert "tools" not in body and body["max_completion_tokens"] == answer_budget(2)
@@ -161,7 +161,7 @@ async def test_the_wire_format_of_a_consultation_with_a_turn_budget(mode: str) -
     # each request may take only what is left of the consultation's 9 s (not the model's 60 s)
     assert all(0 < t <= 9 for t in server.timeouts) and server.timeouts == sorted(
         server.timeouts, reverse=True)
-    opening = ["system", "user", "assistant", *["tool"] * 5]
+    opening = ["system", "assistant", *["tool"] * 5, "user"]
     assert [m["role"] for m in first["messages"]] == opening
     assert [m["role"] for m in second["messages"]] == [*opening, "assistant", "tool"]
     assert [m["role"] for m in last["messages"]][-2:] == ["assistant", "user"]

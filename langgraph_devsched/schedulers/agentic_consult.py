@@ -54,7 +54,7 @@ its VRAM must fit now), gpu_queued (the GPU once its VRAM fits and the GPU is fr
 The observation tools ({tools}) report declared hints and measurements only: \
 tool_estimates gives per option [run ms, samples, context] (context g<k>c<j>: k other \
 calls on the GPU, j on the CPU), past_outcomes the executed mappings and their measured \
-makespans, exploration_hints what is not measured yet (measuring it may pay off later).
+makespans, exploration_hints what is not measured yet (a probe of it may pay off later).
 Answer with only a JSON object giving every call id its option: \
 {{"<call id>": "<option>", ...}}.
 Hard constraints, enforced after you answer: {constraints}"""
@@ -195,7 +195,10 @@ class Consultation:
         if self.mode == "one_shot":
             task += "\nObservations:\n" + inline(self.observations)
             return [SystemMessage(system), HumanMessage(task)]
-        return [SystemMessage(system), HumanMessage(task), *opening(self.observations)]
+        # the task after the observations: the calls' message is the same for every step, so
+        # the server's prompt cache keeps it whatever the batch shape
+        return [SystemMessage(system), *opening(self.observations),
+                HumanMessage(f"{task} {ANSWER_PROMPT}")]
 
     # -- turns ---------------------------------------------------------------------------------
 
@@ -383,4 +386,4 @@ class Consultation:
 
 
 def _has_nudge(messages: Sequence[AnyMessage], nudge: str) -> bool:
-    return any(isinstance(m, HumanMessage) and m.content == nudge for m in messages)
+    return any(isinstance(m, HumanMessage) and str(m.content).endswith(nudge) for m in messages)

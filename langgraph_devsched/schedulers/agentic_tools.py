@@ -242,13 +242,27 @@ def mapping_of(placement: Sequence[Any], batch: Batch) -> dict[str, str] | None:
     return out
 
 
+def hint_text(hint: Mapping[str, Any]) -> str:
+    """One exploration hint in a few words: what was never measured, and the optimistic gain
+    of measuring it (``swap: ocr on cpu + asr on gpu unmeasured (g2c0), gain<=40ms``)."""
+    tools = list(hint.get("tools") or ())
+    devices = list(hint.get("devices") or ())
+    where = " + ".join(
+        f"{t} on {devices[i]}" if i < len(devices) else str(t) for i, t in enumerate(tools))
+    if hint.get("option") and len(tools) == 1:
+        where += f" as {hint['option']}"
+    context = f" ({_context(hint['context'])})" if hint.get("context") else ""
+    gain = _round2(hint.get("expected_gain_ms") or 0.0)
+    return f"{hint.get('kind')}: {where} unmeasured{context}, gain<={gain}ms"
+
+
 def hints_data(obs: Mapping[str, Any], tools: Sequence[str]) -> list[str]:
-    """The monitor's exploration hints about ``tools``, as their one-line texts (largest
-    expected gain first, at most `MAX_HINTS`)."""
+    """The monitor's exploration hints about ``tools`` in a few words each (`hint_text`,
+    largest expected gain first, at most `MAX_HINTS`)."""
     here = set(tools)
     rows = [h for h in obs.get("hints", ()) if here & set(h.get("tools") or ())]
     rows.sort(key=lambda h: -float(h.get("expected_gain_ms") or 0.0))
-    return [str(h.get("text") or h.get("kind")) for h in rows[:MAX_HINTS]]
+    return [hint_text(h) for h in rows[:MAX_HINTS]]
 
 
 def observation_tools(
