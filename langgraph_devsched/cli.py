@@ -159,7 +159,7 @@ def bench(
         check_output_paths(("--json", json_path, "file"), ("--plots", plots, "folder"))
         options = (llm_timeout, llm_max_tokens, llm_mode, llm_answer, llm_candidates)
         if any(v is not None for v in options):
-            from langgraph_devsched.schedulers.agentic_model import apply_llm_options
+            from langgraph_devsched.schedulers.agentic.config import apply_llm_options
 
             apply_llm_options(
                 timeout_s=llm_timeout, max_tokens=llm_max_tokens, mode=llm_mode,

@@ -22,8 +22,12 @@ from typing import Any
 
 from langgraph_devsched.bench.agentic_stats import AgenticStats, format_agentic, merge
 from langgraph_devsched.bench.command import run_bench_command
-from langgraph_devsched.schedulers import agentic
-from langgraph_devsched.schedulers.agentic_model import ENV_BASE_URL, ENV_MODEL, apply_llm_options
+from langgraph_devsched.schedulers.agentic import scheduler as agentic
+from langgraph_devsched.schedulers.agentic.config import (
+    ENV_BASE_URL,
+    ENV_MODEL,
+    apply_llm_options,
+)
 
 
 def main() -> None:

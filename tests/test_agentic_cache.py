@@ -194,7 +194,8 @@ def test_a_failed_situation_is_not_retried_at_once(hanging: HangingModel) -> Non
     assert reused[0].reason.startswith("agentic earlier consultation failed (timeout: ")
     assert sched.last_fallbacks == {"c": "timeout", "d": "timeout"}
     sched.decide(batch("e", "f"), view)  # the retry budget is spent: ask again
-    assert hanging.calls == 2
+    # consulted again (whether the hung model's turn started inside 50 ms is the machine's)
+    assert sched.consultations == 2
 
 
 async def test_adecide_answers_like_decide() -> None:

@@ -17,7 +17,7 @@ from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor.hints import ExplorationHint
 from langgraph_devsched.monitor.observations import Observations
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
-from langgraph_devsched.schedulers.agentic_model import (
+from langgraph_devsched.schedulers.agentic.model import (
     LONG_BUDGET_FACTOR,
     answer_budget,
     answer_schema,

@@ -14,7 +14,8 @@ from langchain_core.outputs import ChatResult
 from typer.testing import CliRunner
 
 from langgraph_devsched.cli import app
-from langgraph_devsched.schedulers import agentic
+from langgraph_devsched.schedulers.agentic import config
+from langgraph_devsched.schedulers.agentic import scheduler as agentic
 from tests.agentic_fakes import ToolScriptModel, submit
 
 TINY = """\
@@ -34,7 +35,7 @@ runner = CliRunner()
 def scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # the command sets DEVSCHED_LLM_* for its process: keep that inside this test
     monkeypatch.setattr(os, "environ", dict(os.environ))
-    for var in (agentic.ENV_MODEL, agentic.ENV_BASE_URL, agentic.ENV_API_KEY):
+    for var in (config.ENV_MODEL, config.ENV_BASE_URL, config.ENV_API_KEY):
         os.environ.pop(var, None)
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY, encoding="utf-8")
@@ -88,8 +89,8 @@ def test_llm_option_adds_the_agentic_row(scenario: Path, monkeypatch: pytest.Mon
     ) -> ToolScriptModel:
         built.append(
             (
-                name or os.environ.get(agentic.ENV_MODEL),
-                base_url or os.environ.get(agentic.ENV_BASE_URL),
+                name or os.environ.get(config.ENV_MODEL),
+                base_url or os.environ.get(config.ENV_BASE_URL),
             )
         )
         return model
@@ -143,6 +144,6 @@ def test_llm_candidates_sets_the_pick_candidates_and_is_checked(
     result = runner.invoke(app, [*base, "--llm-candidates", "2"])
     assert result.exit_code == 0, result.output
     assert shown and max(shown) == 2
-    assert os.environ[agentic.ENV_CANDIDATES] == "2"
+    assert os.environ[config.ENV_CANDIDATES] == "2"
     bad = runner.invoke(app, [*base, "--llm-candidates", "-1"])
     assert bad.exit_code == 2 and "llm-candidates" in bad.output

@@ -16,7 +16,7 @@ import pytest
 
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
-from langgraph_devsched.schedulers.agentic_text import MAX_ANSWER_CHARS, answer_from_text
+from langgraph_devsched.schedulers.agentic.answers import MAX_ANSWER_CHARS, answer_from_text
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
 from langgraph_devsched.telemetry import DeviceState
 from tests.agentic_fakes import SyncHangingModel, TextModel
@@ -90,8 +90,9 @@ def test_a_slot_comes_back_when_the_hung_model_returns(hanging: SyncHangingModel
     assert scheduler.decide(batch(0), VIEW).consultation.cause == "timeout"
     hanging.release.set()
     deadline = time.monotonic() + 5
-    while scheduler._slots.in_use and time.monotonic() < deadline:
+    while scheduler._runner.slots.in_use and time.monotonic() < deadline:
         time.sleep(0.01)
+    scheduler.timeout_s = scheduler._runner.timeout_s = 30.0  # the model now raises at once
     decision = scheduler.decide(batch(1), VIEW)
     assert decision.consultation.cause == "llm_error"  # asked again: the model raised
 

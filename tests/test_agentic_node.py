@@ -17,7 +17,7 @@ from langgraph.prebuilt import tools_condition
 from langgraph_devsched import DeviceToolNode, SimulatedTestbed
 from langgraph_devsched.monitor import RuntimeMonitor
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
-from langgraph_devsched.schedulers.agentic_tools import OBSERVATION_TOOL_NAMES
+from langgraph_devsched.schedulers.agentic.observations import OBSERVATION_TOOL_NAMES
 from tests.agentic_fakes import ToolScriptModel, submit, tool_call
 from tests.fakes import HINTS, PARAMS, TOOLS, ScriptedChatModel
 from tests.test_agentic import BATCH, VIEW

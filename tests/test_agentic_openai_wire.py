@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from langgraph_devsched.schedulers.agentic import AgenticScheduler, openai_model
-from langgraph_devsched.schedulers.agentic_model import LONG_BUDGET_FACTOR, answer_budget
+from langgraph_devsched.schedulers.agentic.model import LONG_BUDGET_FACTOR, answer_budget
 from tests.test_agentic import BATCH, VIEW, ByTool
 
 httpx = pytest.importorskip("httpx")

@@ -18,15 +18,11 @@ from langgraph_devsched.bench.agentic_stats import summarize
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor.observations import Observations
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
-from langgraph_devsched.schedulers.agentic_answer import HardConstraints
-from langgraph_devsched.schedulers.agentic_guard import TwinView
-from langgraph_devsched.schedulers.agentic_pick import (
-    PICK_MAX_TOKENS,
-    call_labels,
-    parse_pick,
-    pick_candidates,
-    pick_schema,
-)
+from langgraph_devsched.schedulers.agentic.answers import parse_pick, pick_schema
+from langgraph_devsched.schedulers.agentic.constraints import HardConstraints
+from langgraph_devsched.schedulers.agentic.guard import TwinView
+from langgraph_devsched.schedulers.agentic.modes.pick import PICK_MAX_TOKENS, pick_candidates
+from langgraph_devsched.schedulers.agentic.prompts import call_labels
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerView
 from langgraph_devsched.telemetry import DeviceState
 from tests.agentic_fakes import HangingModel, ToolScriptModel
@@ -63,8 +59,8 @@ def picker(script: list[AIMessage], **kw: Any) -> tuple[AgenticScheduler, ToolSc
 
 def shown(sched: AgenticScheduler, batch: Batch = BATCH) -> list[Any]:
     """The candidates a pick consultation of ``batch`` shows (lead first)."""
-    _, obs, lead = sched._key(batch, VIEW)
-    return sched._consultation(batch, VIEW, 0.0, obs, lead)[0].candidates  # type: ignore[union-attr]
+    step = sched._prepare(batch, VIEW)
+    return step.consultation.candidates  # type: ignore[union-attr]
 
 
 def twin_candidates(k: int = 3, **kw: Any) -> list[Any]:

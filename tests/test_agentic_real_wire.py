@@ -34,15 +34,15 @@ from langgraph_devsched import DeviceToolNode, SimulatedTestbed
 from langgraph_devsched.hints import validate_spec
 from langgraph_devsched.monitor import RuntimeMonitor
 from langgraph_devsched.schedulers.agentic import AgenticScheduler, openai_model
-from langgraph_devsched.schedulers.agentic_record import AgenticDecision
-from langgraph_devsched.schedulers.agentic_server import (
+from langgraph_devsched.schedulers.agentic.record import AgenticDecision
+from langgraph_devsched.schedulers.base import Batch, Decision
+from langgraph_devsched.schedulers.base import SchedulerView as View
+from langgraph_devsched.testing.llm_server import (
     LocalLLMServer,
     LocalLLMUnavailable,
     packaged_gguf,
     server_available,
 )
-from langgraph_devsched.schedulers.base import Batch, Decision
-from langgraph_devsched.schedulers.base import SchedulerView as View
 from tests.fakes import HINTS, PARAMS, TOOLS, ScriptedChatModel
 
 pytest.importorskip("langchain_openai")

@@ -340,7 +340,7 @@ def test_the_agentic_sub_agent_sees_which_models_are_warm() -> None:
 
     from langgraph_devsched.hints import ToolDeviceSpec
     from langgraph_devsched.residency import WarmModel
-    from langgraph_devsched.schedulers.agentic_tools import observation_tools
+    from langgraph_devsched.schedulers.agentic.observations import observation_tools
     from langgraph_devsched.telemetry import DeviceState
 
     batch = Batch.of([

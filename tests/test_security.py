@@ -29,7 +29,7 @@ from langgraph_devsched.monitor import RuntimeMonitor, load_file
 from langgraph_devsched.monitor import persist as persist_module
 from langgraph_devsched.monitor.persist import MonitorStatsWarning
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
-from langgraph_devsched.schedulers.agentic_tools import OBSERVATION_TOOL_NAMES
+from langgraph_devsched.schedulers.agentic.observations import OBSERVATION_TOOL_NAMES
 from langgraph_devsched.stress import StressConfig, run_stress
 from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
 from tests.agentic_fakes import ToolScriptModel, submit, tool_call

@@ -7,7 +7,7 @@ decisions with per-call repairs, LLM latency p50/p95 per consultation, the serve
 cache hit rate (cached / prompt tokens), and the answer channels used. `format_agentic`
 renders one line of it for the report.
 
->>> from langgraph_devsched.schedulers.agentic_record import AgenticDecision, ConsultationRecord
+>>> from langgraph_devsched.schedulers.agentic.record import AgenticDecision, ConsultationRecord
 >>> stats = AgenticStats()
 >>> stats.add(AgenticDecision(mapping={}, consultation=ConsultationRecord(
 ...     channel="json_schema", via="text", latency_ms=800, prompt_tokens=600, cached_tokens=450)))

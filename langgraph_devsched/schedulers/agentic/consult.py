@@ -12,8 +12,10 @@ and, time permitting, is asked again through it. The answer is read from any tur
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
@@ -24,49 +26,31 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
-from langgraph_devsched.schedulers.agentic_answer import (
+from langgraph_devsched.schedulers.agentic.answers import (
     ANSWER_TOOL,
-    AgenticCause,
     MappingAnswer,
     ParsedAnswer,
+    find_answer,
     parse_answer,
 )
-from langgraph_devsched.schedulers.agentic_model import (
-    CHANNEL_CHAIN,
-    AnswerChannel,
-    ConsultMode,
-    bind_turn,
+from langgraph_devsched.schedulers.agentic.config import AnswerChannel
+from langgraph_devsched.schedulers.agentic.constraints import AgenticCause
+from langgraph_devsched.schedulers.agentic.model import CHANNEL_CHAIN, ChannelState, bind_turn
+from langgraph_devsched.schedulers.agentic.observations import inline, opening
+from langgraph_devsched.schedulers.agentic.prompts import (
+    ANSWER_PROMPT,
+    FORCE_PROMPT,
+    JSON_PROMPT,
+    SYSTEM_PROMPT,
 )
-from langgraph_devsched.schedulers.agentic_text import find_answer
-from langgraph_devsched.schedulers.agentic_tools import inline, opening
+from langgraph_devsched.schedulers.agentic.slots import ConsultationSlots
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
     from langgraph_devsched.schedulers.base import Batch
 
-SYSTEM_PROMPT = """\
-You are the device scheduler of an agent application. A step runs tool calls at once; \
-give each call one device option so that the step ends soonest (its makespan).
-Options: gpu_now (the GPU at once, shared with the other GPU calls: they slow each other; \
-its VRAM must fit now), gpu_queued (the GPU once its VRAM fits and the GPU is free), cpu \
-(no VRAM; slow for heavy compute, fast for transfer-bound tools).
-The observation tools ({tools}) report declared hints and measurements only: \
-tool_estimates gives per option [run ms, samples, context] (context g<k>c<j>: k other \
-calls on the GPU, j on the CPU), past_outcomes the executed mappings and their measured \
-makespans, exploration_hints what is not measured yet (a probe of it may pay off later).
-Answer with only a JSON object giving every call id its option: \
-{{"<call id>": "<option>", ...}}.
-Hard constraints, enforced after you answer: {constraints}"""
 
-ONE_SHOT_PROMPT = SYSTEM_PROMPT
-
-FORCE_PROMPT = "Submit your answer now: call submit_mapping with one option per call id."
-ANSWER_PROMPT = "Answer now."
-JSON_PROMPT = (
-    'Answer now with only a JSON object: {"assignments": {"<call id>": "<gpu_now, gpu_queued '
-    'or cpu>", ...}, "reason": "<a few words>"}, one entry per call id of this step.'
-)
 MAX_FORCED = len(CHANNEL_CHAIN) + 1
 """Forced turns in one consultation at most (one per channel, one more after observations)."""
 
@@ -96,6 +80,13 @@ class Tally:
     """The consultation mode that ran (empty: the scheduler's)."""
     candidates: int = 0
     """Candidates shown (``pick`` mode)."""
+
+    def count(self, reply: Any) -> None:
+        """Add the prompt and cached prompt tokens ``reply`` reports."""
+        usage = getattr(reply, "usage_metadata", None) or {}
+        self.prompt_tokens += int(usage.get("input_tokens") or 0)
+        details = usage.get("input_token_details") or {}
+        self.cached_tokens += int(details.get("cache_read") or 0)
 
 
 @dataclass
@@ -130,29 +121,6 @@ def answer_tool() -> BaseTool:
     )
 
 
-class ChannelState:
-    """The answer channel of one endpoint: fixed, or ``auto`` walking ``chain``
-    (`CHANNEL_CHAIN`; a pick consultation walks its own)."""
-
-    def __init__(
-        self, channel: AnswerChannel, chain: tuple[AnswerChannel, ...] = CHANNEL_CHAIN
-    ) -> None:
-        self.configured = channel
-        self.chain = chain
-        self._pos = 0
-
-    @property
-    def current(self) -> AnswerChannel:
-        return self.chain[self._pos] if self.configured == "auto" else self.configured
-
-    def advance(self) -> bool:
-        """Move ``auto`` to the next channel; False when there is none (or it is fixed)."""
-        if self.configured != "auto" or self._pos + 1 >= len(self.chain):
-            return False
-        self._pos += 1
-        return True
-
-
 @dataclass
 class Consultation:
     """Everything one consultation needs; `invoke`/`ainvoke` run it and read the answer."""
@@ -162,7 +130,8 @@ class Consultation:
     batch: Batch
     constraints_text: str
     policy: str | None
-    mode: ConsultMode
+    inline: bool
+    """The observations inline in the task (one forced turn), not called as tools."""
     channel: ChannelState
     max_turns: int
     max_tokens: int | None
@@ -192,7 +161,7 @@ class Consultation:
             for c in self.batch.calls
         )
         task = f"Step of {len(self.batch)} call(s): {listed}."
-        if self.mode == "one_shot":
+        if self.inline:
             task += "\nObservations:\n" + inline(self.observations)
             return [SystemMessage(system), HumanMessage(task)]
         # the task after the observations: the calls' message is the same for every step, so
@@ -207,7 +176,7 @@ class Consultation:
         prompt cache keeps the prefix). Otherwise the answer tool for a tool channel, no tool
         at all for json_schema and text (nothing could be called in that turn; servers such
         as llama.cpp render every tool's schema into the prompt)."""
-        if self.mode == "agent" and self.max_turns > 1:
+        if not self.inline and self.max_turns > 1:
             return [*self.observations, answer_tool()]
         return [answer_tool()] if channel is not None and channel.startswith("tool") else []
 
@@ -222,7 +191,7 @@ class Consultation:
         messages = state["messages"]
         last = messages[-1]
         forced = (
-            self.mode == "one_shot"
+            self.inline
             or state["turns"] >= self.max_turns - 1
             or state["forced"] > 0
             or (isinstance(last, AIMessage) and not last.tool_calls)
@@ -252,14 +221,8 @@ class Consultation:
             self.on_llm_call()
         return model, extra, forced
 
-    def _count(self, reply: Any) -> None:
-        usage = getattr(reply, "usage_metadata", None) or {}
-        self.tally.prompt_tokens += int(usage.get("input_tokens") or 0)
-        details = usage.get("input_token_details") or {}
-        self.tally.cached_tokens += int(details.get("cache_read") or 0)
-
     def _update(self, state: _State, extra: list[AnyMessage], reply: Any, forced: bool) -> dict:
-        self._count(reply)
+        self.tally.count(reply)
         return {
             "messages": [*extra, reply],
             "turns": state["turns"] + 1,
@@ -271,7 +234,7 @@ class Consultation:
     def _failed_forced(self, state: _State, forced: bool, exc: Exception) -> dict[str, Any]:
         """A forced turn that raised: with ``auto``, the next channel gets the next turn. A
         request cut at the deadline says nothing about the channel: a timeout, as it is."""
-        if self.clock() >= self.deadline:
+        if "timeout" in type(exc).__name__.lower() and self.clock() >= self.deadline:
             raise DeadlineError("the consultation's deadline passed") from exc
         if getattr(exc, "status_code", None) is None:
             raise exc  # no answer from the server at all (refused, reset): not the channel
@@ -316,7 +279,7 @@ class Consultation:
             return END
         if state.get("failed"):
             return "agent"  # the failed turn already moved to the next channel
-        if observing and self.mode == "agent":
+        if observing and not self.inline:
             return "observe"  # a forced turn that still observed: answer after that
         if self.channel.configured == "auto" and self.channel.current != CHANNEL_CHAIN[-1]:
             return "agent"  # no answer through this channel: try the next one
@@ -340,36 +303,37 @@ class Consultation:
     def _inputs(self) -> dict[str, Any]:
         return {"messages": self.prompt(), "turns": 0, "forced": 0, "failed": False, "empty": False}
 
-    def _limit(self) -> int:
-        return 2 * (self.max_turns + MAX_FORCED) + 4
+    def skip(self) -> Outcome | None:
+        """The outcome without asking the model (never: there is always a mapping to
+        choose)."""
+        return None
 
     # -- running -------------------------------------------------------------------------------
 
     def invoke(self, config: RunnableConfig) -> Outcome:
         """Run the sub-agent synchronously and read its answer."""
         try:
-            limited: RunnableConfig = {**config, "recursion_limit": self._limit()}
-            state = self.graph().invoke(self._inputs(), limited)
-        except DeadlineError as exc:
-            return self._failed("timeout", str(exc))
+            state = self.graph().invoke(self._inputs(), self._limited(config))
         except Exception as exc:
-            return self._failed("llm_error", f"{type(exc).__name__}: {exc}"[:300])
+            return self._failed(exc)
         return self.read(state["messages"])
 
     async def ainvoke(self, config: RunnableConfig) -> Outcome:
         """Run the sub-agent on the event loop (cancel it to stop it) and read its answer."""
         try:
-            state = await self.graph().ainvoke(
-                self._inputs(), {**config, "recursion_limit": self._limit()}
-            )
-        except DeadlineError as exc:
-            return self._failed("timeout", str(exc))
+            state = await self.graph().ainvoke(self._inputs(), self._limited(config))
         except Exception as exc:
-            return self._failed("llm_error", f"{type(exc).__name__}: {exc}"[:300])
+            return self._failed(exc)
         return self.read(state["messages"])
 
-    def _failed(self, cause: AgenticCause, detail: str) -> Outcome:
-        return Outcome(failure=cause, detail=detail, tally=self.tally)
+    def _limited(self, config: RunnableConfig) -> RunnableConfig:
+        return {**config, "recursion_limit": 2 * (self.max_turns + MAX_FORCED) + 4}
+
+    def _failed(self, exc: Exception) -> Outcome:
+        if isinstance(exc, DeadlineError):
+            return Outcome(failure="timeout", detail=str(exc), tally=self.tally)
+        detail = f"{type(exc).__name__}: {exc}"[:300]
+        return Outcome(failure="llm_error", detail=detail, tally=self.tally)
 
     def read(self, messages: Sequence[AnyMessage]) -> Outcome:
         """The answer in any turn of ``messages``, else ``no_answer``."""
@@ -387,3 +351,77 @@ class Consultation:
 
 def _has_nudge(messages: Sequence[AnyMessage], nudge: str) -> bool:
     return any(isinstance(m, HumanMessage) and str(m.content).endswith(nudge) for m in messages)
+
+
+def _native_async(model: BaseChatModel) -> bool:
+    """Whether ``model`` has its own async path (cancelling it stops the request)."""
+    from langchain_core.language_models import BaseChatModel
+
+    return type(model)._agenerate is not BaseChatModel._agenerate
+
+
+def child_config(config: RunnableConfig | None) -> RunnableConfig:
+    """The consultation's run config: a child run of the caller's (callbacks, tags,
+    metadata), never a checkpointed subgraph."""
+    base: dict[str, Any] = {
+        "run_name": "devsched_agentic",
+        "configurable": {},  # a standalone graph, never a checkpointed subgraph
+        "tags": ["devsched:agentic"],
+    }
+    if config is not None:
+        base["callbacks"] = config.get("callbacks")
+        base["tags"] = [*(config.get("tags") or []), "devsched:agentic"]
+        base["metadata"] = dict(config.get("metadata") or {})
+    return base  # type: ignore[return-value]
+
+
+Runnable = Consultation | Any
+"""A `Consultation` or a `modes.pick.PickConsultation`: ``invoke``/``ainvoke``/``skip``."""
+
+
+@dataclass
+class Runner:
+    """Runs a consultation within its deadline: a natively async model on the event loop
+    (cancelled at the deadline), any other in one of the bounded consultation `slots` (a
+    hung model holds one; all held: ``busy`` at once). Only the ``await`` differs between
+    `run` and `arun`."""
+
+    slots: ConsultationSlots
+    timeout_s: float
+    clock: Callable[[], float] = time.monotonic
+
+    def late(self, consultation: Runnable, cause: AgenticCause) -> Outcome:
+        detail = (
+            f"no answer within {self.timeout_s:g} s"
+            if cause == "timeout"
+            else f"all {self.slots.size} consultation threads are held by model calls "
+            "still running"
+        )
+        return Outcome(failure=cause, detail=detail, tally=consultation.tally)
+
+    def _left(self, consultation: Runnable) -> float:
+        return max(0.0, consultation.deadline - self.clock())
+
+    def run(self, consultation: Runnable, config: RunnableConfig | None) -> Outcome:
+        cfg = child_config(config)
+        future = self.slots.start(lambda: consultation.invoke(cfg))
+        if future is None:
+            return self.late(consultation, "busy")
+        try:
+            return future.result(timeout=self._left(consultation))
+        except FutureTimeout:
+            return self.late(consultation, "timeout")
+
+    async def arun(self, consultation: Runnable, config: RunnableConfig | None) -> Outcome:
+        cfg = child_config(config)
+        if _native_async(consultation.model):
+            work: Any = consultation.ainvoke(cfg)
+        else:
+            future = self.slots.start(lambda: consultation.invoke(cfg))
+            if future is None:
+                return self.late(consultation, "busy")
+            work = asyncio.wrap_future(future)
+        try:
+            return await asyncio.wait_for(work, self._left(consultation))
+        except asyncio.TimeoutError:
+            return self.late(consultation, "timeout")

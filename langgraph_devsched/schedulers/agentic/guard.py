@@ -3,8 +3,9 @@
 The twin is the `monitor_model` noise-free testbed built from the monitor's observations
 (declared hints blended with measurements). `TwinView.rank` predicts every mapping of the
 batch (a coordinate descent beyond `ENUMERATE_UP_TO` calls); `guard` rejects an answer whose
-predicted makespan exceeds ``ratio`` times the best prediction, with both recorded. The
-same ranking feeds the optional ``candidate_mappings`` observation (`candidates_data`).
+predicted makespan exceeds ``ratio`` times the best prediction, with both recorded, unless
+the answer measures what an exploration hint names (`hinted_probe`). The same ranking gives
+pick mode's candidates.
 
 >>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 >>> from langgraph_devsched.monitor.observations import Observations
@@ -184,13 +185,3 @@ def hinted_probe(
     return None
 
 
-def candidates_data(twin_view: TwinView | None, k: int) -> dict[str, Any]:
-    """The twin's ``k`` best mappings with their predicted makespans, as JSON data."""
-    if twin_view is None:
-        return {"candidates": [], "note": "no monitor observations: no predictions"}
-    return {
-        "candidates": [
-            {"mapping": m, "predicted_makespan_ms": round(ms, 1)} for ms, m in twin_view.rank(k)
-        ],
-        "note": "predictions of the monitor's model; measurements may disagree",
-    }

@@ -34,7 +34,7 @@ from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 
 from langgraph_devsched.options import DEVICE_OPTIONS
-from langgraph_devsched.schedulers.agentic_answer import HardConstraints
+from langgraph_devsched.schedulers.agentic.constraints import HardConstraints
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
 from langgraph_devsched.telemetry import DeviceState
 
@@ -315,7 +315,6 @@ OBSERVATION_TOOL_NAMES = (
     "exploration_hints",
 )
 """In the order `opening` calls them: what changes least first (a longer cached prefix)."""
-OPTIONS_TEXT = ", ".join(DEVICE_OPTIONS)
 
 
 def opening(tools: Sequence[BaseTool]) -> list[AnyMessage]:

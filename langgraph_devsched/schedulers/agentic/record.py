@@ -4,7 +4,7 @@
 (answer channel), where the answer was found, what it cost (latency, model calls, prompt
 and cached prompt tokens), why it fell back, and the guard's two predictions.
 
->>> from langgraph_devsched.schedulers.agentic_record import AgenticDecision, ConsultationRecord
+>>> from langgraph_devsched.schedulers.agentic.record import AgenticDecision, ConsultationRecord
 >>> d = AgenticDecision(mapping={"c1": "cpu"}, consultation=ConsultationRecord(
 ...     channel="json_schema", via="text", latency_ms=812.0, llm_calls=1))
 >>> d.consultation.valid, d.consultation.channel

@@ -1,4 +1,9 @@
-"""The ``pick`` consultation: the model chooses one of the twin's best mappings by number.
+"""Pick mode, the ratifying variant: the model chooses one of the policy's candidates.
+
+Candidate 1 is the classical policy's own mapping, the others the twin's best within
+``pick_within`` of it; a lone candidate is not asked. Measured with Qwen2.5-Coder-1.5B, the
+model picked candidate 1 in 72 of 73 consultations: the classical policy, ratified. The
+default mode (`modes.agent`) is the one where the model decides.
 
 For a small model on a CPU every token costs: a 1.5B model on two shared cores reads about
 12 prompt tokens/s and writes about 4. In ``pick`` mode the scheduler ranks the step's
@@ -19,16 +24,13 @@ consultation of a scheduler (`pick_system`), so a server's prompt cache keeps it
 the step's few lines are read anew. The picked candidate's mapping is the answer; it is
 repaired and guarded like any other.
 
->>> parse_pick('{"pick": 2, "reason": "fewer GPU calls"}', 3)
-(2, 'fewer GPU calls')
->>> parse_pick("Candidate 3.", 3), parse_pick("1 or 2", 3), parse_pick("7", 3)
-((3, ''), None, None)
+>>> PickMode("auto").channel.current
+'json_schema'
 """
 
 from __future__ import annotations
 
-import json
-import re
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,123 +38,40 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
-from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from langgraph_devsched.options import DeviceOption
-from langgraph_devsched.schedulers.agentic_answer import HardConstraints, ParsedAnswer, repair
-from langgraph_devsched.schedulers.agentic_consult import (
-    ChannelState,
+from langgraph_devsched.schedulers.agentic.answers import ParsedAnswer, parse_pick, pick_schema
+from langgraph_devsched.schedulers.agentic.config import AnswerChannel
+from langgraph_devsched.schedulers.agentic.constraints import HardConstraints, repair
+from langgraph_devsched.schedulers.agentic.consult import (
+    Consultation,
     DeadlineError,
     Outcome,
     Tally,
 )
-from langgraph_devsched.schedulers.agentic_model import AnswerChannel, bind_turn
+from langgraph_devsched.schedulers.agentic.lead import held_to_rules, lead_key
+from langgraph_devsched.schedulers.agentic.model import ChannelState, bind_turn
+from langgraph_devsched.schedulers.agentic.modes.agent import AgentMode
+from langgraph_devsched.schedulers.agentic.prompts import pick_system, pick_task
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
-    from langgraph_devsched.schedulers.agentic_guard import TwinView
-    from langgraph_devsched.schedulers.base import Batch
+    from langgraph_devsched.schedulers.agentic.guard import TwinView
+    from langgraph_devsched.schedulers.agentic.modes.agent import Step
+    from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerView
     from langgraph_devsched.telemetry import DeviceState
+
+logger = logging.getLogger(__name__)
 
 PICK_CHAIN: tuple[AnswerChannel, ...] = ("json_schema", "text")
 """The ``auto`` chain of a pick consultation (tool channels are not used for a pick)."""
 PICK_TOOL = "submit_pick"
 PICK_MAX_TOKENS = 48
 """Completion tokens of a pick turn: ``{"pick": N, "reason": ...}`` is at most ~25."""
-PICK_REASON_CHARS = 40
 DEFAULT_PICK_CANDIDATES = 3
 MAX_SCANNED = 512
 """Ranked mappings looked at for ``k`` distinct ones after the hard-constraint repair."""
-MAX_PICK_TEXT = 4000
-
-PICK_SYSTEM = """\
-You are the device scheduler of an agent application. A step runs several tool calls at \
-once; each call goes to gpu_now (the GPU at once, shared with the other GPU calls), \
-gpu_queued (the GPU once its VRAM and the GPU are free) or cpu. The monitor's model has \
-ranked the best device mappings for the step by predicted makespan (the time until the \
-step's last call ends); you get them numbered. Pick the one that will end the step soonest: \
-the predictions are estimates from declared profiles and measurements, and the lowest is \
-usually best.
-Answer only with JSON: {{"pick": <number>}}.
-Hard constraints, enforced after you answer: {constraints}"""
-
-
-class PickAnswer(BaseModel):
-    """The model's pick: a candidate's number (1-based) and an optional short reason."""
-
-    pick: int = Field(ge=1, description="the number of the chosen candidate mapping")
-    reason: str = Field("", description="a few words: why this candidate")
-
-    @field_validator("reason", mode="before")
-    @classmethod
-    def _short(cls, value: Any) -> str:
-        return "" if value is None else str(value)[:PICK_REASON_CHARS * 2]
-
-
-_PICK_KEYS = ("pick", "candidate", "choice", "index", "answer", "number")
-_INT = re.compile(r"(?<![\w.])(\d+)(?![\w])")
-_KEYED = re.compile(r'"(?:pick|candidate|choice|index)"\s*:\s*"?(\d+)')
-
-
-def _from_json(text: str) -> Any:
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return None
-    try:
-        return json.loads(text[start : end + 1])
-    except ValueError:
-        return None
-
-
-def parse_pick(text: str, k: int) -> tuple[int, str] | None:
-    """The candidate number (1..k) and reason in a reply, else None.
-
-    Read as ``{"pick": N, "reason": ...}`` (``candidate``/``choice``/``index`` also; a reply
-    cut at the token cap still names its pick), else as the only integer in the text
-    (``"2"``, ``"Candidate 2."``); a text with several integers, or one out of range, is no
-    answer.
-    """
-    text = text[:MAX_PICK_TEXT]
-    value = _from_json(text)
-    if isinstance(value, Mapping):
-        key = next((key for key in _PICK_KEYS if key in value), None)
-        if key is not None:
-            try:
-                answer = PickAnswer.model_validate(
-                    {"pick": value[key], "reason": value.get("reason")}
-                )
-            except ValidationError:
-                return None
-            return (answer.pick, answer.reason) if answer.pick <= k else None
-    keyed = _KEYED.search(text)  # a reply cut at the token cap: '{"pick": 2, "reason": "..'
-    if keyed is not None:
-        n = int(keyed.group(1))
-        return (n, "") if 1 <= n <= k else None
-    numbers = {int(n) for n in _INT.findall(text)}
-    if len(numbers) == 1:
-        (n,) = numbers
-        if 1 <= n <= k:
-            return n, ""
-    return None
-
-
-def pick_schema(k: int) -> dict[str, Any]:
-    """The pick answer's JSON schema for ``response_format``: ``pick`` one of 1..k, an
-    optional reason of at most `PICK_REASON_CHARS` characters.
-
-    >>> pick_schema(2)["properties"]["pick"]
-    {'type': 'integer', 'enum': [1, 2]}
-    """
-    return {
-        "type": "object",
-        "properties": {
-            "pick": {"type": "integer", "enum": list(range(1, max(1, k) + 1))},
-            "reason": {"type": "string", "maxLength": PICK_REASON_CHARS},
-        },
-        "required": ["pick"],
-        "additionalProperties": False,
-    }
 
 
 @dataclass(frozen=True)
@@ -211,74 +130,6 @@ def with_lead(
     return [lead, *rest][: max(1, k)]
 
 
-def call_labels(batch: Batch) -> dict[str, str]:
-    """Short labels for the step's calls: the tool name, ``tool#i`` where a tool repeats
-    (call ids may be long random strings, and every token costs)."""
-    counts: dict[str, int] = {}
-    for call in batch.calls:
-        counts[call.tool] = counts.get(call.tool, 0) + 1
-    seen: dict[str, int] = {}
-    labels = {}
-    for call in batch.calls:
-        if counts[call.tool] == 1:
-            labels[call.call_id] = call.tool
-        else:
-            labels[call.call_id] = f"{call.tool}#{seen.get(call.tool, 0)}"
-            seen[call.tool] = seen.get(call.tool, 0) + 1
-    return labels
-
-
-def candidates_text(batch: Batch, candidates: Sequence[Candidate]) -> str:
-    """The numbered candidates: the first in full (``(best)`` if no other is predicted
-    lower), the others as their difference to it.
-
-    >>> from langgraph_devsched.hints import ToolDeviceSpec
-    >>> from langgraph_devsched.schedulers.base import Batch
-    >>> b = Batch.of([("x1", "asr", ToolDeviceSpec()), ("x2", "ocr", ToolDeviceSpec())])
-    >>> print(candidates_text(b, [Candidate({"x1": "gpu_now", "x2": "cpu"}, 100.0),
-    ...                           Candidate({"x1": "gpu_now", "x2": "gpu_now"}, 130.0)]))
-    1) 100 ms (best): asr=gpu_now ocr=cpu
-    2) 130 ms: as 1 but ocr=gpu_now
-
-    (Measured with Qwen2.5-Coder-1.5B: a relative "+0%" beside a tie drew picks of a worse
-    candidate; the predictions first and "(best)" did not.)
-    """
-    labels = call_labels(batch)
-    ids = list(batch.call_ids)
-    lines = []
-    best = candidates[0] if candidates else None
-    lowest = min((c.predicted_ms for c in candidates), default=0.0)
-    for n, cand in enumerate(candidates, start=1):
-        ms = f"{cand.predicted_ms:.0f} ms"
-        if best is None or n == 1:
-            parts = " ".join(f"{labels[c]}={cand.mapping[c]}" for c in ids)
-            label = " (best)" if cand.predicted_ms <= lowest else ""
-            lines.append(f"{n}) {ms}{label}: {parts}")
-            continue
-        diff = [f"{labels[c]}={cand.mapping[c]}" for c in ids if cand.mapping[c] != best.mapping[c]]
-        lines.append(f"{n}) {ms}: as 1 but {' '.join(diff)}")
-    return "\n".join(lines)
-
-
-def pick_system(constraints: HardConstraints, policy: str | None) -> str:
-    """The system message of every pick consultation of a scheduler (a stable prefix)."""
-    text = PICK_SYSTEM.format(constraints=json.dumps(constraints.describe()))
-    return text + (f"\nOperator policy: {policy}" if policy else "")
-
-
-def pick_task(batch: Batch, candidates: Sequence[Candidate]) -> str:
-    """The step's part of the prompt: the numbered candidates, lowest prediction first."""
-    k = len(candidates)
-    spans = [c.predicted_ms for c in candidates]
-    head = "Candidates, lowest predicted makespan first"
-    if spans != sorted(spans):
-        head = "Candidates (1 is the current scheduler's choice)"
-    if k == 1:
-        head = "Only candidate"
-    ask = f"Pick 1-{k}." if k > 1 else "Pick 1."
-    return f"Step of {len(batch)} call(s). {head}:\n{candidates_text(batch, candidates)}\n{ask}"
-
-
 @dataclass
 class PickConsultation:
     """One pick consultation: a single model turn (a second through ``text`` under
@@ -305,6 +156,11 @@ class PickConsultation:
 
     def prompt(self) -> list[AnyMessage]:
         return [SystemMessage(self.system), HumanMessage(pick_task(self.batch, self.candidates))]
+
+    def skip(self) -> Outcome | None:
+        """The outcome without asking the model: the lone candidate; None when there is a
+        choice to make."""
+        return self.only() if len(self.candidates) == 1 else None
 
     def only(self) -> Outcome:
         """The one candidate as the answer, the model not asked (there is nothing to pick)."""
@@ -333,14 +189,8 @@ class PickConsultation:
             schema=pick_schema(len(self.candidates)), schema_name=PICK_TOOL,
         )
 
-    def _count(self, reply: Any) -> None:
-        usage = getattr(reply, "usage_metadata", None) or {}
-        self.tally.prompt_tokens += int(usage.get("input_tokens") or 0)
-        details = usage.get("input_token_details") or {}
-        self.tally.cached_tokens += int(details.get("cache_read") or 0)
-
     def _read(self, reply: Any) -> Outcome | None:
-        self._count(reply)
+        self.tally.count(reply)
         self.replies.append(reply)
         text = getattr(reply, "content", "")
         if not isinstance(text, str):
@@ -387,23 +237,94 @@ class PickConsultation:
         return outcome if outcome is not None else self._next(None)
 
     def invoke(self, config: RunnableConfig) -> Outcome:
-        while True:
+        outcome = None
+        while outcome is None:
             try:
-                reply = self._bound(self.channel.current).invoke(self.prompt(), config)
+                bound = self._bound(self.channel.current)
+                outcome = self._after(bound.invoke(self.prompt(), config))
             except Exception as exc:
                 outcome = self._after(exc=exc)
-            else:
-                outcome = self._after(reply)
-            if outcome is not None:
-                return outcome
+        return outcome
 
     async def ainvoke(self, config: RunnableConfig) -> Outcome:
-        while True:
+        outcome = None
+        while outcome is None:
             try:
-                reply = await self._bound(self.channel.current).ainvoke(self.prompt(), config)
+                bound = self._bound(self.channel.current)
+                outcome = self._after(await bound.ainvoke(self.prompt(), config))
             except Exception as exc:
                 outcome = self._after(exc=exc)
-            else:
-                outcome = self._after(reply)
-            if outcome is not None:
-                return outcome
+        return outcome
+
+
+def lead_candidate(
+    batch: Batch, view: SchedulerView, rules: HardConstraints, twin_view: TwinView,
+    seen: Mapping[str, float], lead: Decision | None,
+) -> Candidate | None:
+    """The lead's mapping as a candidate, held to the hard constraints, with the policy's
+    own prediction (the twin's where the constraints changed it); None without a lead
+    (`fallback_lead` gives none that leaves a call out)."""
+    if lead is None:
+        return None
+    mapping, _ = held_to_rules(batch, view, rules, lead, seen)
+    ends = [float(lead.predicted_ms[c]) for c in batch.call_ids if c in lead.predicted_ms]
+    same = mapping == dict(lead.mapping) and len(ends) == len(batch)
+    return Candidate(mapping, max(ends) if same else twin_view.predict(mapping))
+
+
+
+class PickMode:
+    """``pick``: the policy's mapping and the twin's best as numbered candidates; asked
+    again when the policy's settled mapping moves (`lead.lead_key`)."""
+
+    name = "pick"
+
+    def __init__(self, answer: AnswerChannel) -> None:
+        if answer.startswith("tool"):
+            raise ValueError(
+                f"mode 'pick' answers through json_schema or text, not {answer!r}; "
+                "use answer='auto', 'json_schema' or 'text'"
+            )
+        self.channel = ChannelState(answer, PICK_CHAIN)
+        self.fallback = AgentMode(answer, inline=True)
+        """For a step without candidates: the default consultation, outputs inline."""
+
+    def key(self, step: Step) -> Any:
+        return lead_key(step.batch, step.lead)
+
+    def consultation(self, step: Step) -> PickConsultation | Consultation:
+        """A pick consultation, or without candidates for this step (a tool with neither a
+        declared profile nor a measurement) the default one with the outputs inline.
+
+        Candidate 1 is the fallback scheduler's own mapping (held to the constraints, with
+        its own prediction; its probes never come here): the ``monitor`` policy knows more
+        than the guard's twin (its contention fit, observed makespans, resident-model
+        loads). The others are the twin's best."""
+        twin_view = step.twin_view
+        if twin_view is None:
+            return self.fallback.consultation(step)
+        k = step.candidates or DEFAULT_PICK_CANDIDATES
+        try:
+            ranked = pick_candidates(
+                twin_view, step.view.device, step.constraints, k, vram_seen_mb=step.vram_seen,
+                within=step.pick_within or step.guard_ratio,
+            )
+        except Exception as exc:  # the twin is advice: never let it break a step
+            logger.info("agentic pick candidates unavailable: %s", exc)
+            return self.fallback.consultation(step)
+        if not ranked:
+            return self.fallback.consultation(step)
+        lead = lead_candidate(step.batch, step.view, step.constraints, twin_view,
+                              step.vram_seen, step.lead)
+        return PickConsultation(
+            model=step.model,
+            batch=step.batch,
+            candidates=with_lead(lead, ranked, k),
+            system=pick_system(step.constraints, step.policy),
+            channel=self.channel,
+            max_tokens=step.max_tokens or PICK_MAX_TOKENS,
+            deadline=step.clock() + step.timeout_s,
+            clock=step.clock,
+            on_llm_call=step.on_llm_call,
+            lead=lead is not None,
+        )

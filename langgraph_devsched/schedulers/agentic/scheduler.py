@@ -1,53 +1,47 @@
-"""The agentic scheduler: an LLM sub-agent that reads the monitor and answers a mapping.
+"""The agentic scheduler: an LLM sub-agent that decides a device option per call.
 
-For a step it runs a small LangGraph graph (`agentic_consult`): a model node bound to
-read-only observation tools (`agentic_tools`) and the ``submit_mapping`` answer tool, the
-same tool list on every turn; the last turn (or a turn after a reply without tool calls) is
-forced through an answer channel (`agentic_model`: ``tool_choice`` required or named,
-``response_format`` json_schema, or plain text; ``auto`` detects what the endpoint honours).
-In ``one_shot`` mode the observations are inline in the prompt and the only turn is forced.
-In ``pick`` mode (`agentic_pick`) the model is shown the twin's best mappings, numbered, and
-answers one number: a few tokens of answer for a few lines of prompt.
-
-The answer is read from any turn, in any common wrapper (`agentic_text`), and never
-trusted: `agentic_answer.repair` holds it to the hints and the hard constraints and takes
-the fallback scheduler's option (``monitor``, else ``static``) for what it cannot repair;
-the monitor's twin rejects an answer predicted much worse than the best mapping it knows
-(`agentic_guard`); an error, a timeout or a full set of consultation threads
-(`agentic_slots`) falls back for the whole step. Every cause is in the decision's
+For a step it asks the classical policy (the fallback, ``monitor``) beside it: the policy's
+probe, the monitor's symmetric or swap reprobe, runs as it is, unconsulted (`_probe`); its
+mapping is never shown, only kept for agreement figures and for fallback. Otherwise, unless
+the cache has an answer for the same observations (`cache`), the mode (`modes`) builds a
+consultation: by default the monitor's observation tools called for the model and their
+outputs as tool messages (`observations`), one forced turn answering one option per call
+id through a json_schema with an enum per call (`model`, `consult`). The answer is read
+leniently (`answers`) and never trusted: held to the hints and hard constraints
+(`constraints.repair`), the fallback's option for what it cannot repair; the twin guard
+rejects an answer predicted beyond ``guard_ratio`` of the best it knows unless it measures
+what an exploration hint names (`guard`); an error, a timeout or a full set of consultation
+threads (`slots`) falls back for the whole step. Every cause is in the decision's
 ``reason``/``fallback``, per call in `AgenticScheduler.last_fallbacks`, and the
-consultation's record (channel, latency, tokens, guard predictions) in
-`AgenticDecision.consultation`.
-
-A decision is reused while the step's fingerprint is unchanged (`agentic_cache`).
+consultation's record (channel, latency, tokens, guard predictions, agreement) in
+`AgenticDecision.consultation` (`record`).
 
 >>> from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 >>> from langchain_core.messages import AIMessage
 >>> from langgraph_devsched.hints import ToolDeviceSpec
 >>> from langgraph_devsched.schedulers.base import Batch, SchedulerView
 >>> from langgraph_devsched.telemetry import DeviceState
->>> answer = AIMessage("", tool_calls=[{"name": "submit_mapping", "id": "t1", "args": {
-...     "assignments": [{"call_id": "c1", "option": "cpu"}], "reason": "embed is tiny"}}])
 >>> class Scripted(FakeMessagesListChatModel):
 ...     def bind_tools(self, tools, **kw): return self
->>> scheduler = AgenticScheduler(Scripted(responses=[answer]))
+>>> scheduler = AgenticScheduler(Scripted(responses=[AIMessage('{"c1": "cpu"}')]),
+...                              fallback="static")
 >>> batch = Batch.of([("c1", "embed", ToolDeviceSpec(vram_mb=300))])
 >>> view = SchedulerView(DeviceState(True, "gpu", 8000, 0, 0.0, 8))
 >>> d = scheduler.decide(batch, view)
->>> dict(d.mapping), d.reason, d.llm_calls, d.consultation.via
-({'c1': 'cpu'}, 'agentic: embed is tiny', 1, 'tool_call')
+>>> dict(d.mapping), d.llm_calls, d.consultation.channel, d.consultation.agrees
+({'c1': 'cpu'}, 1, 'json_schema', False)
 >>> scheduler.decide(batch, view).llm_calls, scheduler.llm_calls   # same situation: cached
 (0, 1)
 """
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -56,14 +50,8 @@ from langchain_core.runnables import RunnableConfig
 
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.records import StepRecord
-from langgraph_devsched.schedulers.agentic_answer import (
-    REPAIRED,
-    AgenticCause,
-    HardConstraints,
-    ParsedAnswer,
-    repair,
-)
-from langgraph_devsched.schedulers.agentic_cache import (
+from langgraph_devsched.schedulers.agentic.answers import ParsedAnswer
+from langgraph_devsched.schedulers.agentic.cache import (
     DecisionCache,
     Entry,
     Key,
@@ -71,113 +59,64 @@ from langgraph_devsched.schedulers.agentic_cache import (
     fingerprint,
     slots,
 )
-from langgraph_devsched.schedulers.agentic_consult import (
-    ANSWER_PROMPT,
-    FORCE_PROMPT,
-    SYSTEM_PROMPT,
-    ChannelState,
-    Consultation,
-    Outcome,
-    Tally,
-)
-from langgraph_devsched.schedulers.agentic_guard import TwinView, guard, hinted_probe
-from langgraph_devsched.schedulers.agentic_lead import (
-    agreement,
-    executed_key,
-    fallback_lead,
-    held_to_rules,
-    lead_candidate,
-    lead_key,
-)
-from langgraph_devsched.schedulers.agentic_model import (
+from langgraph_devsched.schedulers.agentic.config import (
     ANSWER_CHANNELS,
     CONSULT_MODES,
-    ENV_ANSWER,
-    ENV_API_KEY,
-    ENV_BASE_URL,
-    ENV_CANDIDATES,
-    ENV_MAX_TOKENS,
-    ENV_MODE,
-    ENV_MODEL,
-    ENV_TIMEOUT,
-    LONG_BUDGET_FACTOR,
-    AgenticNotConfiguredError,
     AnswerChannel,
     ConsultMode,
-    answer_budget,
     check_choice,
-    openai_model,
+    env_options,
 )
-from langgraph_devsched.schedulers.agentic_pick import (
-    DEFAULT_PICK_CANDIDATES,
-    PICK_CHAIN,
-    PICK_MAX_TOKENS,
-    PickConsultation,
-    pick_candidates,
-    pick_system,
-    with_lead,
+from langgraph_devsched.schedulers.agentic.constraints import (
+    REPAIRED,
+    AgenticCause,
+    HardConstraints,
+    repair,
 )
-from langgraph_devsched.schedulers.agentic_record import AgenticDecision, ConsultationRecord
-from langgraph_devsched.schedulers.agentic_slots import ConsultationSlots
-from langgraph_devsched.schedulers.agentic_tools import (
-    allowed_options,
-    compact,
-    observation_tools,
-)
+from langgraph_devsched.schedulers.agentic.consult import Outcome, Runner, Tally
+from langgraph_devsched.schedulers.agentic.guard import TwinView, guard, hinted_probe
+from langgraph_devsched.schedulers.agentic.lead import agreement, fallback_lead, held_to_rules
+from langgraph_devsched.schedulers.agentic.model import ChannelState, openai_model
+from langgraph_devsched.schedulers.agentic.modes import Mode, Step, make_mode
+from langgraph_devsched.schedulers.agentic.record import AgenticDecision, ConsultationRecord
+from langgraph_devsched.schedulers.agentic.slots import ConsultationSlots
 from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerBase
 from langgraph_devsched.schedulers.base import SchedulerView as View
 
-__all__ = [
-    "ANSWER_PROMPT",
-    "ENV_API_KEY",
-    "ENV_BASE_URL",
-    "ENV_MODEL",
-    "FORCE_PROMPT",
-    "SYSTEM_PROMPT",
-    "AgenticDecision",
-    "AgenticNotConfiguredError",
-    "AgenticScheduler",
-    "ConsultationRecord",
-    "make_agentic",
-    "openai_model",
-]
-
 logger = logging.getLogger(__name__)
-CANDIDATES_TOOL = "candidate_mappings"
 
 
-def _native_async(model: BaseChatModel) -> bool:
-    """Whether ``model`` has its own async path (cancelling it stops the request)."""
-    return type(model)._agenerate is not BaseChatModel._agenerate
+@dataclass
+class _Prepared(Step):
+    """A step about to be consulted: its cache key, start time and consultation."""
+
+    key: Key = ()
+    started: float = 0.0
+    consultation: Any = None
 
 
 class AgenticScheduler(SchedulerBase):
-    """An LLM sub-agent over the monitor's observations, guarded by hard constraints.
+    """An LLM sub-agent that decides, given the monitor's observations; held to the rules.
 
-    ``model``: any LangChain chat model with ``bind_tools``. ``policy``: operator guidance in
-    plain words, given to the model. ``min_free_vram_mb``, ``pinned`` (tool -> option) and
-    ``cpu_forbidden`` are enforced on every answer. ``fallback``: the scheduler (or name)
-    used for what the answer lacks (default ``"monitor"``, else ``"static"``).
-    ``timeout_s`` bounds one consultation, answer reading included; each request gets what
-    is left of it. ``mode``: ``"agent"`` (observation tools, up to ``max_turns`` turns),
-    ``"one_shot"`` (observations inline, one turn) or ``"pick"`` (the twin's ``candidates``
-    best mappings numbered, default 3, the answer one number; ``auto`` then means
-    ``json_schema -> text``, and the tool channels are refused). ``answer``: the forced
-    turn's channel (``"auto"``, ``"tool_required"``, ``"tool_named"``, ``"json_schema"``,
-    ``"text"``);
-    ``final_tool_choice`` is the older spelling (``"any"``: tool_required, a tool name:
-    tool_named). ``max_tokens``: completion tokens per turn (None: sized to the batch).
-    ``guard_ratio``: reject an answer the monitor's twin predicts worse than this times the
-    best mapping it knows (None: off). ``candidates``: offer the twin's top-k mappings as an
-    observation (0: off). ``pick_within``: pick mode shows only the mappings the twin
-    predicts within this ratio of its best (None: up to ``guard_ratio``); when one mapping
-    is left the model is not asked (measured with Qwen2.5-Coder-1.5B: shown candidates up
-    to 1.5x, it picked a 1.2x one in 4 of 10 consultations of a serial step).
-    ``max_consultations``: consultation threads alive at once (a hung
-    model holds one; when all are held the step falls back at once, cause ``busy``).
-    ``drift_tolerance``: the relative change of an estimate's mean that invalidates a cached
-    decision. ``retry_failed_after``: steps a failed consultation's fallback is reused
-    before the model is asked again. ``clock``: monotonic seconds (latency, budgets).
+    ``model``: any LangChain chat model. ``policy``: operator guidance in plain words, given
+    to the model. ``min_free_vram_mb``, ``pinned`` (tool -> option) and ``cpu_forbidden``
+    are enforced on every answer. ``fallback``: the classical policy (or its name) decided
+    beside the model: its probes run unconsulted, its mapping is the agreement reference
+    and the fallback (default ``"monitor"``, else ``"static"``). ``timeout_s`` bounds one
+    consultation; each request gets what is left of it. ``mode``: ``"agent"`` (default; the
+    observations as tool outputs, ``max_turns`` turns, the last forced), ``"one_shot"`` (the
+    outputs inline) or ``"pick"`` (ratifying: the policy's mapping and the twin's best as
+    ``candidates`` numbered, default 3, within ``pick_within`` of the best; tool channels
+    refused). ``answer``: the forced turn's channel (``"auto"``: json_schema, tool_required,
+    text; or one of them, or ``"tool_named"``); ``final_tool_choice`` is the older spelling.
+    ``max_tokens``: completion tokens per turn (None: sized to the batch). ``guard_ratio``:
+    reject an answer the twin predicts worse than this times the best mapping it knows,
+    unless it measures what an exploration hint names (None: off).
+    ``max_consultations``: consultation threads alive at once (a hung model holds one; all
+    held: the step falls back at once, ``busy``). ``drift_tolerance``: the relative change
+    of an estimate's mean that invalidates a cached decision. ``retry_failed_after``: steps
+    a failed consultation's fallback is reused before the model is asked again. ``clock``:
+    monotonic seconds (latency, budgets).
     """
 
     name = "agentic"
@@ -219,11 +158,7 @@ class AgenticScheduler(SchedulerBase):
         if final_tool_choice is not None:
             answer = "tool_required" if final_tool_choice in ("any", "required") else "tool_named"
         check_choice(answer, ANSWER_CHANNELS, "answer channel")
-        if mode == "pick" and answer.startswith("tool"):
-            raise ValueError(
-                f"mode 'pick' answers through json_schema or text, not {answer!r}; "
-                "use answer='auto', 'json_schema' or 'text'"
-            )
+        self._mode: Mode = make_mode(mode, answer)  # pick refuses the tool channels
         if candidates < 0:
             raise ValueError(f"candidates must be >= 0, got {candidates}")
         if pick_within is not None and pick_within < 1:
@@ -237,9 +172,6 @@ class AgenticScheduler(SchedulerBase):
         self.timeout_s = timeout_s
         self.max_turns = max_turns
         self.mode: ConsultMode = mode
-        self.channel_state = ChannelState(answer)
-        self.pick_channel_state = ChannelState(answer, PICK_CHAIN)
-        """The pick consultations' channel (``auto``: json_schema, then text)."""
         self.max_tokens = max_tokens
         self.guard_ratio = guard_ratio
         self.candidates = candidates
@@ -256,7 +188,7 @@ class AgenticScheduler(SchedulerBase):
         """What was wrong with the last answer beyond single calls (e.g. unknown call ids)."""
         self.last_messages: list[AnyMessage] = []
         self._cache = DecisionCache(cache_size, drift_tolerance)
-        self._slots = ConsultationSlots(max_consultations)
+        self._runner = Runner(ConsultationSlots(max_consultations), timeout_s, clock)
         self._lock = threading.Lock()
         self._private_monitor: Any = None
         self._last_device: Any = None
@@ -264,9 +196,11 @@ class AgenticScheduler(SchedulerBase):
     @property
     def channel(self) -> AnswerChannel:
         """The answer channel the next forced turn uses (``auto`` moves it on failures)."""
-        if self.mode == "pick":
-            return self.pick_channel_state.current
-        return self.channel_state.current
+        return self._mode.channel.current
+
+    @property
+    def channel_state(self) -> ChannelState:
+        return self._mode.channel
 
     @property
     def drift_tolerance(self) -> float:
@@ -288,7 +222,7 @@ class AgenticScheduler(SchedulerBase):
         Unset options come from ``$DEVSCHED_LLM_TIMEOUT`` (seconds), ``_MAX_TOKENS``,
         ``_MODE`` (agent, one_shot, pick), ``_ANSWER`` (the answer channel) and
         ``_CANDIDATES`` (k)."""
-        options = {**_env_options(), **options}
+        options = {**env_options(), **options}
         chat = openai_model(
             model, base_url=base_url, api_key=api_key, timeout_s=options.get("timeout_s", 30.0)
         )
@@ -297,40 +231,22 @@ class AgenticScheduler(SchedulerBase):
     # -- protocol ------------------------------------------------------------------------------
 
     def decide(self, batch: Batch, view: View, *, config: RunnableConfig | None = None) -> Decision:
-        view = self._with_observations(batch, view)
-        started = self.clock()
-        key, obs, lead = self._key(batch, view)
-        if lead is not None and lead.probe:
-            return self._probe(batch, view, lead, obs)
-        cached = self._lookup(key, batch, view, obs, lead)
-        if cached is not None:
-            return cached
-        consultation, twin_view = self._consultation(batch, view, started, obs, lead)
-        if _one_candidate(consultation):
-            outcome = consultation.only()  # type: ignore[union-attr]
-        else:
-            outcome = self._run_sync(consultation, config)
-        return self._conclude(batch, view, key, obs, outcome, twin_view, started, lead)
+        step = self._prepare(batch, view)
+        if isinstance(step, Decision):
+            return step
+        outcome = step.consultation.skip() or self._runner.run(step.consultation, config)
+        return self._conclude(step, outcome)
 
     async def adecide(
         self, batch: Batch, view: View, *, config: RunnableConfig | None = None
     ) -> Decision:
         """`decide` without blocking the event loop: a natively async model runs on the loop
         and is cancelled at the deadline; any other runs in a consultation thread."""
-        view = self._with_observations(batch, view)
-        started = self.clock()
-        key, obs, lead = self._key(batch, view)
-        if lead is not None and lead.probe:
-            return self._probe(batch, view, lead, obs)
-        cached = self._lookup(key, batch, view, obs, lead)
-        if cached is not None:
-            return cached
-        consultation, twin_view = self._consultation(batch, view, started, obs, lead)
-        if _one_candidate(consultation):
-            outcome = consultation.only()  # type: ignore[union-attr]
-        else:
-            outcome = await self._run_async(consultation, config)
-        return self._conclude(batch, view, key, obs, outcome, twin_view, started, lead)
+        step = self._prepare(batch, view)
+        if isinstance(step, Decision):
+            return step
+        outcome = step.consultation.skip() or await self._runner.arun(step.consultation, config)
+        return self._conclude(step, outcome)
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
         deviation = getattr(getattr(decision, "consultation", None), "deviation", None)
@@ -351,27 +267,52 @@ class AgenticScheduler(SchedulerBase):
             self._private_monitor = RuntimeMonitor()
         return View(view.device, self._private_monitor.snapshot(batch))
 
-    # -- fingerprint and cache -----------------------------------------------------------------
+    # -- fingerprint, cache, probes ------------------------------------------------------------
 
     def fingerprint(self, batch: Batch, view: View) -> tuple[Any, ...]:
         """The key under which a decision for ``batch`` in ``view`` is reused."""
-        return self._key(batch, view)[0]
+        return self._step(batch, self._with_observations(batch, view)).key
 
-    def _key(self, batch: Batch, view: View) -> tuple[Key, dict[str, Any], Decision | None]:
-        """The fingerprint, the observations as data, and the fallback policy's decision for
-        this step (`agentic_lead`: computed beside the model's, for agreement and fallback;
-        its probes, the monitor's reprobes, run as they are, see `_probe`). The default mode
-        is asked again when the observations change: the fingerprint's hints and estimates,
-        and the set of executed mappings of the shape (a new one was measured). Pick mode is
-        asked again when the policy's settled mapping moves (its candidate 1)."""
+    def _step(self, batch: Batch, view: View) -> _Prepared:
+        """The step with the fallback policy's decision beside it (`lead.fallback_lead`) and
+        its cache key: the fingerprint (hints, estimates, device bucket) and the mode's part
+        (the default mode: the executed mappings of the shape; pick: the policy's mapping)."""
         key, obs = fingerprint(batch, view)
-        lead = fallback_lead(self.fallback, batch, view)
-        if self.mode != "pick":
-            return (*key, executed_key(obs, batch)), obs, lead
-        return (*key, lead_key(batch, lead)), obs, lead
+
+        def count() -> None:
+            with self._lock:
+                self.llm_calls += 1
+
+        step = _Prepared(
+            model=self.model, batch=batch, view=view, obs=obs, constraints=self.constraints,
+            policy=self.policy, max_turns=self.max_turns, max_tokens=self.max_tokens,
+            timeout_s=self.timeout_s, clock=self.clock, on_llm_call=count,
+            lead=fallback_lead(self.fallback, batch, view), candidates=self.candidates,
+            pick_within=self.pick_within, guard_ratio=self.guard_ratio,
+            started=self.clock(),
+        )
+        step.key = (*key, self._mode.key(step))
+        return step
+
+    def _prepare(self, batch: Batch, view: View) -> _Prepared | Decision:
+        """The decision made without the model (a probe, a cached answer), else the step
+        with its consultation built."""
+        view = self._with_observations(batch, view)
+        step = self._step(batch, view)
+        if step.lead is not None and step.lead.probe:
+            return self._probe(batch, view, step.lead, step.obs)
+        cached = self._lookup(step.key, batch, view, step.obs, step.lead)
+        if cached is not None:
+            return cached
+        try:
+            step.twin_view = TwinView.build(batch, view.device, view.observations)
+        except Exception as exc:  # the twin is advice: never let it break a step
+            logger.info("agentic twin unavailable: %s", exc)
+        step.consultation = self._mode.consultation(step)
+        return step
 
     def _lookup(
-        self, key: Key, batch: Batch, view: View, obs: dict[str, Any], lead: Decision | None
+        self, key: Key, batch: Batch, view: View, obs: Mapping[str, Any], lead: Decision | None
     ) -> Decision | None:
         entry = self._cache.lookup(key, estimates(obs, batch.shape))
         if entry is None:
@@ -402,7 +343,7 @@ class AgenticScheduler(SchedulerBase):
             reason=f"agentic (cached): {entry.reason}",
             issues=(),
             record=record,
-            seen=vram_seen(obs),
+            seen=obs.get("vram_seen_mb") or {},
             fit_vram=not entry.fallback_mapping,
             lead=lead,
         )[0]
@@ -419,7 +360,8 @@ class AgenticScheduler(SchedulerBase):
         Qwen2.5-Coder-1.5B (docs/agentic.md): not running the probes left the fallback
         unable to learn (8 of 13 built-ins optimal); offering each probe for the model to
         ratify consulted on every step. The probe is held to the hard constraints."""
-        mapping, repairs = held_to_rules(batch, view, self.constraints, lead, vram_seen(obs))
+        seen = obs.get("vram_seen_mb") or {}
+        mapping, repairs = held_to_rules(batch, view, self.constraints, lead, seen)
         self.last_fallbacks = {}
         self.last_issues = ()
         reason = f"{self.fallback.name} probe, not consulted: {lead.reason}"
@@ -435,153 +377,14 @@ class AgenticScheduler(SchedulerBase):
         """Forget every cached decision: the next step consults the model."""
         self._cache.clear()
 
-    # -- the sub-agent -------------------------------------------------------------------------
-
     def prompt(self, batch: Batch, view: View | None = None) -> list[AnyMessage]:
-        """The first messages of a consultation: rules (policy included) and the task."""
+        """The first messages of a consultation of ``batch`` (for a look at them)."""
         from langgraph_devsched.telemetry import DeviceState
 
         view = view or View(DeviceState(False, "none", 0, 0, 0.0, 1))
-        _, obs, lead = self._key(batch, view)
-        return self._consultation(batch, view, self.clock(), obs, lead)[0].prompt()
-
-    def _consultation(
-        self, batch: Batch, view: View, started: float, obs: Mapping[str, Any],
-        lead: Decision | None = None,
-    ) -> tuple[Consultation | PickConsultation, TwinView | None]:
-        twin_view = None
-        if self.guard_ratio is not None or lead is not None or self.mode == "pick":
-            try:
-                twin_view = TwinView.build(batch, view.device, view.observations)
-            except Exception as exc:  # the guard is advice: never let it break a step
-                logger.info("agentic guard unavailable: %s", exc)
-
-        def count() -> None:
-            with self._lock:
-                self.llm_calls += 1
-
-        if self.mode == "pick":
-            picked = self._pick_consultation(batch, view, twin_view, count, vram_seen(obs), lead)
-            if picked is not None:
-                return picked, twin_view
-        budget = answer_budget(len(batch))
-        rules = {k: v for k, v in self.constraints.describe().items() if v}
-        consultation = Consultation(
-            model=self.model,
-            observations=observation_tools(batch, view, self.constraints),
-            batch=batch,
-            constraints_text=compact(rules) if rules else "none",
-            policy=self.policy,
-            mode="one_shot" if self.mode == "pick" else self.mode,
-            channel=self.channel_state,
-            max_turns=self.max_turns,
-            max_tokens=self.max_tokens or budget,
-            long_tokens=self.max_tokens or LONG_BUDGET_FACTOR * budget,
-            allowed={c.call_id: allowed_options(c, self.constraints) for c in batch.calls},
-            deadline=started + self.timeout_s,
-            clock=self.clock,
-            on_llm_call=count,
-        )
-        consultation.graph()  # compiled outside the consultation's time
-        consultation.deadline = self.clock() + self.timeout_s
-        consultation.tally.mode = consultation.mode
-        return consultation, twin_view
-
-    def _pick_consultation(
-        self,
-        batch: Batch,
-        view: View,
-        twin_view: TwinView | None,
-        count: Callable[[], None],
-        seen: Mapping[str, float],
-        base: Decision | None,
-    ) -> PickConsultation | None:
-        """A pick consultation, or None when the twin has no candidates for this step (a
-        tool with neither a declared profile nor a measurement): then it runs as one_shot.
-
-        Candidate 1 is the fallback scheduler's own mapping (held to the constraints, with
-        its own prediction; its probes never come here, see `_probe`): the ``monitor`` policy
-        knows more than the guard's twin (its contention fit, observed makespans,
-        resident-model loads). The others are the twin's best."""
-        if twin_view is None:
-            return None
-        k = self.candidates or DEFAULT_PICK_CANDIDATES
-        try:
-            ranked = pick_candidates(
-                twin_view, view.device, self.constraints, k, vram_seen_mb=seen,
-                within=self.pick_within or self.guard_ratio,
-            )
-        except Exception as exc:  # the twin is advice: never let it break a step
-            logger.info("agentic pick candidates unavailable: %s", exc)
-            return None
-        if not ranked:
-            return None
-        lead = lead_candidate(batch, view, self.constraints, twin_view, seen, base)
-        candidates = with_lead(lead, ranked, k)
-        return PickConsultation(
-            model=self.model,
-            batch=batch,
-            candidates=candidates,
-            system=pick_system(self.constraints, self.policy),
-            channel=self.pick_channel_state,
-            max_tokens=self.max_tokens or PICK_MAX_TOKENS,
-            deadline=self.clock() + self.timeout_s,
-            clock=self.clock,
-            on_llm_call=count,
-            lead=lead is not None,
-        )
-
-    def _config(self, config: RunnableConfig | None) -> RunnableConfig:
-        base: dict[str, Any] = {
-            "run_name": "devsched_agentic",
-            "configurable": {},  # a standalone graph, never a checkpointed subgraph
-            "tags": ["devsched:agentic"],
-        }
-        if config is not None:
-            base["callbacks"] = config.get("callbacks")
-            base["tags"] = [*(config.get("tags") or []), "devsched:agentic"]
-            base["metadata"] = dict(config.get("metadata") or {})
-        return base  # type: ignore[return-value]
-
-    def _late(self, consultation: Consultation | PickConsultation, cause: AgenticCause) -> Outcome:
-        detail = (
-            f"no answer within {self.timeout_s:g} s"
-            if cause == "timeout"
-            else f"all {self._slots.size} consultation threads are held by model calls "
-            "still running"
-        )
-        return Outcome(failure=cause, detail=detail, tally=consultation.tally)
-
-    def _run_sync(
-        self, consultation: Consultation | PickConsultation, config: RunnableConfig | None
-    ) -> Outcome:
-        cfg = self._config(config)
-        future = self._slots.start(lambda: consultation.invoke(cfg))
-        if future is None:
-            return self._late(consultation, "busy")
-        left = max(0.0, consultation.deadline - self.clock())
-        try:
-            return future.result(timeout=left)
-        except FutureTimeout:
-            return self._late(consultation, "timeout")
-
-    async def _run_async(
-        self, consultation: Consultation | PickConsultation, config: RunnableConfig | None
-    ) -> Outcome:
-        cfg = self._config(config)
-        left = max(0.0, consultation.deadline - self.clock())
-        if _native_async(self.model):
-            try:
-                return await asyncio.wait_for(consultation.ainvoke(cfg), left)
-            except asyncio.TimeoutError:
-                return self._late(consultation, "timeout")
-        future = self._slots.start(lambda: consultation.invoke(cfg))
-        if future is None:
-            return self._late(consultation, "busy")
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), left)
-        except asyncio.TimeoutError:
-            return self._late(consultation, "timeout")
+        view = self._with_observations(batch, view)
+        step = self._step(batch, view)
+        return list(self._mode.consultation(step).prompt())
 
     # -- from an answer to a decision ----------------------------------------------------------
 
@@ -613,17 +416,10 @@ class AgenticScheduler(SchedulerBase):
         self._cache.store(key, Entry({}, {}, "", {}, cause, self.retry_failed_after, detail))
         return decision
 
-    def _conclude(
-        self,
-        batch: Batch,
-        view: View,
-        key: Key,
-        obs: dict[str, Any],
-        outcome: Outcome,
-        twin_view: TwinView | None,
-        started: float,
-        lead: Decision | None = None,
-    ) -> Decision:
+    def _conclude(self, step: _Prepared, outcome: Outcome) -> Decision:
+        batch, view, key, lead = step.batch, step.view, step.key, step.lead
+        obs = dict(step.obs)
+        twin_view, started = step.twin_view, step.started
         if outcome.skipped is None:
             with self._lock:
                 self.consultations += 1
@@ -648,7 +444,7 @@ class AgenticScheduler(SchedulerBase):
             reason=f"agentic: {outcome.answer.reason}".rstrip(": "),
             issues=tuple(issues),
             record=record,
-            seen=vram_seen(obs),
+            seen=step.vram_seen,
             fit_vram=not outcome.unguarded,  # the fallback's own mapping: its twin fitted it
             lead=lead,
         )
@@ -784,37 +580,8 @@ class AgenticScheduler(SchedulerBase):
         )
 
 
-def vram_seen(obs: Mapping[str, Any]) -> Mapping[str, float]:
-    """The VRAM each tool was seen to take, from the observations as data (`fingerprint`)."""
-    return obs.get("vram_seen_mb") or {}
-
-
-def _one_candidate(consultation: Consultation | PickConsultation) -> bool:
-    return isinstance(consultation, PickConsultation) and len(consultation.candidates) == 1
-
-
 def _replace(obj: Any, **changes: Any) -> Any:
-    import dataclasses
-
     return dataclasses.replace(obj, **changes)
-
-
-def _env_options() -> dict[str, Any]:
-    """Scheduler options set in the environment (``DEVSCHED_LLM_TIMEOUT`` and friends)."""
-    import os
-
-    out: dict[str, Any] = {}
-    if os.environ.get(ENV_TIMEOUT):
-        out["timeout_s"] = float(os.environ[ENV_TIMEOUT])
-    if os.environ.get(ENV_MAX_TOKENS):
-        out["max_tokens"] = int(os.environ[ENV_MAX_TOKENS])
-    if os.environ.get(ENV_MODE):
-        out["mode"] = check_choice(os.environ[ENV_MODE], CONSULT_MODES, f"${ENV_MODE}")
-    if os.environ.get(ENV_ANSWER):
-        out["answer"] = check_choice(os.environ[ENV_ANSWER], ANSWER_CHANNELS, f"${ENV_ANSWER}")
-    if os.environ.get(ENV_CANDIDATES):
-        out["candidates"] = int(os.environ[ENV_CANDIDATES])
-    return out
 
 
 def _fallback_scheduler(fallback: Scheduler | str | None) -> Scheduler:

@@ -1,0 +1,36 @@
+"""The agentic scheduler: an LLM sub-agent that decides a device option per call.
+
+Where to look: `scheduler` (the decision: probe, cache, consultation, guard, repair),
+`modes` (one strategy per consultation mode), `consult` (the sub-agent's graph and the
+runner that bounds it), `observations` (the monitor's observation tools), `prompts` (every
+text the model reads besides observations), `answers` (reading what the model said),
+`constraints` (the hard rules and the repair), `model` (the chat model, the answer
+channels), `config` (environment, options), `cache`, `guard`, `lead` (the classical policy
+beside the model), `record` (what a decision records), `slots` (bounded threads).
+"""
+
+from langgraph_devsched.schedulers.agentic.config import (
+    ENV_API_KEY,
+    ENV_BASE_URL,
+    ENV_MODEL,
+    AgenticNotConfiguredError,
+)
+from langgraph_devsched.schedulers.agentic.model import openai_model
+from langgraph_devsched.schedulers.agentic.prompts import ANSWER_PROMPT, FORCE_PROMPT, SYSTEM_PROMPT
+from langgraph_devsched.schedulers.agentic.record import AgenticDecision, ConsultationRecord
+from langgraph_devsched.schedulers.agentic.scheduler import AgenticScheduler, make_agentic
+
+__all__ = [
+    "ANSWER_PROMPT",
+    "ENV_API_KEY",
+    "ENV_BASE_URL",
+    "ENV_MODEL",
+    "FORCE_PROMPT",
+    "SYSTEM_PROMPT",
+    "AgenticDecision",
+    "AgenticNotConfiguredError",
+    "AgenticScheduler",
+    "ConsultationRecord",
+    "make_agentic",
+    "openai_model",
+]

@@ -1,0 +1,101 @@
+"""The default mode: the model decides, given the monitor's observations as tool outputs.
+
+`Step` is what every mode builds a consultation from (the step, the scheduler's settings,
+the classical policy's decision beside it, the twin). `AgentMode` builds a `Consultation`:
+the observation tools called for the model (``inline``: their outputs in the task message,
+what ``one_shot`` was), one forced turn through the answer channel (more with
+``max_turns``). It is asked again when a mapping of the shape was measured for the first
+time (`lead.executed_key`), besides the fingerprint's own changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langgraph_devsched.schedulers.agentic.config import AnswerChannel
+from langgraph_devsched.schedulers.agentic.consult import Consultation
+from langgraph_devsched.schedulers.agentic.lead import executed_key
+from langgraph_devsched.schedulers.agentic.model import (
+    CHANNEL_CHAIN,
+    LONG_BUDGET_FACTOR,
+    ChannelState,
+    answer_budget,
+)
+from langgraph_devsched.schedulers.agentic.observations import (
+    allowed_options,
+    compact,
+    observation_tools,
+)
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+    from langgraph_devsched.schedulers.agentic.constraints import HardConstraints
+    from langgraph_devsched.schedulers.agentic.guard import TwinView
+    from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerView
+
+
+@dataclass
+class Step:
+    """One step to consult about, and the scheduler's settings for it."""
+
+    model: BaseChatModel
+    batch: Batch
+    view: SchedulerView
+    obs: Mapping[str, Any]
+    constraints: HardConstraints
+    policy: str | None
+    max_turns: int
+    max_tokens: int | None
+    timeout_s: float
+    clock: Callable[[], float]
+    on_llm_call: Callable[[], None]
+    lead: Decision | None = None
+    """The classical policy's decision for this step (agreement, fallback; pick's lead)."""
+    twin_view: TwinView | None = None
+    candidates: int = 0
+    pick_within: float | None = None
+    guard_ratio: float | None = None
+
+    @property
+    def vram_seen(self) -> Mapping[str, float]:
+        return self.obs.get("vram_seen_mb") or {}
+
+
+class AgentMode:
+    """The default mode (``inline=True``: the observations inline, ``one_shot``)."""
+
+    def __init__(self, answer: AnswerChannel, *, inline: bool = False) -> None:
+        self.name = "one_shot" if inline else "agent"
+        self.inline = inline
+        self.channel = ChannelState(answer, CHANNEL_CHAIN)
+
+    def key(self, step: Step) -> Any:
+        return executed_key(step.obs, step.batch)
+
+    def consultation(self, step: Step) -> Consultation:
+        batch, rules = step.batch, step.constraints
+        budget = answer_budget(len(batch))
+        described = {k: v for k, v in rules.describe().items() if v}
+        consultation = Consultation(
+            model=step.model,
+            observations=observation_tools(batch, step.view, rules),
+            batch=batch,
+            constraints_text=compact(described) if described else "none",
+            policy=step.policy,
+            inline=self.inline,
+            channel=self.channel,
+            max_turns=1 if self.inline else step.max_turns,
+            max_tokens=step.max_tokens or budget,
+            long_tokens=step.max_tokens or LONG_BUDGET_FACTOR * budget,
+            allowed={c.call_id: allowed_options(c, rules) for c in batch.calls},
+            deadline=step.clock() + step.timeout_s,
+            clock=step.clock,
+            on_llm_call=step.on_llm_call,
+        )
+        consultation.graph()  # compiled outside the consultation's time
+        consultation.deadline = step.clock() + step.timeout_s
+        consultation.tally.mode = self.name
+        return consultation

@@ -1,0 +1,129 @@
+"""Every text the agentic sub-agent reads that is not an observation: one place to tune them.
+
+The default mode's system prompt is the same for every consultation of a scheduler (a
+stable prefix the server's prompt cache keeps); the task line names the step's calls; the
+nudges ask for the answer through the channel in use. Pick mode's texts number the
+candidate mappings (`candidates_text`) and ask for one number.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from langgraph_devsched.schedulers.agentic.constraints import HardConstraints
+
+if TYPE_CHECKING:
+    from langgraph_devsched.schedulers.agentic.modes.pick import Candidate
+    from langgraph_devsched.schedulers.base import Batch
+
+SYSTEM_PROMPT = """\
+You are the device scheduler of an agent application. A step runs tool calls at once; \
+give each call one device option so that the step ends soonest (its makespan).
+Options: gpu_now (the GPU at once, shared with the other GPU calls: they slow each other; \
+its VRAM must fit now), gpu_queued (the GPU once its VRAM fits and the GPU is free), cpu \
+(no VRAM; slow for heavy compute, fast for transfer-bound tools).
+The observation tools ({tools}) report declared hints and measurements only: \
+tool_estimates gives per option [run ms, samples, context] (context g<k>c<j>: k other \
+calls on the GPU, j on the CPU), past_outcomes the executed mappings and their measured \
+makespans, exploration_hints what is not measured yet (a probe of it may pay off later).
+Answer with only a JSON object giving every call id its option: \
+{{"<call id>": "<option>", ...}}.
+Hard constraints, enforced after you answer: {constraints}"""
+
+
+FORCE_PROMPT = "Submit your answer now: call submit_mapping with one option per call id."
+
+
+ANSWER_PROMPT = "Answer now."
+
+
+JSON_PROMPT = (
+    'Answer now with only a JSON object: {"assignments": {"<call id>": "<gpu_now, gpu_queued '
+    'or cpu>", ...}, "reason": "<a few words>"}, one entry per call id of this step.'
+)
+
+
+
+PICK_SYSTEM = """\
+You are the device scheduler of an agent application. A step runs several tool calls at \
+once; each call goes to gpu_now (the GPU at once, shared with the other GPU calls), \
+gpu_queued (the GPU once its VRAM and the GPU are free) or cpu. The monitor's model has \
+ranked the best device mappings for the step by predicted makespan (the time until the \
+step's last call ends); you get them numbered. Pick the one that will end the step soonest: \
+the predictions are estimates from declared profiles and measurements, and the lowest is \
+usually best.
+Answer only with JSON: {{"pick": <number>}}.
+Hard constraints, enforced after you answer: {constraints}"""
+
+
+def call_labels(batch: Batch) -> dict[str, str]:
+    """Short labels for the step's calls: the tool name, ``tool#i`` where a tool repeats
+    (call ids may be long random strings, and every token costs)."""
+    counts: dict[str, int] = {}
+    for call in batch.calls:
+        counts[call.tool] = counts.get(call.tool, 0) + 1
+    seen: dict[str, int] = {}
+    labels = {}
+    for call in batch.calls:
+        if counts[call.tool] == 1:
+            labels[call.call_id] = call.tool
+        else:
+            labels[call.call_id] = f"{call.tool}#{seen.get(call.tool, 0)}"
+            seen[call.tool] = seen.get(call.tool, 0) + 1
+    return labels
+
+
+def candidates_text(batch: Batch, candidates: Sequence[Candidate]) -> str:
+    """The numbered candidates: the first in full (``(best)`` if no other is predicted
+    lower), the others as their difference to it.
+
+    >>> from langgraph_devsched.hints import ToolDeviceSpec
+    >>> from langgraph_devsched.schedulers.agentic.modes.pick import Candidate
+    >>> from langgraph_devsched.schedulers.base import Batch
+    >>> b = Batch.of([("x1", "asr", ToolDeviceSpec()), ("x2", "ocr", ToolDeviceSpec())])
+    >>> print(candidates_text(b, [Candidate({"x1": "gpu_now", "x2": "cpu"}, 100.0),
+    ...                           Candidate({"x1": "gpu_now", "x2": "gpu_now"}, 130.0)]))
+    1) 100 ms (best): asr=gpu_now ocr=cpu
+    2) 130 ms: as 1 but ocr=gpu_now
+
+    (Measured with Qwen2.5-Coder-1.5B: a relative "+0%" beside a tie drew picks of a worse
+    candidate; the predictions first and "(best)" did not.)
+    """
+    labels = call_labels(batch)
+    ids = list(batch.call_ids)
+    lines = []
+    best = candidates[0] if candidates else None
+    lowest = min((c.predicted_ms for c in candidates), default=0.0)
+    for n, cand in enumerate(candidates, start=1):
+        ms = f"{cand.predicted_ms:.0f} ms"
+        if best is None or n == 1:
+            parts = " ".join(f"{labels[c]}={cand.mapping[c]}" for c in ids)
+            label = " (best)" if cand.predicted_ms <= lowest else ""
+            lines.append(f"{n}) {ms}{label}: {parts}")
+            continue
+        diff = [f"{labels[c]}={cand.mapping[c]}" for c in ids if cand.mapping[c] != best.mapping[c]]
+        lines.append(f"{n}) {ms}: as 1 but {' '.join(diff)}")
+    return "\n".join(lines)
+
+
+def pick_system(constraints: HardConstraints, policy: str | None) -> str:
+    """The system message of every pick consultation of a scheduler (a stable prefix)."""
+    text = PICK_SYSTEM.format(constraints=json.dumps(constraints.describe()))
+    return text + (f"\nOperator policy: {policy}" if policy else "")
+
+
+def pick_task(batch: Batch, candidates: Sequence[Candidate]) -> str:
+    """The step's part of the prompt: the numbered candidates, lowest prediction first."""
+    k = len(candidates)
+    spans = [c.predicted_ms for c in candidates]
+    head = "Candidates, lowest predicted makespan first"
+    if spans != sorted(spans):
+        head = "Candidates (1 is the current scheduler's choice)"
+    if k == 1:
+        head = "Only candidate"
+    ask = f"Pick 1-{k}." if k > 1 else "Pick 1."
+    return f"Step of {len(batch)} call(s). {head}:\n{candidates_text(batch, candidates)}\n{ask}"
+
+

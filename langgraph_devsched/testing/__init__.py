@@ -1,0 +1,1 @@
+"""Helpers for testing and measuring against real services (a local llama.cpp server)."""
