@@ -86,7 +86,9 @@ def test_stress_cli_rejects_bad_options_with_the_valid_values(
 def test_stress_stops_by_itself_at_max_seconds() -> None:
     rates = dict.fromkeys(FAULT_KINDS, 0.0)  # the stop is the point, not the faults
     report = run_stress(
-        StressConfig(calls=10**7, max_seconds=1.0, backend="simulated", rates=rates)
+        # no faults: a node deadline no ordinary call comes near, however loaded the machine
+        StressConfig(calls=10**7, max_seconds=1.0, backend="simulated", rates=rates,
+                     node_call_timeout_s=30.0)
     )
     assert report.stopped_early
     assert 0 < report.calls < 10**7
@@ -97,7 +99,8 @@ def test_rates_default_and_override() -> None:
     rates = parse_fault_rates(["hang=0"])
     assert rates["hang"] == 0 and set(rates) == set(FAULT_KINDS)
     quiet = run_stress(
-        StressConfig(calls=30, backend="simulated", rates=dict.fromkeys(FAULT_KINDS, 0.0))
+        StressConfig(calls=30, backend="simulated", rates=dict.fromkeys(FAULT_KINDS, 0.0),
+                     node_call_timeout_s=30.0)
     )
     assert all(f.injected == 0 for f in quiet.faults) and quiet.error_answers == 0
 
