@@ -87,8 +87,9 @@ def test_a_full_set_of_consultation_threads_falls_back_at_once(
 
 
 def test_a_slot_comes_back_when_the_hung_model_returns(hanging: SyncHangingModel) -> None:
+    # 1 s: the second consultation's thread starts, and the model raises, well before it
     scheduler = AgenticScheduler(
-        hanging, fallback=ByTool(FALLBACK), timeout_s=0.05, max_consultations=1
+        hanging, fallback=ByTool(FALLBACK), timeout_s=1.0, max_consultations=1
     )
     assert scheduler.decide(batch(0), VIEW).consultation.cause == "timeout"
     hanging.release.set()

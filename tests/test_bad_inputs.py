@@ -243,8 +243,8 @@ def test_malformed_llm_answers_end_in_a_valid_mapping_and_say_why(
 
 
 def test_erroring_and_hanging_llm_fall_back_with_the_cause() -> None:
-    model = StressChatModel(mode="error")
-    scheduler = AgenticScheduler(model, fallback="static", timeout_s=0.05)
+    model = StressChatModel(mode="error")  # raises at once; 5 s leave a starved thread room
+    scheduler = AgenticScheduler(model, fallback="static", timeout_s=5.0)
     decision = scheduler.decide(BATCH, VIEW)
     assert decision.fallback == "scheduler_error"
     assert "llm_error: RuntimeError: injected LLM error" in decision.reason
