@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -60,7 +59,7 @@ class Placement:
     @property
     def on_gpu(self) -> bool:
         """True when it ran on a GPU (``none``: it could run nowhere)."""
-        return is_gpu_device(self.device)
+        return self.device not in ("cpu", "none")  # is_gpu_device, inline: read per call
 
 
 _CURRENT: contextvars.ContextVar[Placement | None] = contextvars.ContextVar(
@@ -79,14 +78,21 @@ def current_device(default: str = "cpu") -> str:
     return placement.device if placement is not None else default
 
 
-@contextlib.contextmanager
-def placed(placement: Placement) -> Iterator[Placement]:
-    """Make ``placement`` the current one for the duration of the block."""
-    token = _CURRENT.set(placement)
-    try:
-        yield placement
-    finally:
-        _CURRENT.reset(token)
+class placed:
+    """Make ``placement`` the current one for the duration of the block (a class, not a
+    generator: it runs on every tool call)."""
+
+    __slots__ = ("_placement", "_token")
+
+    def __init__(self, placement: Placement) -> None:
+        self._placement = placement
+
+    def __enter__(self) -> Placement:
+        self._token = _CURRENT.set(self._placement)
+        return self._placement
+
+    def __exit__(self, *exc: object) -> None:
+        _CURRENT.reset(self._token)
 
 
 def injected_device_args(tool: BaseTool) -> tuple[str, ...]:

@@ -21,11 +21,12 @@ def test_perf_command_writes_the_json_document(tmp_path: Path) -> None:
     out = tmp_path / "perf.json"
     result = CliRunner().invoke(app, [
         "perf", "--schedulers", "monitor,ucb,oracle", "--sizes", "1,3,15", "--samples", "2",
-        "--warmup", "3", "--steps", "12", "--every", "5", "--json", str(out),
+        "--warmup", "3", "--steps", "12", "--every", "5", "--overhead", "0", "--json", str(out),
     ])
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
-    assert set(doc) == {"config", "decisions", "steps", "quality"}
+    assert set(doc) == {"config", "decisions", "steps", "overhead", "quality"}
+    assert doc["overhead"] is None
     assert doc["config"]["sizes"] == [1, 3, 15]
     rows = {(r["scheduler"], r["n"]): r for r in doc["decisions"]}
     assert set(rows) == {(s, n) for s in ("monitor", "ucb", "oracle") for n in (1, 3, 15)}
@@ -40,6 +41,25 @@ def test_perf_command_writes_the_json_document(tmp_path: Path) -> None:
     assert steps["steps"] == 12 and steps["tools"] == 30
     assert len(steps["windows"]) == 3 and len(steps["rss_mb"]) == 4  # 5, 10, 12; and start
     assert doc["quality"] is None
+
+
+def test_perf_overhead_pairs_alternate_toolnode_and_the_node(tmp_path: Path) -> None:
+    out = tmp_path / "perf.json"
+    result = CliRunner().invoke(app, [
+        "perf", "--schedulers", "static", "--sizes", "1", "--samples", "1", "--warmup", "0",
+        "--steps", "0", "--overhead", "6", "--json", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    assert "Node overhead against ToolNode" in result.output
+    overhead = json.loads(out.read_text())["overhead"]
+    assert overhead["calls_per_step"] == 3 and overhead["settle"] == 100
+    for pair in ("unhinted", "hinted"):
+        row = overhead[pair]
+        assert row["steps"] == 6
+        assert row["tool_node_ms"] > 0 and row["device_ms"] > 0
+        assert row["ratio"] == pytest.approx(row["device_ms"] / row["tool_node_ms"], rel=1e-3)
+    assert overhead["hinted"]["of"] == 6  # the timed steps' decisions, reused or not
+    assert 0 <= overhead["hinted"]["reused"] <= 6
 
 
 def test_perf_command_rejects_unknown_schedulers() -> None:

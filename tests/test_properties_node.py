@@ -19,6 +19,7 @@ from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_devsched import DeviceToolNode, GpuConfig, LocalBackend, StepReport, device_hints
+from langgraph_devsched.ledger import QueueTimeoutError
 from langgraph_devsched.options import DEVICE_OPTIONS
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.stress.tools import TOOL_NAMES, TOOL_PARAMS, Toolbox
@@ -253,7 +254,7 @@ async def test_queue_timeout_on_a_gpu_only_tool_still_closes_the_step() -> None:
     @tool
     async def holder(text: str) -> str:
         """Holds the GPU until released."""
-        await asyncio.wait_for(release.wait(), 1.0)
+        await asyncio.wait_for(release.wait(), 10.0)  # a bound never reached when green
         return text
 
     @device_hints(vram_mb=800, cpu_allowed=False, pinned="gpu_queued")
@@ -264,6 +265,19 @@ async def test_queue_timeout_on_a_gpu_only_tool_still_closes_the_step() -> None:
 
     reports: list[StepReport] = []
     backend = LocalBackend(gpu=GpuConfig(vram_budget_mb=1000), queue_timeout_s=0.01)
+    ledger = backend.ledger
+    assert ledger is not None
+    gave_up = asyncio.Event()
+    areserve = ledger.areserve
+
+    async def watched(*args: Any, **kwargs: Any) -> Any:  # says when the waiter gives up
+        try:
+            return await areserve(*args, **kwargs)
+        except QueueTimeoutError:
+            gave_up.set()
+            raise
+
+    ledger.areserve = watched  # type: ignore[method-assign]
     node = DeviceToolNode([holder, waiter], backend=backend, on_step=reports.append)
     graph = StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
     calls = [{"name": "holder", "args": {"text": "a"}, "id": "a"},
@@ -271,9 +285,9 @@ async def test_queue_timeout_on_a_gpu_only_tool_still_closes_the_step() -> None:
 
     async def run() -> dict[str, Any]:
         task = asyncio.ensure_future(graph.ainvoke({"messages": [AIMessage("", tool_calls=calls)]}))
-        while backend.ledger is None or backend.ledger.active == 0:
-            await asyncio.sleep(0.001)
-        await asyncio.sleep(0.03)  # past the waiter's queue timeout
+        # the holder is released once the waiter has given up (its queue timeout passed),
+        # however long the machine took to get it queued
+        await asyncio.wait_for(gave_up.wait(), 10.0)
         release.set()
         return await task
 

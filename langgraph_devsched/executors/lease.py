@@ -19,11 +19,10 @@ and the lease then ends only when that thread really returns. The ledger never l
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -84,11 +83,18 @@ def current_lease() -> Lease | None:
     return _LEASE.get()
 
 
-@contextlib.contextmanager
-def leased(lease: Lease) -> Iterator[Lease]:
-    """Make ``lease`` the current one for the block (the call's run under its placement)."""
-    token = _LEASE.set(lease)
-    try:
-        yield lease
-    finally:
-        _LEASE.reset(token)
+class leased:
+    """Make ``lease`` the current one for the block (the call's run under its placement; a
+    class, not a generator: it runs on every tool call)."""
+
+    __slots__ = ("_lease", "_token")
+
+    def __init__(self, lease: Lease) -> None:
+        self._lease = lease
+
+    def __enter__(self) -> Lease:
+        self._token = _LEASE.set(self._lease)
+        return self._lease
+
+    def __exit__(self, *exc: object) -> None:
+        _LEASE.reset(self._token)

@@ -1,9 +1,10 @@
 """``devsched perf``: decision time and memory per scheduler and batch size, per-step time and
-RSS through the node over many steps, and (optionally) quality on generated scenarios.
+RSS through the node over many steps, the node's overhead against `ToolNode`, and
+(optionally) quality on generated scenarios.
 
 `run_perf` returns the JSON document (keys: ``config``, ``decisions`` — one row per
-scheduler and size —, ``steps``, ``quality``); `perf_command` is the typer command that
-``devsched`` registers.
+scheduler and size —, ``steps``, ``overhead``, ``quality``); `perf_command` is the typer
+command that ``devsched`` registers.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def run_perf(
     warmup: int = 30,
     steps: int = DEFAULT_STEPS,
     every: int = 1000,
+    overhead: int = 800,
     quality: int = 0,
     seed: int = 0,
     say: Any = None,
@@ -48,7 +50,8 @@ def run_perf(
     doc: dict[str, Any] = {
         "config": {
             "schedulers": names, "sizes": list(sizes), "samples": samples, "warmup": warmup,
-            "steps": steps, "every": every, "quality": quality, "seed": seed,
+            "steps": steps, "every": every, "overhead": overhead, "quality": quality,
+            "seed": seed,
             "python": platform.python_version(), "machine": platform.machine(),
         },
     }
@@ -60,6 +63,13 @@ def run_perf(
         steps=steps, every=every, seed=seed,
         on_progress=lambda k: note(f"steps: {k}/{steps}"),
     ) if steps > 0 else None
+    if overhead > 0:
+        from langgraph_devsched.perf.overhead import measure_overhead
+
+        note(f"overhead: {overhead} alternating steps a pair")
+        doc["overhead"] = measure_overhead(steps=overhead)
+    else:
+        doc["overhead"] = None
     if quality > 0:
         from langgraph_devsched.perf.quality import measure_quality
 
@@ -98,6 +108,18 @@ def tables(doc: dict[str, Any]) -> list[Any]:
                    if len(s["rss_mb"]) > 1 else "", f"{s['rss_mb'][-1]:.1f}",
                    f"{s['rss_growth_mb']:.1f}")
         out.append(st)
+    o = doc.get("overhead")
+    if o:
+        ot = Table(title=f"Node overhead against ToolNode ({o['calls_per_step']} no-op calls a "
+                         f"step, {o['unhinted']['steps']} alternating steps a pair)")
+        for col in ("DeviceToolNode", "ToolNode ms", "DeviceToolNode ms", "ratio",
+                    "diff ms a step"):
+            ot.add_column(col, justify="left" if col == "DeviceToolNode" else "right")
+        for label, key in (("unhinted", "unhinted"), ("hinted, settled", "hinted")):
+            r = o[key]
+            ot.add_row(label, f"{r['tool_node_ms']:.3f}", f"{r['device_ms']:.3f}",
+                       f"{r['ratio']:.3f}", f"{r['diff_ms']:+.3f}")
+        out.append(ot)
     q = doc.get("quality")
     if q:
         sq = Table(title="Bounded search on the noise-free testbed (mapping / optimum)")
@@ -134,6 +156,10 @@ def perf_command(
                           "50000 for the long RSS check, several minutes)")
     ] = DEFAULT_STEPS,
     every: Annotated[int, typer.Option(min=1, help="steps per RSS reading and window")] = 1000,
+    overhead: Annotated[
+        int, typer.Option(min=0, help="alternating steps a pair for the overhead against "
+                          "ToolNode, unhinted and hinted (0: skip)")
+    ] = 800,
     quality: Annotated[
         int, typer.Option(min=0, help="generated 9-10 call scenarios checked against the "
                           "oracle (0: skip)")
@@ -143,7 +169,8 @@ def perf_command(
         Path | None, typer.Option("--json", help="write the results as JSON here")
     ] = None,
 ) -> None:
-    """Measure decision time per scheduler and batch size, and the node's per-step cost."""
+    """Measure decision time per scheduler and batch size, the node's per-step cost and its
+    overhead against ToolNode."""
     from rich.console import Console
 
     console = Console(stderr=True, log_path=False)  # a log line is about the run, not us
@@ -154,7 +181,7 @@ def perf_command(
         size_list = [int(x) for x in sizes.split(",") if x.strip()]
         doc = run_perf(
             schedulers=names, sizes=size_list, samples=samples, warmup=warmup, steps=steps,
-            every=every, quality=quality, seed=seed,
+            every=every, overhead=overhead, quality=quality, seed=seed,
             say=lambda text: console.log(text, highlight=False),
         )
     except ValueError as exc:
