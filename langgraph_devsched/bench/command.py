@@ -12,6 +12,7 @@ from langgraph_devsched.bench.declare import parse_declare
 from langgraph_devsched.bench.report import beaten_lines, tables, wide_width, write_json
 from langgraph_devsched.bench.runner import (
     BenchResult,
+    SchedulerOptions,
     StepRunner,
     check_decision_cost,
     default_schedulers,
@@ -53,6 +54,7 @@ def run_bench_command(
     declare: str = "exact",
     physics: str | None = None,
     progress: Any | None = None,
+    scheduler_options: SchedulerOptions | None = None,
 ) -> BenchResult:
     """What ``devsched bench`` does; raises `ValueError` on bad scenarios or names.
 
@@ -64,7 +66,8 @@ def run_bench_command(
     (`bench.declare.parse_declare`: exact, none, noisy(SIGMA), stale(FACTOR)).
     ``physics``: the ground truth's contention physics, one name, a comma-separated list or
     ``all`` (every scenario under each, labelled ``scenario@physics``; default: the
-    scenarios' own)."""
+    scenarios' own). ``scheduler_options``: constructor options per scheduler name
+    (`bench.runner.build_scheduler`)."""
     cost = check_decision_cost(decision_cost)
     mode = parse_declare(declare)
     from rich.console import Console
@@ -106,6 +109,7 @@ def run_bench_command(
         result = run_benchmark(
             loaded, names, rounds=rounds, seed=seed, noise=noise, on_round=tick,
             step_runner=runner, decision_cost=cost, declare=mode,
+            scheduler_options=scheduler_options,
         )
     result.skipped.update(skipped)
     if not console.is_terminal and "COLUMNS" not in os.environ:

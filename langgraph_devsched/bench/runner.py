@@ -38,7 +38,7 @@ import statistics
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args
 
@@ -268,16 +268,23 @@ def validate_scheduler_names(names: Sequence[str]) -> list[str]:
     return list(names)
 
 
+SchedulerOptions = Mapping[str, Mapping[str, Any]]
+"""Constructor options per scheduler name, e.g. ``{"monitor": {"max_decision_ms": None}}``
+(a decision budget that no machine's speed can cut short)."""
+
+
 def build_scheduler(
-    name: str, *, testbed: SimulatedTestbed, monitor: BenchMonitor | None = None
+    name: str, *, testbed: SimulatedTestbed, monitor: BenchMonitor | None = None,
+    options: SchedulerOptions | None = None,
 ) -> Scheduler:
     """A fresh scheduler: the oracle is handed the testbed (only it); a scheduler whose
-    constructor takes ``monitor`` gets the run's monitor."""
+    constructor takes ``monitor`` gets the run's monitor; ``options[name]`` go to its
+    constructor."""
     if name == "oracle":
         return OracleScheduler(testbed=testbed)
     factory = scheduler_factory(name)
     accepts = inspect.signature(factory).parameters
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = dict((options or {}).get(name, {}))
     if monitor is not None and "monitor" in accepts:
         kwargs["monitor"] = monitor
     scheduler: Scheduler = factory(**kwargs)
@@ -359,11 +366,13 @@ def run_scenario(
     decision_cost: DecisionCost = "measured",
     clock: Callable[[], float] = time.perf_counter,
     declare: Declare | str = "exact",
+    scheduler_options: SchedulerOptions | None = None,
 ) -> ScenarioResult:
     """Run each scheduler for ``rounds`` (default: the scenario's) and collect the metrics.
 
     ``clock`` (seconds) times each decision; ``decision_cost`` says whether that time counts
-    in the rounds' wall time; ``declare`` what the tools declare (see `bench.declare`)."""
+    in the rounds' wall time; ``declare`` what the tools declare (see `bench.declare`);
+    ``scheduler_options`` what each scheduler is built with (`build_scheduler`)."""
     names = validate_scheduler_names(schedulers)
     check_decision_cost(decision_cost)
     mode = as_declare(declare)
@@ -380,6 +389,7 @@ def run_scenario(
         out.results[name] = _run_one(
             scenario, name, rounds, seed, noise, monitor_factory, per_round, on_round,
             step_runner, counted=decision_cost == "measured", clock=clock, declare=mode,
+            scheduler_options=scheduler_options,
         )
     for name, below in out.below_reference().items():
         spans = out.results[name].round_makespans_ms
@@ -406,11 +416,13 @@ def _run_one(
     counted: bool = True,
     clock: Callable[[], float] = time.perf_counter,
     declare: Declare | None = None,
+    scheduler_options: SchedulerOptions | None = None,
 ) -> SchedulerResult:
     bed = scenario.make_testbed(noise=noise, seed=seed)
     monitor = monitor_factory(scenario) if monitor_factory is not None else None
     snapshot = batch_snapshot(monitor) if monitor is not None else None  # batch's tools only
-    scheduler = build_scheduler(name, testbed=bed, monitor=monitor)
+    scheduler = build_scheduler(name, testbed=bed, monitor=monitor,
+                                options=scheduler_options)
     batches = scenario_batches(scenario, declare=declare or Declare(), seed=seed)
     cache: dict[tuple[Any, ...], float] = {}
     round_spans: list[float] = []
@@ -516,9 +528,11 @@ def run_benchmark(
     decision_cost: DecisionCost = "measured",
     clock: Callable[[], float] = time.perf_counter,
     declare: Declare | str = "exact",
+    scheduler_options: SchedulerOptions | None = None,
 ) -> BenchResult:
     """Every scheduler (default: `default_schedulers`) on every scenario; ``declare``: what
-    the tools declare to the schedulers (`bench.declare`; default ``exact``)."""
+    the tools declare to the schedulers (`bench.declare`; default ``exact``);
+    ``scheduler_options``: as `run_scenario`."""
     check_decision_cost(decision_cost)
     mode = as_declare(declare)
     names = (
@@ -534,6 +548,7 @@ def run_benchmark(
                 scenario, names, rounds=rounds, seed=seed, noise=noise,
                 monitor_factory=monitor_factory, on_round=hook, step_runner=step_runner,
                 decision_cost=decision_cost, clock=clock, declare=mode,
+                scheduler_options=scheduler_options,
             )
         )
     return BenchResult(results, names, rounds, seed, noise, decision_cost=decision_cost,
