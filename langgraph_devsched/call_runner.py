@@ -186,6 +186,8 @@ class CallRunner:
         deadline = self.deadline_for(call)
 
         def run(placement: Placement) -> tuple[Any, bool]:
+            if deadline is not None:
+                deadline.check()  # past it already (a rerun after a long first run): no run
             req, cfg, watcher = self._prepared(step, request, config, placement)
             with placed(placement):
                 if deadline is None:
@@ -202,10 +204,9 @@ class CallRunner:
             return self.timeout_answer(call, exc)
 
     def _wait_thread(self, step: PlannedStep, deadline: Deadline, fn: Callable[[], Any]) -> Any:
-        left = deadline.check()
         work = _spawn(fn)
         try:
-            return work.result(left)
+            return work.result(deadline.remaining())
         except TimeoutError:
             if work.done():  # the tool itself raised TimeoutError
                 return work.result()
@@ -236,6 +237,8 @@ class CallRunner:
         deadline = self.deadline_for(call)
 
         async def run(placement: Placement) -> tuple[Any, bool]:
+            if deadline is not None:
+                deadline.check()  # past it already (a rerun after a long first run): no run
             req, cfg, watcher = self._prepared(step, request, config, placement)
             with placed(placement):
                 lease = current_lease()
@@ -244,10 +247,7 @@ class CallRunner:
                 if threaded:
                     assert sync_execute is not None
                     fn = sync_execute
-                    left = None if deadline is None else deadline.check()
-                    result = await self._await_thread(
-                        step, deadline, left, _spawn(lambda: fn(req, cfg))
-                    )
+                    result = await self._await_thread(step, deadline, _spawn(lambda: fn(req, cfg)))
                 elif deadline is not None:
                     result = await _await_task(deadline, execute(req, cfg))
                 else:
@@ -262,10 +262,10 @@ class CallRunner:
             return self.timeout_answer(call, exc)
 
     async def _await_thread(
-        self, step: PlannedStep, deadline: Deadline | None, left: float | None,
-        work: Future[Any],
+        self, step: PlannedStep, deadline: Deadline | None, work: Future[Any]
     ) -> Any:
         waited = asyncio.wrap_future(work)
+        left = None if deadline is None else deadline.remaining()
         try:
             done, _ = await asyncio.wait({waited}, timeout=left)
         except asyncio.CancelledError:
@@ -364,15 +364,9 @@ def _residency_metadata(placement: Placement) -> dict[str, object]:
 async def _await_task(deadline: Deadline, coro: Awaitable[Any]) -> Any:
     """Await ``coro`` until ``deadline``; past it, cancel it and raise its
     `CallTimeoutError` (a `TimeoutError` the tool raises itself stays its own)."""
-    try:
-        left = deadline.check()
-    except CallTimeoutError:
-        if asyncio.iscoroutine(coro):
-            coro.close()  # never started: nothing to cancel
-        raise
     task = asyncio.ensure_future(coro)
     try:
-        done, _ = await asyncio.wait({task}, timeout=left)
+        done, _ = await asyncio.wait({task}, timeout=deadline.remaining())
     except asyncio.CancelledError:
         task.cancel()
         raise

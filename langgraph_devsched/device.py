@@ -59,7 +59,7 @@ class Placement:
     @property
     def on_gpu(self) -> bool:
         """True when it ran on a GPU (``none``: it could run nowhere)."""
-        return self.device not in ("cpu", "none")  # is_gpu_device, inline: read per call
+        return is_gpu_device(self.device)
 
 
 _CURRENT: contextvars.ContextVar[Placement | None] = contextvars.ContextVar(

@@ -263,9 +263,7 @@ class ModelCache:
         if record.declared is not None:
             models.add(record.declared)
         for model in models:
-            with self._lock:
-                cached = any(n == model and side_of(d) == "gpu" for n, d in self._entries)
-            if cached or not ledger.is_resident(model):
+            if self.holds(model, "gpu") or not ledger.is_resident(model):
                 continue
             if model in record.asked:
                 ledger.evict(model)
@@ -285,6 +283,11 @@ class ModelCache:
                 if side_of(device) == "gpu":
                     self.ledger.evict(name)
         self._free(freed)
+
+    def holds(self, model: str, side: ModelSide) -> bool:
+        """Whether an instance of ``model`` is cached on ``side``."""
+        with self._lock:
+            return any(n == model and side_of(d) == side for n, d in self._entries)
 
     def resident(self) -> tuple[WarmModel, ...]:
         """GPU weights (from the ledger, least recently used first), then host instances."""
@@ -416,9 +419,7 @@ class ModelCache:
         if pin is None or self.ledger is None:
             return
         self.ledger.release(pin)
-        with self._lock:
-            cached = any(n == name and side_of(d) == "gpu" for n, d in self._entries)
-        if not cached:
+        if not self.holds(name, "gpu"):
             self.ledger.evict(name)
 
     def _pin(self, handle: ResidentModel[Any], record: CallModels) -> None:

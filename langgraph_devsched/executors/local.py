@@ -225,8 +225,7 @@ class _LocalStep(BookedStep):
         """A CPU placement when the GPU is out of the question, else None (try the GPU)."""
         if call.option == "cpu":
             model = call.spec.model_name(call.tool)  # warm: its host copy is resident
-            warm = None if model is None else any(
-                w.model == model and w.side == "cpu" for w in self._b.models.resident())
+            warm = None if model is None else self._b.models.holds(model, "cpu")
             return Placement("cpu", "cpu", model=model, warm=warm)
         ledger = self._b.ledger
         if ledger is None:
