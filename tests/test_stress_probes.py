@@ -222,9 +222,14 @@ def test_a_gpu_oom_that_fired_before_a_cancellation_may_find_no_room_on_the_retr
 
 def test_a_call_beside_a_hang_may_time_out_waiting_for_its_device() -> None:
     """Under the node's call_timeout_s a hanging sync call keeps its thread (and its CPU slot
-    or VRAM) past its deadline; the deadline of a call of the same step that waits for that
-    device covers the wait (issue 23), so "timed out" is its answer there, and only there."""
+    or VRAM) past its deadline, and a loaded machine may stall a step as long; the deadline of
+    a call that waits for a device covers the wait (issue 23), so "timed out" is the answer of
+    a call whose own fault never fired, under the node's deadline only, and never early."""
+    from types import SimpleNamespace
+
     from langchain_core.messages import ToolMessage
+
+    from langgraph_devsched.records import CallRecord, StepRecord
 
     def calls(*ids: str) -> list[dict[str, object]]:
         return [{"name": "classify", "args": {"payload": c, "fault": "none"}, "id": c}
@@ -236,6 +241,31 @@ def test_a_call_beside_a_hang_may_time_out_waiting_for_its_device() -> None:
     checker.check_answers(calls("h1", "c2"), {"h1": "hang", "c2": "none"}, answers)
     assert checker.violations == 0
     assert checker.counts.get("timed_out_behind_a_hang") == 1
-    alone = Checker(fired={}, node_timeout=True)
-    alone.check_answers(calls("c2"), {"c2": "none"}, answers[1:])
-    assert alone.violations == 1
+    alone = Checker(fired={}, node_timeout=True)  # a stalled machine: it never started
+    alone.check_answers(calls("c2"), {"c2": "hang"}, answers[1:])
+    assert alone.violations == 0
+    assert alone.counts.get("timed_out_waiting") == 1
+    raised = Checker(fired={"c2": "tool_error"}, node_timeout=True)  # its fault did fire
+    raised.check_answers(calls("c2"), {"c2": "tool_error"}, answers[1:])
+    assert raised.violations == 1
+    harness = Checker(fired={})  # no node deadline: nothing may time out
+    harness.check_answers(calls("c2"), {"c2": "none"}, answers[1:])
+    assert harness.violations == 1
+
+    def report(end_ms: float) -> SimpleNamespace:
+        rec = CallRecord(
+            call_id="c2", tool="classify", option="cpu", device="cpu", fallback=None, start_ms=0.0,
+            end_ms=end_ms, vram_reserved_mb=0.0, gpu_peers=0,
+            error="timeout: tool 'classify' timed out",
+        )
+        step = StepRecord(calls=(rec,), makespan_ms=end_ms)
+        empty = SimpleNamespace(calls=[])
+        return SimpleNamespace(batch=empty, decision=SimpleNamespace(mapping={}),
+                               fallbacks={}, record=step)
+
+    lane = SimpleNamespace(ledger=object(), name="local")
+    timed = Checker(fired={}, node_timeout=True, node_deadline_s=0.5)
+    timed.check_report(lane, report(503.0))  # type: ignore[arg-type]
+    assert timed.violations == 0
+    timed.check_report(lane, report(120.0))  # type: ignore[arg-type]
+    assert timed.violations == 1 and "before its 0.5 s deadline" in timed.violation_examples[0]

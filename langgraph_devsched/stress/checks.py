@@ -53,10 +53,15 @@ class Checker:
     ``fired`` maps a call's payload (its id) to the fault that actually fired in it.
     """
 
-    def __init__(self, fired: Mapping[str, str], *, node_timeout: bool = False) -> None:
+    def __init__(
+        self, fired: Mapping[str, str], *, node_timeout: bool = False,
+        node_deadline_s: float = 0.0,
+    ) -> None:
         self.fired = fired
         self.node_timeout = node_timeout
         """True when the node's own ``call_timeout_s`` answers hanging calls."""
+        self.node_deadline_s = node_deadline_s
+        """That ``call_timeout_s``: no call may be recorded timed out before it."""
         self.faults = Tally()
         self.counts = Tally()
         self.violations = 0
@@ -133,8 +138,12 @@ class Checker:
         cid, tool = call["id"], call["name"]
         fired = "bad_call" if fault == "bad_call" else self.fired.get(cid)
         gpu_only = not TOOL_HINTS.get(tool, {}).get("cpu_allowed", True)
-        # it waited for a device that a hanging call's thread still held, past its deadline
-        waited = behind_hang and error and fired != "hang" and "timed out after" in text
+        # its deadline ended it before its own fault fired (it waited for a device that a
+        # hanging call's thread or a stalled machine still held): the node's call_timeout_s
+        # covers the wait for a device (issue 23); check_report sees it did not fire early
+        waited = (
+            self.node_timeout and error and fired in (None, "slow") and "timed out after" in text
+        )
         ok: bool
         if fired == "bad_call":
             ok = error
@@ -166,7 +175,7 @@ class Checker:
                 self.counts.add(f"cpu_forbidden_ran_on_cpu:{lane}")
         if not ok and waited:
             ok = True
-            self.counts.add("timed_out_behind_a_hang")
+            self.counts.add("timed_out_behind_a_hang" if behind_hang else "timed_out_waiting")
         if fired is not None and fired == fault:
             self.faults.add(fault)
             if ok:
@@ -219,6 +228,13 @@ class Checker:
                 if self.node_timeout and self.fired.get(rec.call_id) == "hang" and not timed_out:
                     self.violation(
                         f"hang {rec.call_id}: its CallRecord error is {rec.error!r}", "hang"
+                    )
+                # its clock starts at admission (the simulated lane records virtual times)
+                early = self.node_deadline_s * 1000.0 * 0.95
+                if lane.ledger is not None and error.startswith("timeout") and rec.end_ms < early:
+                    self.violation(
+                        f"call {rec.call_id} timed out after {rec.end_ms:.0f} ms, before its "
+                        f"{self.node_deadline_s:g} s deadline"
                     )
             if lane.ledger is None:
                 lane.figures.peak_mb = max(lane.figures.peak_mb, record.vram_peak_mb)

@@ -140,7 +140,10 @@ class _Run:
         self.stats_path = stats_dir / "monitor_stats.json"
         self.node_timeout = node_accepts("call_timeout_s")
         self.toolbox = Toolbox(call_timeout_s=config.call_timeout_s, node_timeout=self.node_timeout)
-        self.checker = Checker(self.toolbox.fired, node_timeout=self.node_timeout)
+        self.checker = Checker(
+            self.toolbox.fired, node_timeout=self.node_timeout,
+            node_deadline_s=config.node_call_timeout_s if self.node_timeout else 0.0,
+        )
         self.probe_dir = stats_dir / "probes"
         names = ("simulated", "local") if config.backend == "both" else (config.backend,)
         self.lanes = [self._lane(name, i) for i, name in enumerate(names)]
