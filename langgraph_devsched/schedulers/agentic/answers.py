@@ -171,9 +171,7 @@ def find_answer(
         for call in calls:
             if call.get("name") == ANSWER_TOOL:
                 args = call.get("args")
-                found = (unwrap_answer(args, call_ids) if not _has_assignments(args)
-                         else dict(args))
-                return (found if found is not None else dict(args or {})), "tool_call"
+                return unwrap_answer(args, call_ids) or dict(args or {}), "tool_call"
         for call in calls:
             found = unwrap_answer(call.get("args"), call_ids)
             if found is not None:
@@ -183,10 +181,6 @@ def find_answer(
         if found is not None:
             return found, "text"
     return None
-
-
-def _has_assignments(args: Any) -> bool:
-    return isinstance(args, Mapping) and "assignments" in args
 
 
 class CallOption(BaseModel):
@@ -242,7 +236,6 @@ def parse_answer(args: Any) -> ParsedAnswer:
             continue
         options[call_id] = option
     return ParsedAnswer(options, str(args.get("reason") or "")[:500], tuple(issues))
-
 
 
 PICK_REASON_CHARS = 40

@@ -308,12 +308,7 @@ def observation_tools(
 
 
 OBSERVATION_TOOL_NAMES = (
-    "step_calls",
-    "device_state",
-    "tool_estimates",
-    "past_outcomes",
-    "exploration_hints",
-)
+    "step_calls", "device_state", "tool_estimates", "past_outcomes", "exploration_hints")
 """In the order `opening` calls them: what changes least first (a longer cached prefix)."""
 
 
