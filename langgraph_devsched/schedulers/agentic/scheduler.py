@@ -266,25 +266,25 @@ class AgenticScheduler(SchedulerBase):
     # -- fingerprint, cache, probes ------------------------------------------------------------
 
     def _step(self, batch: Batch, view: View) -> _Prepared:
-        """The step with the fallback policy's decision beside it (`classical.fallback_lead`) and
-        its cache key: the fingerprint (hints, estimates, device bucket) and the mode's part
-        (the default mode: the executed mappings of the shape; pick: the policy's mapping)."""
+        """The step with the fallback policy's decision beside it (`classical.fallback_lead`)
+        and its cache key: the fingerprint (hints, estimates, device bucket) and the mode's
+        part (the default mode: the executed mappings of the shape; pick: the policy's
+        mapping)."""
         key, obs = fingerprint(batch, view)
-
-        def count() -> None:
-            with self._lock:
-                self.llm_calls += 1
-
         step = _Prepared(
             model=self.model, batch=batch, view=view, obs=obs, constraints=self.constraints,
             policy=self.policy, max_turns=self.max_turns, max_tokens=self.max_tokens,
-            timeout_s=self.timeout_s, clock=self.clock, on_llm_call=count,
+            timeout_s=self.timeout_s, clock=self.clock, on_llm_call=self._count_llm_call,
             lead=fallback_lead(self.fallback, batch, view), candidates=self.candidates,
             pick_within=self.pick_within, guard_ratio=self.guard_ratio,
             started=self.clock(),
         )
         step.key = (*key, self._mode.key(step))
         return step
+
+    def _count_llm_call(self) -> None:
+        with self._lock:
+            self.llm_calls += 1
 
     def _prepare(self, batch: Batch, view: View) -> _Prepared | Decision:
         """The decision made without the model (a probe, a cached answer), else the step
