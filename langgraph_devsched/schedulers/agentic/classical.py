@@ -21,6 +21,7 @@ from langgraph_devsched.schedulers.agentic.constraints import (
     ParsedAnswer,
     repair,
 )
+from langgraph_devsched.schedulers.agentic.observations import outcomes_of
 from langgraph_devsched.schedulers.agentic.record import Deviation
 
 if TYPE_CHECKING:
@@ -53,10 +54,8 @@ def held_to_rules(
 def measured_ms(obs: Mapping[str, Any], batch: Batch, mapping: Mapping[str, str]) -> float | None:
     """The mean makespan the monitor measured for ``mapping`` of this batch, if it ran."""
     placement = sorted((c.tool, mapping[c.call_id]) for c in batch.calls)
-    shape = sorted(batch.shape)
-    for o in obs.get("outcomes", ()):
-        pairs = sorted((str(p[0]), str(p[1])) for p in o.get("placement", ()))
-        if sorted(o.get("shape", ())) == shape and pairs == placement:
+    for o in outcomes_of(obs, batch):
+        if sorted((str(p[0]), str(p[1])) for p in o.get("placement", ())) == placement:
             return float(o.get("makespan_ms") or 0.0)
     return None
 

@@ -22,7 +22,11 @@ from langgraph_devsched.schedulers.agentic.model import (
     ChannelState,
     answer_budget,
 )
-from langgraph_devsched.schedulers.agentic.observations import allowed_options, observation_tools
+from langgraph_devsched.schedulers.agentic.observations import (
+    allowed_options,
+    observation_tools,
+    outcomes_of,
+)
 from langgraph_devsched.schedulers.agentic.prompts import agent_prompt
 
 if TYPE_CHECKING:
@@ -64,9 +68,7 @@ def executed_key(obs: Mapping[str, Any], batch: Batch) -> tuple[Any, ...]:
     """The executed mappings of ``batch``'s shape, as a cache-key part: a mapping measured
     for the first time (the monitor's reprobe, or the model's own answer) is an observation
     the model has not seen, so the default mode is asked again."""
-    shape = sorted(batch.shape)
-    return tuple(sorted(str(o.get("placement")) for o in obs.get("outcomes", ())
-                        if sorted(o.get("shape", ())) == shape))
+    return tuple(sorted(str(o.get("placement")) for o in outcomes_of(obs, batch)))
 
 
 class AgentMode:
