@@ -223,7 +223,7 @@ def test_last_turn_is_forced_after_max_turns() -> None:
     scheduler, model = agentic(
         [looking, looking, submit({"c1": "cpu", "c2": "cpu"})],
         max_turns=3,
-        final_tool_choice="submit_mapping",
+        answer="tool_named",
     )
     decision = scheduler.decide(BATCH, VIEW)
     assert decision.llm_calls == 3 and dict(decision.mapping) == {"c1": "cpu", "c2": "cpu"}

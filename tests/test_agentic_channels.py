@@ -181,12 +181,9 @@ def test_a_fixed_channel_that_fails_is_an_llm_error() -> None:
     assert decision.consultation.cause == "llm_error" and "not supported" in decision.reason
 
 
-def test_the_old_final_tool_choice_spelling_still_works() -> None:
-    assert AgenticScheduler(ToolScriptModel(script=[]), final_tool_choice="any").channel == (
-        "tool_required"
-    )
-    named = AgenticScheduler(ToolScriptModel(script=[]), final_tool_choice="submit_mapping")
-    assert named.channel == "tool_named"
+def test_an_unknown_answer_channel_names_the_valid_ones() -> None:
+    assert AgenticScheduler(ToolScriptModel(script=[]), answer="tool_named").channel == (
+        "tool_named")
     with pytest.raises(ValueError, match="valid: auto, tool_required"):
         AgenticScheduler(ToolScriptModel(script=[]), answer="xml")  # type: ignore[arg-type]
 

@@ -69,3 +69,34 @@ def test_no_records_no_summary_and_merge_adds_up() -> None:
     assert total is not None and one is not None
     assert (total.consultations, total.valid_answers, total.prompt_tokens) == (2, 2, 200)
     assert total.cache_hit_rate == one.cache_hit_rate == 0.5
+
+
+def test_merge_of_two_runs_is_the_summary_of_all_their_decisions() -> None:
+    """Every field merged (counts, causes, channels, deviations, latencies): what one run
+    of both decision lists would have said."""
+    from langgraph_devsched.schedulers.agentic.record import (
+        AgenticDecision,
+        ConsultationRecord,
+        Deviation,
+    )
+
+    def decided(**kw: object) -> AgenticDecision:
+        return AgenticDecision(mapping={}, consultation=ConsultationRecord(**kw))  # type: ignore[arg-type]
+
+    first = [decided(via="text", latency_ms=900, prompt_tokens=300, cached_tokens=100,
+                     channel="json_schema", agrees=True),
+             decided(cause="timeout", latency_ms=30000), decided(cached=True)]
+    second = [decided(via="text", latency_ms=1200, agrees=False, guard_waived="swap",
+                      deviation=Deviation(twin_won_ms=-12.5)),
+              decided(cause="guarded", latency_ms=800), decided(skipped="probe")]
+    stats = [AgenticStats(), AgenticStats(), AgenticStats()]
+    for d in first:
+        stats[0].add(d)
+        stats[2].add(d)
+    for d in second:
+        stats[1].add(d)
+        stats[2].add(d)
+    merged = merge([stats[0].summary(), None, stats[1].summary()])
+    assert merged is not None and merged == stats[2].summary()
+    assert merged.fallbacks == {"timeout": 1, "guarded": 1} and merged.deviations_lost == 1
+    assert merged.skipped == {"probe": 1} and merged.agreement_rate == 0.5

@@ -100,44 +100,51 @@ class AgenticStats:
         if not self.records:
             return None
         asked = [r for r in self.records if r.asked]
-        skipped = Counter(str(r.skipped) for r in self.records
-                          if r.skipped is not None and not r.cached)
         valid = [r for r in asked if r.valid]
         compared = [r for r in valid if getattr(r, "agrees", None) is not None]
         devs = [r.deviation for r in compared if not r.agrees and r.deviation is not None]
         won = [d.won_ms for d in devs if d.won_ms is not None]
-        latencies = [float(r.latency_ms) for r in asked]
-        prompt = sum(int(r.prompt_tokens) for r in asked)
-        cached = sum(int(r.cached_tokens) for r in asked)
-        return AgenticSummary(
+        agreed = sum(1 for r in compared if r.agrees)
+        return _with_rates(
             decisions=len(self.records),
             consultations=len(asked),
             cached_decisions=sum(1 for r in self.records if r.cached),
-            skipped=dict(skipped),
+            skipped=dict(Counter(str(r.skipped) for r in self.records
+                                 if r.skipped is not None and not r.cached)),
             valid_answers=len(valid),
-            valid_rate=len(valid) / len(asked) if asked else None,
             fallbacks=dict(Counter(str(r.cause) for r in asked if r.cause is not None)),
             repaired=self.repaired,
             llm_calls=sum(int(r.llm_calls) for r in asked),
-            latency_p50_ms=_percentile(latencies, 0.5),
-            latency_p95_ms=_percentile(latencies, 0.95),
-            prompt_tokens=prompt,
-            cached_tokens=cached,
-            cache_hit_rate=cached / prompt if prompt else None,
+            prompt_tokens=sum(int(r.prompt_tokens) for r in asked),
+            cached_tokens=sum(int(r.cached_tokens) for r in asked),
             channels=dict(Counter(str(r.channel) for r in asked)),
             answered_via=dict(Counter(str(r.via) for r in valid)),
             compared=len(compared),
-            agreed=sum(1 for r in compared if r.agrees),
-            agreement_rate=(sum(1 for r in compared if r.agrees) / len(compared)
-                            if compared else None),
-            deviations=len(compared) - sum(1 for r in compared if r.agrees),
+            agreed=agreed,
+            deviations=len(compared) - agreed,
             deviations_won=sum(1 for w in won if w > 0),
             deviations_lost=sum(1 for w in won if w < 0),
-            deviation_won_ms=round(sum(won), 3),
+            deviation_won_ms=sum(won),
             deviations_measured=sum(1 for d in devs if d.by == "measured"),
             guard_waived=sum(1 for r in valid if getattr(r, "guard_waived", None)),
-            latencies_ms=latencies,
+            latencies_ms=[float(r.latency_ms) for r in asked],
         )
+
+
+_RATES = ("valid_rate", "latency_p50_ms", "latency_p95_ms", "cache_hit_rate", "agreement_rate")
+
+
+def _with_rates(**counts: Any) -> AgenticSummary:
+    """The summary of ``counts``, its rates and percentiles derived from them."""
+    asked, prompt, compared = counts["consultations"], counts["prompt_tokens"], counts["compared"]
+    return AgenticSummary(
+        **{**counts, "deviation_won_ms": round(counts["deviation_won_ms"], 3)},
+        valid_rate=counts["valid_answers"] / asked if asked else None,
+        latency_p50_ms=_percentile(counts["latencies_ms"], 0.5),
+        latency_p95_ms=_percentile(counts["latencies_ms"], 0.95),
+        cache_hit_rate=counts["cached_tokens"] / prompt if prompt else None,
+        agreement_rate=counts["agreed"] / compared if compared else None,
+    )
 
 
 def summarize(decisions: Iterable[Any]) -> AgenticSummary | None:
@@ -154,46 +161,18 @@ def merge(summaries: Iterable[AgenticSummary | None]) -> AgenticSummary | None:
     found = [s for s in summaries if s is not None]
     if not found:
         return None
-
-    def total(name: str) -> int:
-        return sum(int(getattr(s, name)) for s in found)
-
-    def counts(name: str) -> dict[str, int]:
-        out: Counter[str] = Counter()
-        for s in found:
-            out.update(getattr(s, name))
-        return dict(out)
-
-    asked, prompt = total("consultations"), total("prompt_tokens")
-    latencies = [ms for s in found for ms in s.latencies_ms]
-    return AgenticSummary(
-        decisions=total("decisions"),
-        consultations=asked,
-        cached_decisions=total("cached_decisions"),
-        skipped=counts("skipped"),
-        valid_answers=total("valid_answers"),
-        valid_rate=total("valid_answers") / asked if asked else None,
-        fallbacks=counts("fallbacks"),
-        repaired=total("repaired"),
-        llm_calls=total("llm_calls"),
-        latency_p50_ms=_percentile(latencies, 0.5),
-        latency_p95_ms=_percentile(latencies, 0.95),
-        prompt_tokens=prompt,
-        cached_tokens=total("cached_tokens"),
-        cache_hit_rate=total("cached_tokens") / prompt if prompt else None,
-        channels=counts("channels"),
-        answered_via=counts("answered_via"),
-        compared=total("compared"),
-        agreed=total("agreed"),
-        agreement_rate=total("agreed") / total("compared") if total("compared") else None,
-        deviations=total("deviations"),
-        deviations_won=total("deviations_won"),
-        deviations_lost=total("deviations_lost"),
-        deviation_won_ms=round(sum(s.deviation_won_ms for s in found), 3),
-        deviations_measured=total("deviations_measured"),
-        guard_waived=total("guard_waived"),
-        latencies_ms=latencies,
-    )
+    counts: dict[str, Any] = {}
+    for name in AgenticSummary.model_fields:
+        values = [getattr(s, name) for s in found]
+        if name in _RATES:
+            continue
+        if isinstance(values[0], dict):
+            counts[name] = dict(sum((Counter(v) for v in values), Counter()))
+        elif isinstance(values[0], list):
+            counts[name] = [x for v in values for x in v]
+        else:
+            counts[name] = sum(values)
+    return _with_rates(**counts)
 
 
 def format_agentic(name: str, s: AgenticSummary) -> str:

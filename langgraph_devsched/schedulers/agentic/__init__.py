@@ -1,12 +1,12 @@
 """The agentic scheduler: an LLM sub-agent that decides a device option per call.
 
 Where to look: `scheduler` (the decision: probe, cache, consultation, guard, repair),
-`modes` (one strategy per consultation mode), `consult` (the sub-agent's graph and the
-runner that bounds it), `observations` (the monitor's observation tools), `prompts` (every
-text the model reads besides observations), `answers` (reading what the model said),
-`constraints` (the hard rules and the repair), `model` (the chat model, the answer
-channels), `config` (environment, options), `cache`, `guard`, `lead` (the classical policy
-beside the model), `record` (what a decision records), `slots` (bounded threads).
+`modes` (one strategy per consultation mode), `consult` (the consultation loop and the
+runner that bounds it), `prompts` (every text the model reads besides observations, the
+first messages), `observations` (the monitor's observation tools), `answers` (reading what
+the model said), `model` (the chat model, the answer channels), `constraints` (the hard
+rules and the repair), `guard`, `cache`, `classical` (the classical policy beside the
+model), `record` (what a decision records), `slots` (bounded threads), `config`.
 """
 
 from langgraph_devsched.schedulers.agentic.config import (

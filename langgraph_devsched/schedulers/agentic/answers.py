@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field
 
 from langgraph_devsched.options import DeviceOption
 
@@ -123,26 +123,33 @@ def unwrap_answer(value: Any, call_ids: Collection[str] = ()) -> dict[str, Any] 
     return None
 
 
+def json_values(text: str, max_chars: int = MAX_ANSWER_CHARS) -> Iterator[Any]:
+    """Every JSON object or array in the first ``max_chars`` characters of ``text``, outer
+    spans first (each decoded once; the one reader of JSON inside text)."""
+    text = text[:max_chars]
+    if "{" not in text and "[" not in text:
+        return
+    for level in _spans(text):
+        for start, end in sorted(level):
+            try:
+                yield json.loads(text[start:end])
+            except ValueError:
+                continue
+
+
 def answer_from_text(
     text: str, *, max_chars: int = MAX_ANSWER_CHARS, call_ids: Collection[str] = ()
 ) -> dict[str, Any] | None:
     """The first answer-shaped JSON value in the first ``max_chars`` characters of ``text``."""
-    text = text[:max_chars]
-    if "{" not in text and "[" not in text:
-        return None
-    for level in _spans(text):
-        for start, end in sorted(level):
-            try:
-                value = json.loads(text[start:end])
-            except ValueError:
-                continue
-            found = unwrap_answer(value, call_ids)
-            if found is not None:
-                return found
+    for value in json_values(text, max_chars):
+        found = unwrap_answer(value, call_ids)
+        if found is not None:
+            return found
     return None
 
 
-def _text_of(message: Any) -> str:
+def text_of(message: Any) -> str:
+    """A message's text (its content's text parts)."""
     text = getattr(message, "text", "")
     if isinstance(text, str):
         return str(text)
@@ -164,22 +171,16 @@ def find_answer(
         for call in calls:
             if call.get("name") == ANSWER_TOOL:
                 args = call.get("args")
-                found = (unwrap_answer(args, call_ids) if not _has_assignments(args)
-                         else dict(args))
-                return (found if found is not None else dict(args or {})), "tool_call"
+                return unwrap_answer(args, call_ids) or dict(args or {}), "tool_call"
         for call in calls:
             found = unwrap_answer(call.get("args"), call_ids)
             if found is not None:
                 return found, "wrapped_call"
-        text = _text_of(message)
+        text = text_of(message)
         found = answer_from_text(text, call_ids=call_ids) if text else None
         if found is not None:
             return found, "text"
     return None
-
-
-def _has_assignments(args: Any) -> bool:
-    return isinstance(args, Mapping) and "assignments" in args
 
 
 class CallOption(BaseModel):
@@ -237,42 +238,11 @@ def parse_answer(args: Any) -> ParsedAnswer:
     return ParsedAnswer(options, str(args.get("reason") or "")[:500], tuple(issues))
 
 
-
 PICK_REASON_CHARS = 40
-
-
 MAX_PICK_TEXT = 4000
-
-
-class PickAnswer(BaseModel):
-    """The model's pick: a candidate's number (1-based) and an optional short reason."""
-
-    pick: int = Field(ge=1, description="the number of the chosen candidate mapping")
-    reason: str = Field("", description="a few words: why this candidate")
-
-    @field_validator("reason", mode="before")
-    @classmethod
-    def _short(cls, value: Any) -> str:
-        return "" if value is None else str(value)[:PICK_REASON_CHARS * 2]
-
-
 _PICK_KEYS = ("pick", "candidate", "choice", "index", "answer", "number")
-
-
-_INT = re.compile(r"(?<![\w.])(\d+)(?![\w])")
-
-
 _KEYED = re.compile(r'"(?:pick|candidate|choice|index)"\s*:\s*"?(\d+)')
-
-
-def _from_json(text: str) -> Any:
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return None
-    try:
-        return json.loads(text[start : end + 1])
-    except ValueError:
-        return None
+_INT = re.compile(r"(?<![\w.])(\d+)(?![\w])")
 
 
 def parse_pick(text: str, k: int) -> tuple[int, str] | None:
@@ -284,26 +254,20 @@ def parse_pick(text: str, k: int) -> tuple[int, str] | None:
     answer.
     """
     text = text[:MAX_PICK_TEXT]
-    value = _from_json(text)
-    if isinstance(value, Mapping):
-        key = next((key for key in _PICK_KEYS if key in value), None)
-        if key is not None:
-            try:
-                answer = PickAnswer.model_validate(
-                    {"pick": value[key], "reason": value.get("reason")}
-                )
-            except ValidationError:
-                return None
-            return (answer.pick, answer.reason) if answer.pick <= k else None
+    for value in json_values(text):
+        key = next((key for key in _PICK_KEYS if key in value), None) if isinstance(
+            value, Mapping) else None
+        if key is None:
+            continue
+        n = value[key]
+        n = int(n) if isinstance(n, str) and n.strip().isdigit() else n
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= k:
+            return None
+        return n, str(value.get("reason") or "")[: 2 * PICK_REASON_CHARS]
     keyed = _KEYED.search(text)  # a reply cut at the token cap: '{"pick": 2, "reason": "..'
-    if keyed is not None:
-        n = int(keyed.group(1))
-        return (n, "") if 1 <= n <= k else None
-    numbers = {int(n) for n in _INT.findall(text)}
-    if len(numbers) == 1:
-        (n,) = numbers
-        if 1 <= n <= k:
-            return n, ""
+    numbers = [int(keyed.group(1))] if keyed else list({int(n) for n in _INT.findall(text)})
+    if len(numbers) == 1 and 1 <= numbers[0] <= k:
+        return numbers[0], ""
     return None
 
 

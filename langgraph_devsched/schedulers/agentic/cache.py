@@ -8,7 +8,7 @@ answered by the fallback for a number of steps before the model is asked again.
 
 >>> from langgraph_devsched.hints import ToolDeviceSpec
 >>> from langgraph_devsched.schedulers.base import Batch
->>> slots(Batch.of([("a", "ocr", ToolDeviceSpec()), ("b", "ocr", ToolDeviceSpec())]))
+>>> occurrences(Batch.of([("a", "ocr", ToolDeviceSpec()), ("b", "ocr", ToolDeviceSpec())]))
 [('ocr', 0), ('ocr', 1)]
 """
 
@@ -50,7 +50,7 @@ class Entry:
     held to the hard rules but not VRAM-fitted again (its twin weighed the VRAM)."""
 
 
-def slots(batch: Batch) -> list[tuple[str, int]]:
+def occurrences(batch: Batch) -> list[tuple[str, int]]:
     """Each call's (tool, k-th call of that tool): how a decision maps onto a new batch."""
     seen: dict[str, int] = {}
     out = []

@@ -2,7 +2,8 @@
 
 ``$DEVSCHED_LLM_MODEL`` and ``$DEVSCHED_LLM_BASE_URL`` (or ``$OPENAI_API_KEY``) name the chat
 model; ``$DEVSCHED_LLM_TIMEOUT``, ``_MAX_TOKENS``, ``_MODE``, ``_ANSWER`` and ``_CANDIDATES``
-set scheduler options (what ``devsched bench --llm-*`` sets, `apply_llm_options`).
+set scheduler options (what ``devsched bench --llm-*`` sets, `apply_llm_options`). Each is
+checked where it is set and where it is read (`ValueError` naming the valid values).
 
 >>> check_choice("pick", ("agent", "pick"), "mode")
 'pick'
@@ -11,78 +12,27 @@ set scheduler options (what ``devsched bench --llm-*`` sets, `apply_llm_options`
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, get_args
 
 AnswerChannel = Literal["auto", "tool_required", "tool_named", "json_schema", "text"]
-"""How the forced answer turn asks for the answer (see the module docstring)."""
-
-
+"""How the forced answer turn asks for the answer (`model`)."""
 ANSWER_CHANNELS: tuple[str, ...] = get_args(AnswerChannel)
 
-
 ConsultMode = Literal["agent", "one_shot", "pick"]
-"""``agent``: observation tools over several turns; ``one_shot``: the observations inline
-in the prompt and a single, forced turn (for small models); ``pick``: the twin's best
-mappings numbered in the prompt, the answer one number (`agentic_pick`, for the smallest
-and slowest models)."""
-
-
+"""``agent``: the observations as tool outputs (`modes.agent`); ``one_shot``: the same, the
+outputs inline in the task; ``pick``: the model ratifies one of the classical policy's
+numbered candidate mappings (`modes.pick`)."""
 CONSULT_MODES: tuple[str, ...] = get_args(ConsultMode)
 
-
-
 ENV_MODEL = "DEVSCHED_LLM_MODEL"
-
-
 ENV_BASE_URL = "DEVSCHED_LLM_BASE_URL"
-
-
 ENV_API_KEY = "OPENAI_API_KEY"
-
-
 ENV_TIMEOUT = "DEVSCHED_LLM_TIMEOUT"
-
-
 ENV_MAX_TOKENS = "DEVSCHED_LLM_MAX_TOKENS"
-
-
 ENV_MODE = "DEVSCHED_LLM_MODE"
-
-
 ENV_ANSWER = "DEVSCHED_LLM_ANSWER"
-
-
 ENV_CANDIDATES = "DEVSCHED_LLM_CANDIDATES"
-
-
-def apply_llm_options(
-    *,
-    timeout_s: float | None = None,
-    max_tokens: int | None = None,
-    mode: str | None = None,
-    answer: str | None = None,
-    candidates: int | None = None,
-) -> None:
-    """Set the agentic scheduler's options for this process (``$DEVSCHED_LLM_TIMEOUT``,
-    ``_MAX_TOKENS``, ``_MODE``, ``_ANSWER``, ``_CANDIDATES``), as ``devsched bench --llm-*``
-    does; each is checked first (`ValueError` naming the valid values)."""
-    if candidates is not None:
-        if candidates < 0:
-            raise ValueError(f"--llm-candidates must be >= 0, got {candidates}")
-        os.environ[ENV_CANDIDATES] = str(candidates)
-    if timeout_s is not None:
-        if timeout_s <= 0:
-            raise ValueError(f"--llm-timeout must be > 0, got {timeout_s}")
-        os.environ[ENV_TIMEOUT] = str(timeout_s)
-    if max_tokens is not None:
-        if max_tokens < 1:
-            raise ValueError(f"--llm-max-tokens must be >= 1, got {max_tokens}")
-        os.environ[ENV_MAX_TOKENS] = str(max_tokens)
-    if mode is not None:
-        os.environ[ENV_MODE] = check_choice(mode, CONSULT_MODES, "--llm-mode")
-    if answer is not None:
-        os.environ[ENV_ANSWER] = check_choice(answer, ANSWER_CHANNELS, "--llm-answer")
 
 
 def check_choice(value: str, valid: Sequence[str], what: str) -> str:
@@ -90,6 +40,45 @@ def check_choice(value: str, valid: Sequence[str], what: str) -> str:
     if value not in valid:
         raise ValueError(f"unknown {what} {value!r}; valid: {', '.join(valid)}")
     return value
+
+
+def _at_least(low: float, strict: bool = False) -> Callable[[Any, str], Any]:
+    def check(value: Any, what: str) -> Any:
+        if value < low or (strict and value == low):
+            raise ValueError(f"{what} must be {'>' if strict else '>='} {low:g}, got {value}")
+        return value
+
+    return check
+
+
+_OPTIONS: dict[str, tuple[str, str, Callable[[str], Any], Callable[[Any, str], Any]]] = {
+    # option: (environment variable, bench flag, parse, check)
+    "timeout_s": (ENV_TIMEOUT, "--llm-timeout", float, _at_least(0, strict=True)),
+    "max_tokens": (ENV_MAX_TOKENS, "--llm-max-tokens", int, _at_least(1)),
+    "mode": (ENV_MODE, "--llm-mode", str, lambda v, w: check_choice(v, CONSULT_MODES, w)),
+    "answer": (ENV_ANSWER, "--llm-answer", str, lambda v, w: check_choice(v, ANSWER_CHANNELS, w)),
+    "candidates": (ENV_CANDIDATES, "--llm-candidates", int, _at_least(0)),
+}
+
+
+def apply_llm_options(**options: float | str | None) -> None:
+    """Set the agentic scheduler's options for this process (``timeout_s``, ``max_tokens``,
+    ``mode``, ``answer``, ``candidates``; None: left as it is) in ``$DEVSCHED_LLM_TIMEOUT``
+    and friends, as ``devsched bench --llm-*`` does; each is checked first."""
+    for name, value in options.items():
+        check_choice(name, list(_OPTIONS), "agentic option")
+        env, flag, _, check = _OPTIONS[name]
+        if value is not None:
+            os.environ[env] = str(check(value, flag))
+
+
+def env_options() -> dict[str, Any]:
+    """Scheduler options set in the environment (``$DEVSCHED_LLM_TIMEOUT`` and friends)."""
+    out: dict[str, Any] = {}
+    for name, (env, _, parse, check) in _OPTIONS.items():
+        if os.environ.get(env):
+            out[name] = check(parse(os.environ[env]), f"${env}")
+    return out
 
 
 class AgenticNotConfiguredError(RuntimeError):
@@ -104,24 +93,3 @@ def not_configured(missing: str) -> AgenticNotConfiguredError:
         "vLLM, Ollama or LM Studio, e.g. http://localhost:8080/v1); or build "
         "AgenticScheduler(model=<any LangChain chat model>)"
     )
-
-
-
-def env_options() -> dict[str, Any]:
-    """Scheduler options set in the environment (``DEVSCHED_LLM_TIMEOUT`` and friends)."""
-
-
-    out: dict[str, Any] = {}
-    if os.environ.get(ENV_TIMEOUT):
-        out["timeout_s"] = float(os.environ[ENV_TIMEOUT])
-    if os.environ.get(ENV_MAX_TOKENS):
-        out["max_tokens"] = int(os.environ[ENV_MAX_TOKENS])
-    if os.environ.get(ENV_MODE):
-        out["mode"] = check_choice(os.environ[ENV_MODE], CONSULT_MODES, f"${ENV_MODE}")
-    if os.environ.get(ENV_ANSWER):
-        out["answer"] = check_choice(os.environ[ENV_ANSWER], ANSWER_CHANNELS, f"${ENV_ANSWER}")
-    if os.environ.get(ENV_CANDIDATES):
-        out["candidates"] = int(os.environ[ENV_CANDIDATES])
-    return out
-
-

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, cast
 
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption, is_gpu, parse_option
@@ -49,9 +49,6 @@ AgenticCause = Literal[
 running; ``guarded``: the monitor's twin predicts the answer much worse than the best
 mapping it knows), ``missing_call`` and ``unknown_option`` take the fallback scheduler's
 option; the others repair the answer in place."""
-WHOLE_STEP: frozenset[str] = frozenset({"llm_error", "timeout", "no_answer", "busy", "guarded"})
-
-AGENTIC_CAUSES: tuple[AgenticCause, ...] = get_args(AgenticCause)
 REPAIRED: frozenset[AgenticCause] = frozenset(
     {"not_allowed", "pinned", "cpu_forbidden", "vram_over_budget", "no_gpu"}
 )

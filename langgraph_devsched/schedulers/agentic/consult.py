@@ -1,13 +1,14 @@
-"""One consultation of the agentic sub-agent: its graph, its turns, its answer channel.
+"""The consultation loop: one consultation's graph and turns, and the runner that bounds it.
 
-`Consultation` holds everything one consultation needs (model, tools, prompt, deadline,
-answer channel) and runs the sub-agent graph: a model node and a `ToolNode` over the
-read-only observation tools. Every turn binds the same tools (`agentic_model.bind_turn`);
-the last turn, a turn after a reply without tool calls, or the only turn in ``one_shot``
-mode is *forced*: it asks for the answer through the channel. With ``auto``, a forced turn
-that gives no answer (or fails) moves the endpoint to the next channel of `CHANNEL_CHAIN`
-and, time permitting, is asked again through it. The answer is read from any turn
-(`agentic_text.find_answer`) inside the deadline, so a huge garbage answer cannot outlast it.
+`Consultation` runs the sub-agent graph: a model node and a `ToolNode` over the read-only
+observation tools, from the first messages the mode built (`prompts`). The last turn, a turn
+after a reply without tool calls, or every turn of an ``inline`` consultation is *forced*:
+it asks for the answer through the channel (`model.bind_turn`). With ``auto``, a forced turn
+that gives no answer (or that the server rejects) moves the endpoint along its chain and,
+time permitting, is asked again. The answer is read from any turn (`answer_in`), inside the
+deadline. Pick mode's consultation is this loop with its own reader (`modes.pick`).
+`Runner` runs a consultation within its deadline; only the ``await`` differs between its
+sync and async paths.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.graph import END, START, StateGraph
@@ -36,13 +37,7 @@ from langgraph_devsched.schedulers.agentic.answers import (
 from langgraph_devsched.schedulers.agentic.config import AnswerChannel
 from langgraph_devsched.schedulers.agentic.constraints import AgenticCause
 from langgraph_devsched.schedulers.agentic.model import CHANNEL_CHAIN, ChannelState, bind_turn
-from langgraph_devsched.schedulers.agentic.observations import inline, opening
-from langgraph_devsched.schedulers.agentic.prompts import (
-    ANSWER_PROMPT,
-    FORCE_PROMPT,
-    JSON_PROMPT,
-    SYSTEM_PROMPT,
-)
+from langgraph_devsched.schedulers.agentic.prompts import ANSWER_PROMPT, FORCE_PROMPT, JSON_PROMPT
 from langgraph_devsched.schedulers.agentic.slots import ConsultationSlots
 
 if TYPE_CHECKING:
@@ -77,7 +72,6 @@ class Tally:
     channel: str = "free"
     channels_tried: list[str] = field(default_factory=list)
     mode: str = ""
-    """The consultation mode that ran (empty: the scheduler's)."""
     candidates: int = 0
     """Candidates shown (``pick`` mode)."""
 
@@ -114,9 +108,7 @@ def answer_tool() -> BaseTool:
         return "recorded"
 
     return StructuredTool.from_function(
-        submit_mapping,
-        name=ANSWER_TOOL,
-        description=(MappingAnswer.__doc__ or "").strip(),
+        submit_mapping, name=ANSWER_TOOL, description=(MappingAnswer.__doc__ or "").strip(),
         args_schema=MappingAnswer,
     )
 
@@ -126,65 +118,60 @@ class Consultation:
     """Everything one consultation needs; `invoke`/`ainvoke` run it and read the answer."""
 
     model: BaseChatModel
-    observations: list[BaseTool]
     batch: Batch
-    constraints_text: str
-    policy: str | None
-    inline: bool
-    """The observations inline in the task (one forced turn), not called as tools."""
+    messages: list[AnyMessage]
+    """The first messages (`prompts`): rules, observations, task."""
+    observations: list[BaseTool]
     channel: ChannelState
     max_turns: int
     max_tokens: int | None
+    """The json_schema channel's token cap."""
     deadline: float
-    allowed: dict[str, list[str]] = field(default_factory=dict)
-    """Each call's allowed options (the json_schema channel's enum per call)."""
+    inline: bool = False
+    """The observations are in the messages (every turn forced), not callable as tools."""
     long_tokens: int | None = None
     """The token cap of the tool and text channels (their answers are longer)."""
+    allowed: dict[str, list[str]] = field(default_factory=dict)
+    """Each call's allowed options (the json_schema channel's enum per call)."""
+    schema: dict[str, Any] | None = None
+    """The json_schema channel's schema (None: `model.answer_schema` of the step)."""
+    schema_name: str = ANSWER_TOOL
+    nudges: bool = True
+    """Whether a forced turn adds the message asking for the answer through its channel."""
+    retry_transport: bool = False
+    """A transport error (no HTTP status: a keep-alive connection the server closed) is
+    tried once more on the same channel."""
     clock: Callable[[], float] = time.monotonic
     on_llm_call: Callable[[], None] | None = None
     tally: Tally = field(default_factory=Tally)
     _compiled: Any = None
-
-    # -- prompt --------------------------------------------------------------------------------
+    _retried: bool = False
 
     def prompt(self) -> list[AnyMessage]:
-        """The first messages: rules (policy included, the same for every consultation),
-        the task (the same for every step of a batch shape), then the observations: called
-        for the model (``agent``: an assistant message with the tool calls and their
-        outputs) or inline (``one_shot``)."""
-        names = ", ".join(t.name for t in self.observations)
-        system = SYSTEM_PROMPT.format(constraints=self.constraints_text, tools=names)
-        if self.policy:
-            system += f"\nOperator policy: {self.policy}"
-        listed = ", ".join(
-            c.call_id if c.call_id == c.tool else f"{c.call_id} ({c.tool})"
-            for c in self.batch.calls
-        )
-        task = f"Step of {len(self.batch)} call(s): {listed}."
-        if self.inline:
-            task += "\nObservations:\n" + inline(self.observations)
-            return [SystemMessage(system), HumanMessage(task)]
-        # the task after the observations: the calls' message is the same for every step, so
-        # the server's prompt cache keeps it whatever the batch shape
-        return [SystemMessage(system), *opening(self.observations),
-                HumanMessage(f"{task} {ANSWER_PROMPT}")]
+        return list(self.messages)
+
+    def skip(self) -> Outcome | None:
+        """The outcome without asking the model; None: ask it."""
+        return None
+
+    def answer_in(self, messages: Sequence[AnyMessage]) -> Outcome | None:
+        """The newest answer in any AI turn of ``messages``, else None."""
+        found = find_answer(messages, self.batch.call_ids)
+        if found is None:
+            return None
+        args, via = found
+        return Outcome(parse_answer(args), via=via, tally=self.tally, messages=list(messages))
 
     # -- turns ---------------------------------------------------------------------------------
 
     def _tools(self, channel: AnswerChannel | None) -> list[BaseTool]:
         """Agent turns with a turn budget: always every tool (the same list, so the server's
         prompt cache keeps the prefix). Otherwise the answer tool for a tool channel, no tool
-        at all for json_schema and text (nothing could be called in that turn; servers such
-        as llama.cpp render every tool's schema into the prompt)."""
+        at all for json_schema and text (servers such as llama.cpp render every tool's
+        schema into the prompt)."""
         if not self.inline and self.max_turns > 1:
             return [*self.observations, answer_tool()]
         return [answer_tool()] if channel is not None and channel.startswith("tool") else []
-
-    def _remaining(self) -> float:
-        left = self.deadline - self.clock()
-        if left <= 0:
-            raise DeadlineError("the consultation's deadline passed")
-        return left
 
     def _turn(self, state: _State) -> tuple[Any, list[AnyMessage], bool]:
         """The bound model for this turn, messages to add first, and whether it is forced."""
@@ -203,18 +190,19 @@ class Consultation:
                 self.channel.advance()  # the last forced turn gave nothing: next channel
             channel = self.channel.current
             nudge = {"json_schema": ANSWER_PROMPT, "text": JSON_PROMPT}.get(channel, FORCE_PROMPT)
-            if not _has_nudge(messages, nudge):
+            if self.nudges and not any(isinstance(m, HumanMessage)
+                                       and str(m.content).endswith(nudge) for m in messages):
                 extra.append(HumanMessage(nudge))
             self.tally.channel = channel
             self.tally.channels_tried.append(channel)
+        left = self.deadline - self.clock()
+        if left <= 0:
+            raise DeadlineError("the consultation's deadline passed")
         model = bind_turn(
-            self.model,
-            self._tools(channel),
-            channel=channel,
+            self.model, self._tools(channel), channel=channel,
             max_tokens=self.max_tokens if channel == "json_schema" else self.long_tokens,
-            timeout_s=self._remaining(),
-            call_ids=list(self.batch.call_ids),
-            allowed=self.allowed,
+            timeout_s=left, call_ids=list(self.batch.call_ids), allowed=self.allowed,
+            schema=self.schema, schema_name=self.schema_name,
         )
         self.tally.llm_calls += 1
         if self.on_llm_call is not None:
@@ -231,45 +219,42 @@ class Consultation:
             "empty": forced and not getattr(reply, "tool_calls", None),
         }
 
-    def _failed_forced(self, state: _State, forced: bool, exc: Exception) -> dict[str, Any]:
-        """A forced turn that raised: with ``auto``, the next channel gets the next turn. A
-        request cut at the deadline says nothing about the channel: a timeout, as it is."""
+    def _failed_turn(self, state: _State, forced: bool, exc: Exception) -> dict[str, Any]:
+        """A turn that raised: with ``auto``, a forced turn's next channel gets the next turn.
+        A request cut at the deadline says nothing about the channel: a timeout, as it is;
+        nor does a transport error (refused, reset): final, unless ``retry_transport``."""
+        if isinstance(exc, DeadlineError):
+            raise exc
         if "timeout" in type(exc).__name__.lower() and self.clock() >= self.deadline:
             raise DeadlineError("the consultation's deadline passed") from exc
         if getattr(exc, "status_code", None) is None:
-            raise exc  # no answer from the server at all (refused, reset): not the channel
-        if not (forced and self.channel.advance() and state["forced"] + 1 < MAX_FORCED):
+            if not (self.retry_transport and not self._retried):
+                raise exc
+            self._retried = True
+        elif not (forced and self.channel.advance() and state["forced"] + 1 < MAX_FORCED):
             raise exc
-        return {
-            "turns": state["turns"] + 1,
-            "forced": state["forced"] + 1,
-            "failed": True,
-            "empty": False,
-        }
+        return {"turns": state["turns"] + 1, "forced": state["forced"] + 1, "failed": True,
+                "empty": False}
 
     def _agent(self, state: _State, config: RunnableConfig) -> dict[str, Any]:
         model, extra, forced = self._turn(state)
         try:
             reply = model.invoke([*state["messages"], *extra], config)
-        except DeadlineError:
-            raise
         except Exception as exc:
-            return self._failed_forced(state, forced, exc)
+            return self._failed_turn(state, forced, exc)
         return self._update(state, extra, reply, forced)
 
     async def _aagent(self, state: _State, config: RunnableConfig) -> dict[str, Any]:
         model, extra, forced = self._turn(state)
         try:
             reply = await model.ainvoke([*state["messages"], *extra], config)
-        except DeadlineError:
-            raise
         except Exception as exc:
-            return self._failed_forced(state, forced, exc)
+            return self._failed_turn(state, forced, exc)
         return self._update(state, extra, reply, forced)
 
     def _route(self, state: _State) -> str:
         last = next((m for m in reversed(state["messages"]) if isinstance(m, AIMessage)), None)
-        if find_answer([last], self.batch.call_ids) is not None:
+        if last is not None and self.answer_in([last]) is not None:
             return END
         names = [c["name"] for c in getattr(last, "tool_calls", None) or []]
         observing = any(n != ANSWER_TOOL for n in names)
@@ -281,50 +266,42 @@ class Consultation:
             return "agent"  # the failed turn already moved to the next channel
         if observing and not self.inline:
             return "observe"  # a forced turn that still observed: answer after that
-        if self.channel.configured == "auto" and self.channel.current != CHANNEL_CHAIN[-1]:
+        if self.channel.configured == "auto" and self.channel.current != self.channel.chain[-1]:
             return "agent"  # no answer through this channel: try the next one
         return END
 
     def graph(self) -> Any:
         """The compiled sub-agent graph (compiled once, before the deadline starts)."""
         if self._compiled is None:
-            self._compiled = self._build()
+            builder = StateGraph(_State)
+            builder.add_node("agent", RunnableLambda(self._agent, afunc=self._aagent,
+                                                     name="agent"))
+            builder.add_node("observe", ToolNode(self.observations, handle_tool_errors=True))
+            builder.add_edge(START, "agent")
+            builder.add_conditional_edges("agent", self._route, ["agent", "observe", END])
+            builder.add_edge("observe", "agent")
+            self._compiled = builder.compile(checkpointer=False, name="devsched_agentic")
         return self._compiled
-
-    def _build(self) -> Any:
-        builder = StateGraph(_State)
-        builder.add_node("agent", RunnableLambda(self._agent, afunc=self._aagent, name="agent"))
-        builder.add_node("observe", ToolNode(self.observations, handle_tool_errors=True))
-        builder.add_edge(START, "agent")
-        builder.add_conditional_edges("agent", self._route, ["agent", "observe", END])
-        builder.add_edge("observe", "agent")
-        return builder.compile(checkpointer=False, name="devsched_agentic")
-
-    def _inputs(self) -> dict[str, Any]:
-        return {"messages": self.prompt(), "turns": 0, "forced": 0, "failed": False, "empty": False}
-
-    def skip(self) -> Outcome | None:
-        """The outcome without asking the model (never: there is always a mapping to
-        choose)."""
-        return None
 
     # -- running -------------------------------------------------------------------------------
 
     def invoke(self, config: RunnableConfig) -> Outcome:
         """Run the sub-agent synchronously and read its answer."""
         try:
-            state = self.graph().invoke(self._inputs(), self._limited(config))
+            return self.read(self.graph().invoke(self._inputs(), self._limited(config)))
         except Exception as exc:
             return self._failed(exc)
-        return self.read(state["messages"])
 
     async def ainvoke(self, config: RunnableConfig) -> Outcome:
         """Run the sub-agent on the event loop (cancel it to stop it) and read its answer."""
         try:
-            state = await self.graph().ainvoke(self._inputs(), self._limited(config))
+            return self.read(await self.graph().ainvoke(self._inputs(), self._limited(config)))
         except Exception as exc:
             return self._failed(exc)
-        return self.read(state["messages"])
+
+    def _inputs(self) -> dict[str, Any]:
+        return {"messages": self.prompt(), "turns": 0, "forced": 0, "failed": False,
+                "empty": False}
 
     def _limited(self, config: RunnableConfig) -> RunnableConfig:
         return {**config, "recursion_limit": 2 * (self.max_turns + MAX_FORCED) + 4}
@@ -335,22 +312,13 @@ class Consultation:
         detail = f"{type(exc).__name__}: {exc}"[:300]
         return Outcome(failure="llm_error", detail=detail, tally=self.tally)
 
-    def read(self, messages: Sequence[AnyMessage]) -> Outcome:
-        """The answer in any turn of ``messages``, else ``no_answer``."""
-        found = find_answer(messages, self.batch.call_ids)
-        if found is None:
-            return Outcome(
-                failure="no_answer",
-                detail="the model never called submit_mapping",
-                tally=self.tally,
-                messages=list(messages),
-            )
-        args, via = found
-        return Outcome(parse_answer(args), via=via, tally=self.tally, messages=list(messages))
+    def read(self, state: dict[str, Any]) -> Outcome:
+        """The answer in any turn of the final state, else ``no_answer``."""
+        messages = list(state["messages"])
+        return self.answer_in(messages) or Outcome(
+            failure="no_answer", detail=self.no_answer, tally=self.tally, messages=messages)
 
-
-def _has_nudge(messages: Sequence[AnyMessage], nudge: str) -> bool:
-    return any(isinstance(m, HumanMessage) and str(m.content).endswith(nudge) for m in messages)
+    no_answer = "the model never called submit_mapping"
 
 
 def _native_async(model: BaseChatModel) -> bool:
@@ -362,21 +330,14 @@ def _native_async(model: BaseChatModel) -> bool:
 
 def child_config(config: RunnableConfig | None) -> RunnableConfig:
     """The consultation's run config: a child run of the caller's (callbacks, tags,
-    metadata), never a checkpointed subgraph."""
-    base: dict[str, Any] = {
-        "run_name": "devsched_agentic",
-        "configurable": {},  # a standalone graph, never a checkpointed subgraph
-        "tags": ["devsched:agentic"],
-    }
+    metadata), never a checkpointed subgraph (an empty ``configurable``)."""
+    base: dict[str, Any] = {"run_name": "devsched_agentic", "configurable": {},
+                            "tags": ["devsched:agentic"]}
     if config is not None:
         base["callbacks"] = config.get("callbacks")
         base["tags"] = [*(config.get("tags") or []), "devsched:agentic"]
         base["metadata"] = dict(config.get("metadata") or {})
     return base  # type: ignore[return-value]
-
-
-Runnable = Consultation | Any
-"""A `Consultation` or a `modes.pick.PickConsultation`: ``invoke``/``ainvoke``/``skip``."""
 
 
 @dataclass
@@ -390,19 +351,18 @@ class Runner:
     timeout_s: float
     clock: Callable[[], float] = time.monotonic
 
-    def late(self, consultation: Runnable, cause: AgenticCause) -> Outcome:
+    def late(self, consultation: Consultation, cause: AgenticCause) -> Outcome:
         detail = (
-            f"no answer within {self.timeout_s:g} s"
-            if cause == "timeout"
+            f"no answer within {self.timeout_s:g} s" if cause == "timeout"
             else f"all {self.slots.size} consultation threads are held by model calls "
             "still running"
         )
         return Outcome(failure=cause, detail=detail, tally=consultation.tally)
 
-    def _left(self, consultation: Runnable) -> float:
+    def _left(self, consultation: Consultation) -> float:
         return max(0.0, consultation.deadline - self.clock())
 
-    def run(self, consultation: Runnable, config: RunnableConfig | None) -> Outcome:
+    def run(self, consultation: Consultation, config: RunnableConfig | None) -> Outcome:
         cfg = child_config(config)
         future = self.slots.start(lambda: consultation.invoke(cfg))
         if future is None:
@@ -412,7 +372,7 @@ class Runner:
         except FutureTimeout:
             return self.late(consultation, "timeout")
 
-    async def arun(self, consultation: Runnable, config: RunnableConfig | None) -> Outcome:
+    async def arun(self, consultation: Consultation, config: RunnableConfig | None) -> Outcome:
         cfg = child_config(config)
         if _native_async(consultation.model):
             work: Any = consultation.ainvoke(cfg)

@@ -1,6 +1,6 @@
 """The guard on an agentic answer: the monitor's twin predicts it against the best it knows.
 
-The twin is the `monitor_model` noise-free testbed built from the monitor's observations
+The twin is the `schedulers.monitor_model` noise-free testbed built from the monitor's observations
 (declared hints blended with measurements). `TwinView.rank` predicts every mapping of the
 batch (a coordinate descent beyond `ENUMERATE_UP_TO` calls); `guard` rejects an answer whose
 predicted makespan exceeds ``ratio`` times the best prediction, with both recorded, unless
@@ -33,6 +33,8 @@ from langgraph_devsched.telemetry import DeviceState
 
 ENUMERATE_UP_TO = 8
 """Batches up to this many calls are predicted exhaustively (3**8 mappings)."""
+GPU_DEMAND = {"cpu": 0, "gpu_queued": 1, "gpu_now": 2}
+"""How much of the GPU an option asks for: ties go to the mapping asking less."""
 
 
 @dataclass(frozen=True)
@@ -107,11 +109,8 @@ class TwinView:
             preds = predict_makespans(self.bed, tools, self.choices)
         else:
             combos, preds = self._descend()
-        demand = {"cpu": 0, "gpu_queued": 1, "gpu_now": 2}
-        ranked = sorted(
-            zip(preds, combos, strict=True),
-            key=lambda pc: (pc[0], tuple(demand[o] for o in pc[1])),
-        )
+        ranked = sorted(zip(preds, combos, strict=True),
+                        key=lambda pc: (pc[0], tuple(GPU_DEMAND[o] for o in pc[1])))
         return [(p, dict(zip(ids, c, strict=True))) for p, c in ranked[: k or len(ranked)]]
 
     def _descend(self) -> tuple[list[tuple[DeviceOption, ...]], list[float]]:

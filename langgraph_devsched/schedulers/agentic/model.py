@@ -34,7 +34,7 @@ from langchain_core.tools import BaseTool
 from pydantic import SecretStr
 
 from langgraph_devsched.options import DEVICE_OPTIONS
-from langgraph_devsched.schedulers.agentic.answers import ANSWER_TOOL, MappingAnswer
+from langgraph_devsched.schedulers.agentic.answers import ANSWER_TOOL
 from langgraph_devsched.schedulers.agentic.config import (
     ENV_API_KEY,
     ENV_BASE_URL,
@@ -110,29 +110,18 @@ def openai_model(
     )
 
 
-def is_openai_wire(model: Any) -> bool:
-    """Whether ``model`` talks the OpenAI wire (takes ``timeout`` and ``extra_body`` per call)."""
-    return type(model).__module__.startswith("langchain_openai")
-
-
 def answer_schema(
-    call_ids: Sequence[str] | None = None, allowed: Mapping[str, Sequence[str]] | None = None
+    call_ids: Sequence[str], allowed: Mapping[str, Sequence[str]] | None = None
 ) -> dict[str, Any]:
-    """The answer's JSON schema for ``response_format``, inline (no ``$defs``).
-
-    For a known step (``call_ids``) it is a flat object with exactly one required property
-    per call id whose value is one of that call's ``allowed`` options (default: all): a
-    server that constrains decoding to it cannot repeat entries, invent ids or run on until
-    the token cap, and no token is spent on a wrapper or a reason (a 1.5B model on two
-    shared CPU cores writes about 4 tokens a second).
+    """The answer's JSON schema for ``response_format``: a flat object with exactly one
+    required property per call id whose value is one of that call's ``allowed`` options
+    (default: all). A server that constrains decoding to it cannot repeat entries, invent
+    ids or run on until the token cap, and no token is spent on a wrapper or a reason (a
+    1.5B model on two shared CPU cores writes about 4 tokens a second).
 
     >>> answer_schema(["a"], {"a": ["cpu"]})["properties"]
     {'a': {'type': 'string', 'enum': ['cpu']}}
     """
-    if not call_ids:
-        from langchain_core.utils.function_calling import convert_to_openai_tool
-
-        return dict(convert_to_openai_tool(MappingAnswer)["function"]["parameters"])
     allowed = allowed or {}
     return {
         "type": "object",
@@ -152,7 +141,7 @@ def bind_turn(
     channel: AnswerChannel | None,
     max_tokens: int | None,
     timeout_s: float | None,
-    call_ids: Sequence[str] | None = None,
+    call_ids: Sequence[str] = (),
     allowed: Mapping[str, Sequence[str]] | None = None,
     schema: dict[str, Any] | None = None,
     schema_name: str = ANSWER_TOOL,
@@ -166,7 +155,7 @@ def bind_turn(
     """
     choice: str | None = None
     extra: dict[str, Any] = {}
-    openai_wire = is_openai_wire(model)
+    openai_wire = type(model).__module__.startswith("langchain_openai")  # timeout, extra_body
     if channel == "tool_required":
         choice = "any"  # langchain-openai sends "required"
     elif channel == "tool_named":

@@ -210,12 +210,17 @@ def estimates_data(
     return out
 
 
+def outcomes_of(obs: Mapping[str, Any], batch: Batch) -> list[Mapping[str, Any]]:
+    """The monitor's executed mappings of ``batch``'s shape (its sorted tool names)."""
+    shape = sorted(batch.shape)
+    return [o for o in obs.get("outcomes", ()) if sorted(o.get("shape", ())) == shape]
+
+
 def outcomes_data(obs: Mapping[str, Any], batch: Batch) -> dict[str, Any]:
     """Executed mappings of this step's batch shape and what they measured: per run, the
     options in ``calls`` order, the mean makespan and the count (lowest makespan first, at
     most `MAX_OUTCOMES`)."""
-    shape = sorted(batch.shape)
-    rows = [o for o in obs.get("outcomes", ()) if sorted(o.get("shape", ())) == shape]
+    rows = outcomes_of(obs, batch)
     rows.sort(key=lambda o: float(o.get("makespan_ms") or 0.0))
     runs = []
     for o in rows[:MAX_OUTCOMES]:
@@ -308,12 +313,7 @@ def observation_tools(
 
 
 OBSERVATION_TOOL_NAMES = (
-    "step_calls",
-    "device_state",
-    "tool_estimates",
-    "past_outcomes",
-    "exploration_hints",
-)
+    "step_calls", "device_state", "tool_estimates", "past_outcomes", "exploration_hints")
 """In the order `opening` calls them: what changes least first (a longer cached prefix)."""
 
 

@@ -1,9 +1,10 @@
 """Every text the agentic sub-agent reads that is not an observation: one place to tune them.
 
-The default mode's system prompt is the same for every consultation of a scheduler (a
-stable prefix the server's prompt cache keeps); the task line names the step's calls; the
-nudges ask for the answer through the channel in use. Pick mode's texts number the
-candidate mappings (`candidates_text`) and ask for one number.
+The default mode's first messages (`agent_prompt`): the system prompt, the same for every
+consultation of a scheduler (a stable prefix the server's prompt cache keeps), the
+observation tools called for the model, the task line naming the step's calls; the nudges
+ask for the answer through the channel in use. Pick mode's texts number the candidate
+mappings (`candidates_text`) and ask for one number.
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
+from langchain_core.tools import BaseTool
+
 from langgraph_devsched.schedulers.agentic.constraints import HardConstraints
+from langgraph_devsched.schedulers.agentic.observations import compact, inline, opening
 
 if TYPE_CHECKING:
     from langgraph_devsched.schedulers.agentic.modes.pick import Candidate
@@ -34,16 +39,33 @@ Hard constraints, enforced after you answer: {constraints}"""
 
 
 FORCE_PROMPT = "Submit your answer now: call submit_mapping with one option per call id."
-
-
 ANSWER_PROMPT = "Answer now."
-
-
 JSON_PROMPT = (
     'Answer now with only a JSON object: {"assignments": {"<call id>": "<gpu_now, gpu_queued '
     'or cpu>", ...}, "reason": "<a few words>"}, one entry per call id of this step.'
 )
 
+
+def agent_prompt(
+    batch: Batch, tools: Sequence[BaseTool], rules: HardConstraints, policy: str | None,
+    *, inline_outputs: bool = False,
+) -> list[AnyMessage]:
+    """The default mode's first messages: rules (policy included, the same for every
+    consultation), the observation tools called for the model (an assistant message with
+    the calls, then their outputs; ``inline_outputs``: the outputs in the task message,
+    ``one_shot``), then the task. The task comes after the observations: the calls'
+    message is the same for every step, so the server's prompt cache keeps it."""
+    described = {k: v for k, v in rules.describe().items() if v}
+    system = SYSTEM_PROMPT.format(constraints=compact(described) if described else "none",
+                                  tools=", ".join(t.name for t in tools))
+    if policy:
+        system += f"\nOperator policy: {policy}"
+    listed = ", ".join(c.call_id if c.call_id == c.tool else f"{c.call_id} ({c.tool})"
+                       for c in batch.calls)
+    task = f"Step of {len(batch)} call(s): {listed}."
+    if inline_outputs:
+        return [SystemMessage(system), HumanMessage(f"{task}\nObservations:\n{inline(tools)}")]
+    return [SystemMessage(system), *opening(tools), HumanMessage(f"{task} {ANSWER_PROMPT}")]
 
 
 PICK_SYSTEM = """\
@@ -108,14 +130,13 @@ def candidates_text(batch: Batch, candidates: Sequence[Candidate]) -> str:
     return "\n".join(lines)
 
 
-def pick_system(constraints: HardConstraints, policy: str | None) -> str:
-    """The system message of every pick consultation of a scheduler (a stable prefix)."""
-    text = PICK_SYSTEM.format(constraints=json.dumps(constraints.describe()))
-    return text + (f"\nOperator policy: {policy}" if policy else "")
-
-
-def pick_task(batch: Batch, candidates: Sequence[Candidate]) -> str:
-    """The step's part of the prompt: the numbered candidates, lowest prediction first."""
+def pick_prompt(
+    batch: Batch, candidates: Sequence[Candidate], rules: HardConstraints, policy: str | None
+) -> list[AnyMessage]:
+    """Pick mode's two messages: the system message, the same for every pick consultation of
+    a scheduler (a stable prefix), and the numbered candidates, lowest prediction first."""
+    system = PICK_SYSTEM.format(constraints=json.dumps(rules.describe()))
+    system += f"\nOperator policy: {policy}" if policy else ""
     k = len(candidates)
     spans = [c.predicted_ms for c in candidates]
     head = "Candidates, lowest predicted makespan first"
@@ -124,6 +145,7 @@ def pick_task(batch: Batch, candidates: Sequence[Candidate]) -> str:
     if k == 1:
         head = "Only candidate"
     ask = f"Pick 1-{k}." if k > 1 else "Pick 1."
-    return f"Step of {len(batch)} call(s). {head}:\n{candidates_text(batch, candidates)}\n{ask}"
+    task = f"Step of {len(batch)} call(s). {head}:\n{candidates_text(batch, candidates)}\n{ask}"
+    return [SystemMessage(system), HumanMessage(task)]
 
 

@@ -36,12 +36,11 @@ consultation's record (channel, latency, tokens, guard predictions, agreement) i
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -57,7 +56,12 @@ from langgraph_devsched.schedulers.agentic.cache import (
     Key,
     estimates,
     fingerprint,
-    slots,
+    occurrences,
+)
+from langgraph_devsched.schedulers.agentic.classical import (
+    agreement,
+    fallback_lead,
+    held_to_rules,
 )
 from langgraph_devsched.schedulers.agentic.config import (
     ANSWER_CHANNELS,
@@ -75,7 +79,6 @@ from langgraph_devsched.schedulers.agentic.constraints import (
 )
 from langgraph_devsched.schedulers.agentic.consult import Outcome, Runner, Tally
 from langgraph_devsched.schedulers.agentic.guard import TwinView, guard, hinted_probe
-from langgraph_devsched.schedulers.agentic.lead import agreement, fallback_lead, held_to_rules
 from langgraph_devsched.schedulers.agentic.model import ChannelState, openai_model
 from langgraph_devsched.schedulers.agentic.modes import Mode, Step, make_mode
 from langgraph_devsched.schedulers.agentic.record import AgenticDecision, ConsultationRecord
@@ -108,7 +111,7 @@ class AgenticScheduler(SchedulerBase):
     outputs inline) or ``"pick"`` (ratifying: the policy's mapping and the twin's best as
     ``candidates`` numbered, default 3, within ``pick_within`` of the best; tool channels
     refused). ``answer``: the forced turn's channel (``"auto"``: json_schema, tool_required,
-    text; or one of them, or ``"tool_named"``); ``final_tool_choice`` is the older spelling.
+    text; or one of them, or ``"tool_named"``).
     ``max_tokens``: completion tokens per turn (None: sized to the batch). ``guard_ratio``:
     reject an answer the twin predicts worse than this times the best mapping it knows,
     unless it measures what an exploration hint names (None: off).
@@ -135,7 +138,6 @@ class AgenticScheduler(SchedulerBase):
         max_turns: int = 1,
         mode: ConsultMode = "agent",
         answer: AnswerChannel = "auto",
-        final_tool_choice: str | None = None,
         max_tokens: int | None = None,
         guard_ratio: float | None = 1.5,
         candidates: int = 0,
@@ -155,8 +157,6 @@ class AgenticScheduler(SchedulerBase):
         if guard_ratio is not None and guard_ratio < 1:
             raise ValueError(f"guard_ratio must be >= 1 or None, got {guard_ratio}")
         check_choice(mode, CONSULT_MODES, "mode")
-        if final_tool_choice is not None:
-            answer = "tool_required" if final_tool_choice in ("any", "required") else "tool_named"
         check_choice(answer, ANSWER_CHANNELS, "answer channel")
         self._mode: Mode = make_mode(mode, answer)  # pick refuses the tool channels
         if candidates < 0:
@@ -201,10 +201,6 @@ class AgenticScheduler(SchedulerBase):
     @property
     def channel_state(self) -> ChannelState:
         return self._mode.channel
-
-    @property
-    def drift_tolerance(self) -> float:
-        return self._cache.drift_tolerance
 
     # -- construction --------------------------------------------------------------------------
 
@@ -269,24 +265,16 @@ class AgenticScheduler(SchedulerBase):
 
     # -- fingerprint, cache, probes ------------------------------------------------------------
 
-    def fingerprint(self, batch: Batch, view: View) -> tuple[Any, ...]:
-        """The key under which a decision for ``batch`` in ``view`` is reused."""
-        return self._step(batch, self._with_observations(batch, view)).key
-
     def _step(self, batch: Batch, view: View) -> _Prepared:
-        """The step with the fallback policy's decision beside it (`lead.fallback_lead`) and
-        its cache key: the fingerprint (hints, estimates, device bucket) and the mode's part
-        (the default mode: the executed mappings of the shape; pick: the policy's mapping)."""
+        """The step with the fallback policy's decision beside it (`classical.fallback_lead`)
+        and its cache key: the fingerprint (hints, estimates, device bucket) and the mode's
+        part (the default mode: the executed mappings of the shape; pick: the policy's
+        mapping)."""
         key, obs = fingerprint(batch, view)
-
-        def count() -> None:
-            with self._lock:
-                self.llm_calls += 1
-
         step = _Prepared(
             model=self.model, batch=batch, view=view, obs=obs, constraints=self.constraints,
             policy=self.policy, max_turns=self.max_turns, max_tokens=self.max_tokens,
-            timeout_s=self.timeout_s, clock=self.clock, on_llm_call=count,
+            timeout_s=self.timeout_s, clock=self.clock, on_llm_call=self._count_llm_call,
             lead=fallback_lead(self.fallback, batch, view), candidates=self.candidates,
             pick_within=self.pick_within, guard_ratio=self.guard_ratio,
             started=self.clock(),
@@ -294,63 +282,46 @@ class AgenticScheduler(SchedulerBase):
         step.key = (*key, self._mode.key(step))
         return step
 
+    def _count_llm_call(self) -> None:
+        with self._lock:
+            self.llm_calls += 1
+
     def _prepare(self, batch: Batch, view: View) -> _Prepared | Decision:
         """The decision made without the model (a probe, a cached answer), else the step
         with its consultation built."""
-        view = self._with_observations(batch, view)
-        step = self._step(batch, view)
+        step = self._step(batch, self._with_observations(batch, view))
         if step.lead is not None and step.lead.probe:
-            return self._probe(batch, view, step.lead, step.obs)
-        cached = self._lookup(step.key, batch, view, step.obs, step.lead)
+            return self._probe(step, step.lead)
+        cached = self._lookup(step)
         if cached is not None:
             return cached
         try:
-            step.twin_view = TwinView.build(batch, view.device, view.observations)
+            step.twin_view = TwinView.build(batch, step.view.device, step.view.observations)
         except Exception as exc:  # the twin is advice: never let it break a step
             logger.info("agentic twin unavailable: %s", exc)
         step.consultation = self._mode.consultation(step)
         return step
 
-    def _lookup(
-        self, key: Key, batch: Batch, view: View, obs: Mapping[str, Any], lead: Decision | None
-    ) -> Decision | None:
-        entry = self._cache.lookup(key, estimates(obs, batch.shape))
+    def _lookup(self, step: _Prepared) -> Decision | None:
+        """The cached decision for the step's key, its options carried over to the new call
+        ids by occurrence; a cached failure answered by the fallback."""
+        batch = step.batch
+        entry = self._cache.lookup(step.key, estimates(step.obs, batch.shape))
         if entry is None:
             return None
         with self._lock:
             self.cache_hits += 1
         record = ConsultationRecord(cached=True, cause=entry.failure, mode=self.mode)
         if entry.failure is not None:
-            return self._whole_fallback(
-                batch, view, entry.failure, "not consulted again yet", record, cached=True,
-                lead=lead,
-            )
-        where = slots(batch)
-        answer = ParsedAnswer(
-            {c.call_id: entry.options[s] for c, s in zip(batch.calls, where, strict=True)}
-        )
-        causes_before = {
-            c.call_id: entry.causes[s]
-            for c, s in zip(batch.calls, where, strict=True)
-            if s in entry.causes
-        }
-        return self._finish(
-            batch,
-            view,
-            answer,
-            llm_calls=0,
-            prior=causes_before,
-            reason=f"agentic (cached): {entry.reason}",
-            issues=(),
-            record=record,
-            seen=obs.get("vram_seen_mb") or {},
-            fit_vram=not entry.fallback_mapping,
-            lead=lead,
-        )[0]
+            return self._whole_fallback(step, entry.failure, "not consulted again yet", record,
+                                        cached=True)
+        where = dict(zip(batch.call_ids, occurrences(batch), strict=True))
+        answer = ParsedAnswer({c: entry.options[where[c]] for c in batch.call_ids})
+        prior = {c: entry.causes[where[c]] for c in batch.call_ids if where[c] in entry.causes}
+        return self._finish(step, answer, f"agentic (cached): {entry.reason}", record,
+                            prior=prior, fit_vram=not entry.fallback_mapping)[0]
 
-    def _probe(
-        self, batch: Batch, view: View, lead: Decision, obs: Mapping[str, Any]
-    ) -> Decision:
+    def _probe(self, step: _Prepared, lead: Decision) -> Decision:
         """The monitor's reprobe, run without consulting: symmetric, swap or unknown-side
         probes that the fallback policy (``monitor``) sizes from the exploration hints.
 
@@ -360,14 +331,11 @@ class AgenticScheduler(SchedulerBase):
         Qwen2.5-Coder-1.5B (docs/agentic.md): not running the probes left the fallback
         unable to learn (8 of 13 built-ins optimal); offering each probe for the model to
         ratify consulted on every step. The probe is held to the hard constraints."""
-        seen = obs.get("vram_seen_mb") or {}
-        mapping, repairs = held_to_rules(batch, view, self.constraints, lead, seen)
-        self.last_fallbacks = {}
-        self.last_issues = ()
-        reason = f"{self.fallback.name} probe, not consulted: {lead.reason}"
-        if repairs:
-            reason += "; repaired " + ", ".join(
-                f"{c}->{mapping[c]} ({k})" for c, k in repairs.items())
+        mapping, repairs = held_to_rules(step.batch, step.view, self.constraints, lead,
+                                         step.vram_seen)
+        self.last_fallbacks, self.last_issues = {}, ()
+        reason = f"{self.fallback.name} probe, not consulted: {lead.reason}" + _repaired(
+            mapping, repairs)
         return self._decision(
             mapping, reason, predicted_ms={} if repairs else dict(lead.predicted_ms), probe=True,
             consultation=ConsultationRecord(mode=self.mode, skipped="probe"),
@@ -381,164 +349,115 @@ class AgenticScheduler(SchedulerBase):
         """The first messages of a consultation of ``batch`` (for a look at them)."""
         from langgraph_devsched.telemetry import DeviceState
 
-        view = view or View(DeviceState(False, "none", 0, 0, 0.0, 1))
-        view = self._with_observations(batch, view)
-        step = self._step(batch, view)
-        return list(self._mode.consultation(step).prompt())
+        view = self._with_observations(batch, view or View(DeviceState(False, "none", 0, 0,
+                                                                       0.0, 1)))
+        return self._mode.consultation(self._step(batch, view)).prompt()
 
     # -- from an answer to a decision ----------------------------------------------------------
 
     def _record(self, outcome: Outcome, started: float, **kw: Any) -> ConsultationRecord:
         tally: Tally = outcome.tally
         return ConsultationRecord(
-            channel=tally.channel,
-            channels_tried=tuple(tally.channels_tried),
-            via=outcome.via,
-            latency_ms=(self.clock() - started) * 1000.0,
-            llm_calls=tally.llm_calls,
-            prompt_tokens=tally.prompt_tokens,
-            cached_tokens=tally.cached_tokens,
-            cause=outcome.failure,
-            detail=outcome.detail,
-            mode=tally.mode or self.mode,
-            pick=outcome.pick,
-            candidates=tally.candidates,
-            skipped=outcome.skipped,
-            **kw,
+            channel=tally.channel, channels_tried=tuple(tally.channels_tried), via=outcome.via,
+            latency_ms=(self.clock() - started) * 1000.0, llm_calls=tally.llm_calls,
+            prompt_tokens=tally.prompt_tokens, cached_tokens=tally.cached_tokens,
+            cause=outcome.failure, detail=outcome.detail, mode=tally.mode or self.mode,
+            pick=outcome.pick, candidates=tally.candidates, skipped=outcome.skipped, **kw,
         )
 
-    def _fail(
-        self, batch: Batch, view: View, key: Key, cause: AgenticCause, detail: str,
-        record: ConsultationRecord, lead: Decision | None = None,
-    ) -> Decision:
-        logger.warning("agentic scheduler: %s (%s); falling back", cause, detail)
-        decision = self._whole_fallback(batch, view, cause, detail, record, lead=lead)
-        self._cache.store(key, Entry({}, {}, "", {}, cause, self.retry_failed_after, detail))
-        return decision
-
     def _conclude(self, step: _Prepared, outcome: Outcome) -> Decision:
-        batch, view, key, lead = step.batch, step.view, step.key, step.lead
-        obs = dict(step.obs)
-        twin_view, started = step.twin_view, step.started
+        """The consultation's outcome as a decision: repaired, guarded, compared with the
+        policy's mapping, cached (a failure too, retried after ``retry_failed_after``)."""
+        batch, obs = step.batch, step.obs
         if outcome.skipped is None:
             with self._lock:
                 self.consultations += 1
         self.last_messages = outcome.messages
         if outcome.answer is None:
-            cause = outcome.failure or "no_answer"
-            record = self._record(outcome, started)
-            return self._fail(batch, view, key, cause, outcome.detail, record, lead)
-        known = set(batch.call_ids)
+            return self._failed(step, outcome.failure or "no_answer", outcome.detail,
+                                self._record(outcome, step.started))
         issues = list(outcome.answer.issues)
-        unknown = sorted(set(outcome.answer.options) - known)
+        unknown = sorted(set(outcome.answer.options) - set(batch.call_ids))
         if unknown:
-            valid = ", ".join(batch.call_ids)
-            issues.append(f"unknown call id(s) {', '.join(unknown)}; valid: {valid}")
-        record = self._record(outcome, started)
+            issues.append(f"unknown call id(s) {', '.join(unknown)}; valid: "
+                          + ", ".join(batch.call_ids))
+        record = self._record(outcome, step.started)
         decision, mapping = self._finish(
-            batch,
-            view,
-            outcome.answer,
-            llm_calls=outcome.tally.llm_calls,
-            prior={},
-            reason=f"agentic: {outcome.answer.reason}".rstrip(": "),
+            step, outcome.answer, f"agentic: {outcome.answer.reason}".rstrip(": "), record,
             issues=tuple(issues),
-            record=record,
-            seen=step.vram_seen,
             fit_vram=not outcome.unguarded,  # the fallback's own mapping: its twin fitted it
-            lead=lead,
         )
         extra: dict[str, Any] = {}
-        if self.guard_ratio is not None and twin_view is not None:
-            verdict = guard(twin_view, mapping, ratio=self.guard_ratio)
+        if self.guard_ratio is not None and step.twin_view is not None:
+            verdict = guard(step.twin_view, mapping, ratio=self.guard_ratio)
             extra = {"guard_answer_ms": verdict.answer_ms, "guard_best_ms": verdict.best_ms}
             if verdict.rejected and not outcome.unguarded:
                 asked_for = hinted_probe(mapping, batch, obs.get("hints", ()))
                 if asked_for is None:
-                    record = self._record(outcome, started, **extra)
-                    record = _replace(record, cause="guarded", detail=verdict.text())
-                    return self._fail(batch, view, key, "guarded", verdict.text(), record,
-                                      lead)
+                    rejected = replace(record, cause="guarded", detail=verdict.text(), **extra)
+                    return self._failed(step, "guarded", verdict.text(), rejected)
                 extra["guard_waived"] = asked_for
-        extra.update(agreement(batch, view, self.constraints, mapping, lead, obs, twin_view))
-        decision = _replace(decision, consultation=_replace(decision.consultation, **extra))
-        where = dict(zip(batch.call_ids, slots(batch), strict=True))
-        self._cache.store(
-            key,
-            Entry(
-                options={where[c]: o for c, o in decision.mapping.items()},
-                causes={where[c]: cause for c, cause in self.last_fallbacks.items()},
-                reason=outcome.answer.reason,
-                estimates=estimates(obs, batch.shape),
-                fallback_mapping=outcome.unguarded,
-            ),
-        )
+        extra.update(agreement(batch, step.view, self.constraints, mapping, step.lead, obs,
+                               step.twin_view))
+        decision = replace(decision, consultation=replace(record, **extra))
+        where = dict(zip(batch.call_ids, occurrences(batch), strict=True))
+        self._cache.store(step.key, Entry(
+            options={where[c]: o for c, o in decision.mapping.items()},
+            causes={where[c]: cause for c, cause in self.last_fallbacks.items()},
+            reason=outcome.answer.reason, estimates=estimates(obs, batch.shape),
+            fallback_mapping=outcome.unguarded,
+        ))
         return decision
 
-    def _fallback_decision(
-        self, batch: Batch, view: View, lead: Decision | None = None
-    ) -> tuple[Decision, str]:
+    def _failed(
+        self, step: _Prepared, cause: AgenticCause, detail: str, record: ConsultationRecord
+    ) -> Decision:
+        logger.warning("agentic scheduler: %s (%s); falling back", cause, detail)
+        self._cache.store(step.key, Entry({}, {}, "", {}, cause, self.retry_failed_after, detail))
+        return self._whole_fallback(step, cause, detail, record)
+
+    def _fallback_decision(self, step: _Prepared) -> tuple[Decision, str]:
         """The fallback policy's decision: the one made beside the model for this step
         (``lead``) where there is one, else asked now (static if it fails)."""
-        if lead is not None and not lead.probe:
-            return lead, self.fallback.name
+        if step.lead is not None and not step.lead.probe:
+            return step.lead, self.fallback.name
         try:
-            return self.fallback.decide(batch, view), self.fallback.name
+            return self.fallback.decide(step.batch, step.view), self.fallback.name
         except Exception as exc:
             from langgraph_devsched.schedulers.static import StaticHintScheduler
 
             logger.warning(
                 "fallback scheduler %s failed (%s); using static", self.fallback.name, exc
             )
-            return StaticHintScheduler().decide(batch, view), "static"
+            return StaticHintScheduler().decide(step.batch, step.view), "static"
 
     def _finish(
-        self,
-        batch: Batch,
-        view: View,
-        answer: ParsedAnswer,
-        *,
-        llm_calls: int,
-        prior: Mapping[str, AgenticCause],
-        reason: str,
-        issues: tuple[str, ...],
-        record: ConsultationRecord,
-        seen: Mapping[str, float],
+        self, step: _Prepared, answer: ParsedAnswer, reason: str, record: ConsultationRecord,
+        *, prior: Mapping[str, AgenticCause] | None = None, issues: tuple[str, ...] = (),
         fit_vram: bool = True,
-        lead: Decision | None = None,
     ) -> tuple[AgenticDecision, dict[str, DeviceOption]]:
-        needs_fallback = any(answer.options.get(c) not in DEVICE_OPTIONS for c in batch.call_ids)
+        """An answer held to the hints and hard constraints (`constraints.repair`), the
+        fallback's option for each call it cannot repair, every cause in the reason."""
+        batch = step.batch
         fallback: Mapping[str, DeviceOption] = {}
-        used = ""
-        if needs_fallback:
-            base, used = self._fallback_decision(batch, view, lead)
+        used = self.fallback.name
+        if any(answer.options.get(c) not in DEVICE_OPTIONS for c in batch.call_ids):
+            base, used = self._fallback_decision(step)
             fallback = base.mapping
-        mapping, causes = repair(
-            answer, batch, view.device, self.constraints, fallback=fallback, vram_seen_mb=seen,
-            fit_vram=fit_vram,
-        )
-        causes = {**prior, **causes}
-        self.last_fallbacks = causes
-        self.last_issues = issues
-        notes = [reason]
+        mapping, causes = repair(answer, batch, step.view.device, self.constraints,
+                                 fallback=fallback, vram_seen_mb=step.vram_seen,
+                                 fit_vram=fit_vram)
+        causes = {**(prior or {}), **causes}
+        self.last_fallbacks, self.last_issues = causes, issues
         repaired = {c: k for c, k in causes.items() if k in REPAIRED}
         fell = {c: k for c, k in causes.items() if k not in REPAIRED}
-        if repaired:
-            notes.append(
-                "repaired " + ", ".join(f"{c}->{mapping[c]} ({k})" for c, k in repaired.items())
-            )
+        reason += _repaired(mapping, repaired)
         if fell:
-            notes.append(
-                f"fallback {used or self.fallback.name} for "
-                + ", ".join(f"{c} ({k})" for c, k in fell.items())
-            )
-        notes.extend(issues)
+            reason += f"; fallback {used} for " + ", ".join(f"{c} ({k})" for c, k in fell.items())
         decision = self._decision(
-            mapping,
-            "; ".join(notes),
+            mapping, "; ".join([reason, *issues]),
             fallback="invalid_decision" if causes or issues else None,
-            llm_calls=llm_calls,
-            consultation=record,
+            llm_calls=record.llm_calls, consultation=record,
         )
         return decision, mapping
 
@@ -548,40 +467,28 @@ class AgenticScheduler(SchedulerBase):
         return AgenticDecision(mapping=dict(mapping), reason=reason, scheduler=self.name, **kw)
 
     def _whole_fallback(
-        self,
-        batch: Batch,
-        view: View,
-        cause: AgenticCause,
-        detail: str,
-        record: ConsultationRecord,
-        *,
-        cached: bool = False,
-        lead: Decision | None = None,
+        self, step: _Prepared, cause: AgenticCause, detail: str, record: ConsultationRecord,
+        *, cached: bool = False,
     ) -> Decision:
-        base, used = self._fallback_decision(batch, view, lead)
-        mapping, repairs = repair(
-            ParsedAnswer(dict(base.mapping)), batch, view.device, self.constraints, fallback={}
-        )
-        self.last_fallbacks = dict.fromkeys(batch.call_ids, cause)
+        base, used = self._fallback_decision(step)
+        mapping, repairs = repair(ParsedAnswer(dict(base.mapping)), step.batch,
+                                  step.view.device, self.constraints, fallback={})
+        self.last_fallbacks = dict.fromkeys(step.batch.call_ids, cause)
         self.last_issues = (detail,) if detail else ()
         how = "earlier consultation failed" if cached else "consultation failed"
         reason = f"agentic {how} ({cause}: {detail}); fallback {used}: {base.reason}"
-        if repairs:
-            fixes = ", ".join(f"{c}->{mapping[c]} ({k})" for c, k in repairs.items())
-            reason += f"; repaired {fixes}"
         return self._decision(
-            mapping,
-            reason,
-            predicted_ms=dict(base.predicted_ms),
-            probe=base.probe,
-            fallback="scheduler_error",
-            llm_calls=record.llm_calls,
+            mapping, reason + _repaired(mapping, repairs), predicted_ms=dict(base.predicted_ms),
+            probe=base.probe, fallback="scheduler_error", llm_calls=record.llm_calls,
             consultation=record,
         )
 
 
-def _replace(obj: Any, **changes: Any) -> Any:
-    return dataclasses.replace(obj, **changes)
+def _repaired(mapping: Mapping[str, str], repairs: Mapping[str, str]) -> str:
+    """``"; repaired c->option (cause), ..."`` for ``repairs``, else empty."""
+    if not repairs:
+        return ""
+    return "; repaired " + ", ".join(f"{c}->{mapping[c]} ({k})" for c, k in repairs.items())
 
 
 def _fallback_scheduler(fallback: Scheduler | str | None) -> Scheduler:

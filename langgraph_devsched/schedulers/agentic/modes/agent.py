@@ -3,9 +3,9 @@
 `Step` is what every mode builds a consultation from (the step, the scheduler's settings,
 the classical policy's decision beside it, the twin). `AgentMode` builds a `Consultation`:
 the observation tools called for the model (``inline``: their outputs in the task message,
-what ``one_shot`` was), one forced turn through the answer channel (more with
-``max_turns``). It is asked again when a mapping of the shape was measured for the first
-time (`lead.executed_key`), besides the fingerprint's own changes.
+``one_shot``), one forced turn through the answer channel (more with ``max_turns``). It is
+asked again when a mapping of the shape was measured for the first time (`executed_key`),
+besides the fingerprint's own changes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph_devsched.schedulers.agentic.config import AnswerChannel
 from langgraph_devsched.schedulers.agentic.consult import Consultation
-from langgraph_devsched.schedulers.agentic.lead import executed_key
 from langgraph_devsched.schedulers.agentic.model import (
     CHANNEL_CHAIN,
     LONG_BUDGET_FACTOR,
@@ -25,9 +24,10 @@ from langgraph_devsched.schedulers.agentic.model import (
 )
 from langgraph_devsched.schedulers.agentic.observations import (
     allowed_options,
-    compact,
     observation_tools,
+    outcomes_of,
 )
+from langgraph_devsched.schedulers.agentic.prompts import agent_prompt
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -64,6 +64,13 @@ class Step:
         return self.obs.get("vram_seen_mb") or {}
 
 
+def executed_key(obs: Mapping[str, Any], batch: Batch) -> tuple[Any, ...]:
+    """The executed mappings of ``batch``'s shape, as a cache-key part: a mapping measured
+    for the first time (the monitor's reprobe, or the model's own answer) is an observation
+    the model has not seen, so the default mode is asked again."""
+    return tuple(sorted(str(o.get("placement")) for o in outcomes_of(obs, batch)))
+
+
 class AgentMode:
     """The default mode (``inline=True``: the observations inline, ``one_shot``)."""
 
@@ -77,21 +84,20 @@ class AgentMode:
 
     def consultation(self, step: Step) -> Consultation:
         batch, rules = step.batch, step.constraints
+        tools = observation_tools(batch, step.view, rules)
         budget = answer_budget(len(batch))
-        described = {k: v for k, v in rules.describe().items() if v}
         consultation = Consultation(
             model=step.model,
-            observations=observation_tools(batch, step.view, rules),
             batch=batch,
-            constraints_text=compact(described) if described else "none",
-            policy=step.policy,
-            inline=self.inline,
+            messages=agent_prompt(batch, tools, rules, step.policy, inline_outputs=self.inline),
+            observations=tools,
             channel=self.channel,
             max_turns=1 if self.inline else step.max_turns,
             max_tokens=step.max_tokens or budget,
             long_tokens=step.max_tokens or LONG_BUDGET_FACTOR * budget,
             allowed={c.call_id: allowed_options(c, rules) for c in batch.calls},
-            deadline=step.clock() + step.timeout_s,
+            deadline=0.0,
+            inline=self.inline,
             clock=step.clock,
             on_llm_call=step.on_llm_call,
         )

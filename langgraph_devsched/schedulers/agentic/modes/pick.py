@@ -1,28 +1,14 @@
 """Pick mode, the ratifying variant: the model chooses one of the policy's candidates.
 
-Candidate 1 is the classical policy's own mapping, the others the twin's best within
-``pick_within`` of it; a lone candidate is not asked. Measured with Qwen2.5-Coder-1.5B, the
-model picked candidate 1 in 72 of 73 consultations: the classical policy, ratified. The
-default mode (`modes.agent`) is the one where the model decides.
-
-For a small model on a CPU every token costs: a 1.5B model on two shared cores reads about
-12 prompt tokens/s and writes about 4. In ``pick`` mode the scheduler ranks the step's
-mappings with the monitor's twin (`agentic_guard.TwinView`), holds each to the hard
-constraints, keeps the ``k`` best distinct ones (`pick_candidates`), and shows them numbered,
-each with its predicted makespan and a one-line difference to the first (`candidates_text`).
-The model answers ``{"pick": N}`` (a short ``"reason"`` may follow; the prompt does not ask
-for one, as every generated token costs):
-
-- ``json_schema``: ``response_format`` with `pick_schema`, whose ``pick`` is an enum of
-  1..k, so a server that constrains decoding (llama.cpp, vLLM, OpenAI) cannot answer
-  anything else;
-- ``text``: nothing constrained; the reply is read as that object or as a lone integer.
-
-``auto`` starts with ``json_schema`` and moves to ``text`` when the endpoint gives no answer
-or rejects the request (`PICK_CHAIN`). The system message is the same for every
-consultation of a scheduler (`pick_system`), so a server's prompt cache keeps it, and only
-the step's few lines are read anew. The picked candidate's mapping is the answer; it is
-repaired and guarded like any other.
+Candidate 1 is the classical policy's own mapping (`lead_candidate`), the others the twin's
+best distinct mappings held to the hard constraints within ``pick_within`` of its best
+(`pick_candidates`), shown numbered with their predictions (`prompts.pick_prompt`); a lone
+candidate is not asked. The model answers ``{"pick": N}``: through ``json_schema`` an enum
+of 1..k (`answers.pick_schema`), through ``text`` read as that object or a lone integer;
+``auto`` walks `PICK_CHAIN`. The model is asked again when the policy's settled mapping
+moves (`lead_key`). Measured with Qwen2.5-Coder-1.5B, the model picked candidate 1 in 72 of
+73 consultations: the classical policy, ratified. The default mode (`modes.agent`) is the
+one where the model decides.
 
 >>> PickMode("auto").channel.current
 'json_schema'
@@ -31,32 +17,30 @@ repaired and guarded like any other.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.messages import AIMessage, AnyMessage
 
 from langgraph_devsched.options import DeviceOption
-from langgraph_devsched.schedulers.agentic.answers import ParsedAnswer, parse_pick, pick_schema
+from langgraph_devsched.schedulers.agentic.answers import (
+    ParsedAnswer,
+    parse_pick,
+    pick_schema,
+    text_of,
+)
+from langgraph_devsched.schedulers.agentic.cache import occurrences
+from langgraph_devsched.schedulers.agentic.classical import held_to_rules
 from langgraph_devsched.schedulers.agentic.config import AnswerChannel
 from langgraph_devsched.schedulers.agentic.constraints import HardConstraints, repair
-from langgraph_devsched.schedulers.agentic.consult import (
-    Consultation,
-    DeadlineError,
-    Outcome,
-    Tally,
-)
-from langgraph_devsched.schedulers.agentic.lead import held_to_rules, lead_key
-from langgraph_devsched.schedulers.agentic.model import ChannelState, bind_turn
+from langgraph_devsched.schedulers.agentic.consult import Consultation, Outcome
+from langgraph_devsched.schedulers.agentic.guard import GPU_DEMAND
+from langgraph_devsched.schedulers.agentic.model import ChannelState
 from langgraph_devsched.schedulers.agentic.modes.agent import AgentMode
-from langgraph_devsched.schedulers.agentic.prompts import pick_system, pick_task
+from langgraph_devsched.schedulers.agentic.prompts import pick_prompt
 
 if TYPE_CHECKING:
-    from langchain_core.language_models import BaseChatModel
-
     from langgraph_devsched.schedulers.agentic.guard import TwinView
     from langgraph_devsched.schedulers.agentic.modes.agent import Step
     from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerView
@@ -80,9 +64,6 @@ class Candidate:
 
     mapping: dict[str, DeviceOption]
     predicted_ms: float
-
-
-_DEMAND = {"cpu": 0, "gpu_queued": 1, "gpu_now": 2}
 
 
 def pick_candidates(
@@ -112,7 +93,7 @@ def pick_candidates(
         found.append(Candidate(fixed, twin_view.predict(fixed) if causes else ms))
         if len(found) >= 4 * k:
             break
-    found.sort(key=lambda c: (c.predicted_ms, [_DEMAND[c.mapping[i]] for i in batch.call_ids]))
+    found.sort(key=lambda c: (c.predicted_ms, [GPU_DEMAND[c.mapping[i]] for i in batch.call_ids]))
     if within is not None and found:
         limit = within * found[0].predicted_ms + 1e-9
         found = [found[0], *(c for c in found[1:] if c.predicted_ms <= limit)]
@@ -131,130 +112,39 @@ def with_lead(
 
 
 @dataclass
-class PickConsultation:
-    """One pick consultation: a single model turn (a second through ``text`` under
-    ``auto``), read inside the deadline; same interface as `agentic_consult.Consultation`."""
+class PickConsultation(Consultation):
+    """One pick consultation: the consultation loop (`consult.Consultation`) with one
+    forced turn (a second through ``text`` under ``auto``), no tools, and this reader."""
 
-    model: BaseChatModel
-    batch: Batch
-    candidates: list[Candidate]
-    system: str
-    channel: ChannelState
-    max_tokens: int | None
-    deadline: float
-    clock: Callable[[], float] = time.monotonic
-    on_llm_call: Callable[[], None] | None = None
-    tally: Tally = field(default_factory=lambda: Tally(mode="pick"))
-    replies: list[AnyMessage] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
     lead: bool = False
-    _retried: bool = False
     """Whether candidate 1 is the fallback scheduler's own mapping (then picking it is never
     guarded: a rejection would fall back to that very mapping)."""
-
-    def __post_init__(self) -> None:
-        self.tally.candidates = len(self.candidates)
-
-    def prompt(self) -> list[AnyMessage]:
-        return [SystemMessage(self.system), HumanMessage(pick_task(self.batch, self.candidates))]
+    no_answer = "the reply names no candidate number"
 
     def skip(self) -> Outcome | None:
-        """The outcome without asking the model: the lone candidate; None when there is a
-        choice to make."""
-        return self.only() if len(self.candidates) == 1 else None
-
-    def only(self) -> Outcome:
-        """The one candidate as the answer, the model not asked (there is nothing to pick)."""
-        chosen = self.candidates[0]
+        """A lone candidate is the answer, the model not asked (there is nothing to pick)."""
+        if len(self.candidates) != 1:
+            return None
         return Outcome(
-            ParsedAnswer(dict(chosen.mapping), "the only candidate near the best prediction"),
+            ParsedAnswer(dict(self.candidates[0].mapping),
+                         "the only candidate near the best prediction"),
             via="one_candidate", tally=self.tally, pick=1, unguarded=self.lead,
             skipped="one_candidate",
         )
 
-    def graph(self) -> None:
-        """Nothing to compile (one turn, no graph)."""
+    def answer_in(self, messages: Sequence[AnyMessage]) -> Outcome | None:
+        for message in reversed(messages):
+            found = parse_pick(text_of(message), len(self.candidates)) if isinstance(
+                message, AIMessage) else None
+            if found is not None:
+                n, reason = found
+                why = f"pick {n}/{len(self.candidates)}" + (f" ({reason.strip()})" if reason
+                                                            else "")
+                return Outcome(ParsedAnswer(dict(self.candidates[n - 1].mapping), why),
+                               via="pick", tally=self.tally, pick=n, messages=list(messages),
+                               unguarded=self.lead and n == 1)
         return None
-
-    def _bound(self, channel: AnswerChannel) -> Any:
-        left = self.deadline - self.clock()
-        if left <= 0:
-            raise DeadlineError("the consultation's deadline passed")
-        self.tally.channel = channel
-        self.tally.channels_tried.append(channel)
-        self.tally.llm_calls += 1
-        if self.on_llm_call is not None:
-            self.on_llm_call()
-        return bind_turn(
-            self.model, [], channel=channel, max_tokens=self.max_tokens, timeout_s=left,
-            schema=pick_schema(len(self.candidates)), schema_name=PICK_TOOL,
-        )
-
-    def _read(self, reply: Any) -> Outcome | None:
-        self.tally.count(reply)
-        self.replies.append(reply)
-        text = getattr(reply, "content", "")
-        if not isinstance(text, str):
-            text = " ".join(
-                str(p.get("text", "")) if isinstance(p, Mapping) else str(p) for p in text
-            )
-        found = parse_pick(text, len(self.candidates))
-        if found is None:
-            return None
-        n, reason = found
-        chosen = self.candidates[n - 1]
-        why = f"pick {n}/{len(self.candidates)}" + (f" ({reason.strip()})" if reason else "")
-        return Outcome(
-            ParsedAnswer(dict(chosen.mapping), why), via="pick", tally=self.tally, pick=n,
-            messages=[*self.prompt(), *self.replies], unguarded=self.lead and n == 1,
-        )
-
-    def _next(self, exc: Exception | None) -> Outcome | None:
-        """After a turn without an answer: None to ask again (``auto`` moved on), else the
-        failure. A request cut at the deadline is a timeout and leaves the channel as is."""
-        if self.clock() >= self.deadline:
-            return Outcome(failure="timeout", detail="the consultation's deadline passed",
-                           tally=self.tally)
-        if exc is not None and getattr(exc, "status_code", None) is None and not self._retried:
-            # a transport error (e.g. a pooled keep-alive connection the server closed) says
-            # nothing about the channel: the same channel once more
-            self._retried = True
-            return None
-        if self.channel.advance():
-            return None
-        if exc is not None:
-            return Outcome(failure="llm_error", detail=f"{type(exc).__name__}: {exc}"[:300],
-                           tally=self.tally)
-        return Outcome(failure="no_answer", detail="the reply names no candidate number",
-                       tally=self.tally, messages=[*self.prompt(), *self.replies])
-
-    def _after(self, reply: Any = None, exc: Exception | None = None) -> Outcome | None:
-        """What one turn ended in: the outcome, or None to ask again."""
-        if isinstance(exc, DeadlineError):
-            return Outcome(failure="timeout", detail=str(exc), tally=self.tally)
-        if exc is not None:
-            return self._next(exc)
-        outcome = self._read(reply)
-        return outcome if outcome is not None else self._next(None)
-
-    def invoke(self, config: RunnableConfig) -> Outcome:
-        outcome = None
-        while outcome is None:
-            try:
-                bound = self._bound(self.channel.current)
-                outcome = self._after(bound.invoke(self.prompt(), config))
-            except Exception as exc:
-                outcome = self._after(exc=exc)
-        return outcome
-
-    async def ainvoke(self, config: RunnableConfig) -> Outcome:
-        outcome = None
-        while outcome is None:
-            try:
-                bound = self._bound(self.channel.current)
-                outcome = self._after(await bound.ainvoke(self.prompt(), config))
-            except Exception as exc:
-                outcome = self._after(exc=exc)
-        return outcome
 
 
 def lead_candidate(
@@ -272,10 +162,27 @@ def lead_candidate(
     return Candidate(mapping, max(ends) if same else twin_view.predict(mapping))
 
 
+def lead_key(batch: Batch, lead: Decision | None) -> Any:
+    """The lead's part of the cache key: its options by (tool, occurrence), ``"probe"`` for
+    a probe (never cached), ``"no lead"`` without one.
+
+    >>> from langgraph_devsched.hints import ToolDeviceSpec
+    >>> from langgraph_devsched.schedulers.base import Batch, Decision
+    >>> batch = Batch.of([("c1", "asr", ToolDeviceSpec()), ("c2", "asr", ToolDeviceSpec())])
+    >>> lead_key(batch, Decision(mapping={"c1": "cpu", "c2": "gpu_now"}))
+    ((('asr', 0), 'cpu'), (('asr', 1), 'gpu_now'))
+    """
+    if lead is None:
+        return "no lead"
+    if lead.probe:
+        return "probe"
+    options = tuple(lead.mapping[c] for c in batch.call_ids)
+    return tuple(sorted(zip(occurrences(batch), options, strict=True)))
+
 
 class PickMode:
     """``pick``: the policy's mapping and the twin's best as numbered candidates; asked
-    again when the policy's settled mapping moves (`lead.lead_key`)."""
+    again when the policy's settled mapping moves (`lead_key`)."""
 
     name = "pick"
 
@@ -316,15 +223,17 @@ class PickMode:
             return self.fallback.consultation(step)
         lead = lead_candidate(step.batch, step.view, step.constraints, twin_view,
                               step.vram_seen, step.lead)
-        return PickConsultation(
-            model=step.model,
-            batch=step.batch,
-            candidates=with_lead(lead, ranked, k),
-            system=pick_system(step.constraints, step.policy),
-            channel=self.channel,
-            max_tokens=step.max_tokens or PICK_MAX_TOKENS,
-            deadline=step.clock() + step.timeout_s,
-            clock=step.clock,
-            on_llm_call=step.on_llm_call,
-            lead=lead is not None,
+        candidates = with_lead(lead, ranked, k)
+        tokens = step.max_tokens or PICK_MAX_TOKENS
+        consultation = PickConsultation(
+            model=step.model, batch=step.batch,
+            messages=pick_prompt(step.batch, candidates, step.constraints, step.policy),
+            observations=[], channel=self.channel, max_turns=1, max_tokens=tokens,
+            long_tokens=tokens, deadline=0.0, inline=True, schema=pick_schema(len(candidates)),
+            schema_name=PICK_TOOL, nudges=False, retry_transport=True, clock=step.clock,
+            on_llm_call=step.on_llm_call, candidates=candidates, lead=lead is not None,
         )
+        consultation.tally.mode, consultation.tally.candidates = "pick", len(candidates)
+        consultation.graph()  # compiled outside the consultation's time
+        consultation.deadline = step.clock() + step.timeout_s
+        return consultation

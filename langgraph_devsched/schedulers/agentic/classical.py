@@ -1,28 +1,11 @@
-"""Pick mode's lead: the fallback policy's own decision, as candidate 1 or run as it is.
+"""The classical policy beside the model: its decision for the step, and agreement with it.
 
-In ``pick`` mode the agentic scheduler asks its fallback policy (``monitor``) for the step
-first (`fallback_lead`). That decision shapes the consultation:
-
-- its settled mapping is part of the cache key (`lead_key`): when the policy learns its
-  way to another mapping, the model is asked again;
-- an exploratory probe is run as it is, unconsulted: it is a measurement
-  the policy asked for (a side never measured, a pair never run together), not a choice to
-  make, and it lets the next lead be learnt rather than guessed;
-- otherwise its mapping is candidate 1 (`lead_candidate`), with the policy's own
-  prediction.
-
-Either way the policy's mapping is held to the operator's hard constraints but not
-VRAM-fitted again (`held_to_rules`: its twin weighed the VRAM; the ledger queues what does
-not fit), unless the operator keeps VRAM free (`agentic_answer.repair`, ``fit_vram``).
-
->>> from langgraph_devsched.hints import ToolDeviceSpec
->>> from langgraph_devsched.schedulers.base import Batch, Decision
->>> batch = Batch.of([("c1", "asr", ToolDeviceSpec()), ("c2", "asr", ToolDeviceSpec())])
->>> lead_key(batch, Decision(mapping={"c1": "cpu", "c2": "gpu_now"}))
-((('asr', 0), 'cpu'), (('asr', 1), 'gpu_now'))
->>> probe = Decision(mapping={"c1": "cpu", "c2": "cpu"}, probe=True)
->>> lead_key(batch, probe), lead_key(batch, None)
-('probe', 'no lead')
+The agentic scheduler asks its fallback policy (``monitor``) for every step first
+(`fallback_lead`): its probes run as they are, its mapping is the fallback and the
+reference the model's answer is compared with (`agreement`), never shown to the model in
+the default mode (pick mode's candidate 1). The policy's mapping is held to the operator's
+hard constraints but not VRAM-fitted again (`held_to_rules`: its twin weighed the VRAM; the
+ledger queues what does not fit), unless the operator keeps VRAM free (`constraints.repair`).
 """
 
 from __future__ import annotations
@@ -32,13 +15,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from langgraph_devsched.options import DeviceOption
-from langgraph_devsched.schedulers.agentic.cache import slots
 from langgraph_devsched.schedulers.agentic.constraints import (
     AgenticCause,
     HardConstraints,
     ParsedAnswer,
     repair,
 )
+from langgraph_devsched.schedulers.agentic.observations import outcomes_of
 from langgraph_devsched.schedulers.agentic.record import Deviation
 
 if TYPE_CHECKING:
@@ -53,20 +36,9 @@ def fallback_lead(fallback: Scheduler, batch: Batch, view: SchedulerView) -> Dec
     try:
         lead = fallback.decide(batch, view)
     except Exception as exc:
-        logger.info("agentic pick: fallback %s failed (%s)", fallback.name, exc)
+        logger.info("agentic: fallback %s failed (%s)", fallback.name, exc)
         return None
     return lead if set(lead.mapping) == set(batch.call_ids) else None
-
-
-def lead_key(batch: Batch, lead: Decision | None) -> Any:
-    """The lead's part of the cache key: its options by (tool, occurrence), ``"probe"`` for
-    a probe (never cached), ``"no lead"`` without one."""
-    if lead is None:
-        return "no lead"
-    if lead.probe:
-        return "probe"
-    options = tuple(lead.mapping[c] for c in batch.call_ids)
-    return tuple(sorted(zip(slots(batch), options, strict=True)))
 
 
 def held_to_rules(
@@ -79,24 +51,11 @@ def held_to_rules(
                   vram_seen_mb=seen, fit_vram=False)
 
 
-def executed_key(obs: Mapping[str, Any], batch: Batch) -> tuple[Any, ...]:
-    """The executed mappings of ``batch``'s shape, as a cache-key part: a mapping measured
-    for the first time (the monitor's reprobe, or the model's own answer) is an observation
-    the model has not seen, so the default mode is asked again."""
-    shape = sorted(batch.shape)
-    return tuple(sorted(
-        str(o.get("placement")) for o in obs.get("outcomes", ())
-        if sorted(o.get("shape", ())) == shape
-    ))
-
-
 def measured_ms(obs: Mapping[str, Any], batch: Batch, mapping: Mapping[str, str]) -> float | None:
     """The mean makespan the monitor measured for ``mapping`` of this batch, if it ran."""
     placement = sorted((c.tool, mapping[c.call_id]) for c in batch.calls)
-    shape = sorted(batch.shape)
-    for o in obs.get("outcomes", ()):
-        pairs = sorted((str(p[0]), str(p[1])) for p in o.get("placement", ()))
-        if sorted(o.get("shape", ())) == shape and pairs == placement:
+    for o in outcomes_of(obs, batch):
+        if sorted((str(p[0]), str(p[1])) for p in o.get("placement", ())) == placement:
             return float(o.get("makespan_ms") or 0.0)
     return None
 
