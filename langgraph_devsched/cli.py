@@ -144,9 +144,8 @@ def bench(
     ] = None,
     llm_candidates: Annotated[
         int | None,
-        typer.Option(min=0, help="pick mode: the candidates shown (default 3); agent and "
-                     "one_shot: the candidate observation's k, 0 off (sets "
-                     "DEVSCHED_LLM_CANDIDATES)"),
+        typer.Option(min=0, help="pick mode: the candidates shown (default 3); the other "
+                     "modes show none (sets DEVSCHED_LLM_CANDIDATES)"),
     ] = None,
 ) -> None:
     """Run schedulers on benchmark scenarios and compare them with the brute-force optimum."""
