@@ -3,11 +3,11 @@
 A `Decision` may name, for a call of a tool whose hints say ``idempotent: true``, a second
 option (``Decision.hedges``). Both runs start; the call is answered by the first that ends
 without an error (the other's result is dropped, its failure never answers), and the other,
-the *loser*, is cancelled at its bound: ``bound`` times the winner's run time (its
-model's load apart) from the loser's own start, never before the winner ends. A loser that
-ends inside its bound is a complete measurement of its side; one cancelled there is *censored*: its side takes at
-least that long. What the loser held (its device time, its VRAM until it stopped) is the
-hedge's cost: the step lasts until the loser stopped.
+the *loser*, is cancelled at its bound: ``bound`` times the winner's run time (its model's
+load apart) from the loser's own start (after its own load), never before the winner ends. A
+loser that ends inside its bound is a complete measurement of its side; one cancelled there
+is *censored*: its side takes at least that long. What the loser held (its device time, its
+VRAM until it stopped) is the hedge's cost: the step lasts until the loser stopped.
 
 `settle` turns the record of a step that ran every hedged call twice (the second run under
 `hedge_id`) into the record of the step as the app sees it: one record per call, the
@@ -69,6 +69,11 @@ class HedgeOutcome:
         return not self.complete
 
     @property
+    def own_ms(self) -> float:
+        """The loser's own time (its load apart): complete, or the censored lower bound."""
+        return max(0.0, self.loser.run_ms - self.loser.load_ms)
+
+    @property
     def loser_device_ms(self) -> float:
         """How long the loser held its device: the hedge's extra device time."""
         return max(0.0, self.loser.run_ms)
@@ -125,7 +130,7 @@ def settle(
         if loser.start_ms >= winner.end_ms:  # never started before the answer came
             stop, complete = winner.end_ms, False
         else:
-            stop = max(winner.end_ms, loser.start_ms + cap)
+            stop = max(winner.end_ms, loser.start_ms + loser.load_ms + cap)
             complete = loser.error is None and loser.end_ms <= stop
             stop = min(stop, loser.end_ms)
         clipped = dataclasses.replace(

@@ -158,8 +158,8 @@ class RuntimeMonitor:
         last_calls = []
         hedges = hedge_outcomes(step_record)
         for h in hedges:
-            if h.censored and h.loser.run_ms > 0:
-                self.censored.note(h.tool, "gpu" if h.loser.on_gpu else "cpu", h.loser.run_ms)
+            if h.censored and h.own_ms > 0:  # cut during its load: nothing learnt
+                self.censored.note(h.tool, "gpu" if h.loser.on_gpu else "cpu", h.own_ms)
         losers = {h.loser.call_id for h in hedges if h.complete}
         for rec in (*step_record.calls, *(h.loser for h in hedges if h.complete)):
             if rec.error is not None or not _finite(rec.run_ms, rec.latency_ms):

@@ -1,19 +1,21 @@
 """The monitor policy's hedge rule: when a side-effect-free call also runs on its other side.
 
-A tool whose hints say ``idempotent: true`` may run a call twice (`langgraph_devsched.hedging`).
-The rule hedges a call of such a tool when the side its mapping does not use is one the policy
-cannot price: neither declared (no ``profile.cpu_ms`` / ``gpu_ms``) nor ever measured, and
-no earlier hedge of it was cut at its bound (then that side is known to be at least ``bound``
-times slower there, which is all the policy needs). The cost is bounded: the loser is
-cancelled at ``bound`` times the winner's run time, a side is hedged at most ``max_tries``
-times, a step at most ``max_per_step`` hedges (the longest-predicted calls first: their
-unknown side is worth the most), a GPU run that could not fit the budget is never started,
-and no hedge loads a model's weights (a tool with a resident model is hedged only where its
-model is warm on the other side). Idle-time calibration (`HedgeRule.calibration`) runs a
-recent call alone between steps, on the same terms (a host load is allowed: it evicts
-nothing). A side cut at its bound is *answered*: the policy does not probe it on its own
-(`HedgeRule.answered`). Tools without the hint, declared sides and a machine without a
-GPU: no hedge, the decision exactly as before.
+A tool whose hints say ``idempotent: true`` may run a call twice
+(`langgraph_devsched.hedging`). The rule hedges a call of such a tool when the side its
+mapping does not use is one the policy cannot price: neither declared (no ``profile.cpu_ms``
+/ ``gpu_ms``) nor ever measured, and no earlier hedge of it was cut at its bound (then that
+side is known to be at least ``bound`` times slower there, which is all the policy needs).
+The cost is bounded: the loser is cancelled at ``bound`` times the winner's run time, a side
+is hedged at most ``max_tries`` times, a step at most ``max_per_step`` hedges (the
+longest-predicted calls first: their unknown side is worth the most), a GPU run that could
+not fit the budget is never started, and no hedge loads a model's weights (a tool with a
+resident model is hedged only where its model is warm on the other side). Idle-time
+calibration (`HedgeRule.calibration`) runs a recent call alone between steps, on the same
+terms (a host load is allowed: it evicts nothing). A side cut at its bound is *answered*:
+the policy does not probe it on its own (`HedgeRule.answered`), and its twin prices it at
+`UNKNOWN_FACTOR` times that lower bound (`HedgeRule.priced`), as it prices a side never run
+at that factor times the side it knows. Tools without the hint, declared sides and a machine
+without a GPU: no hedge, the decision exactly as before.
 
 >>> from langgraph_devsched.hints import ToolDeviceSpec
 >>> from langgraph_devsched.monitor.monitor import RuntimeMonitor
@@ -36,12 +38,15 @@ import dataclasses
 from collections.abc import Mapping
 
 from langgraph_devsched.hedging import HEDGE_BOUND
+from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.censored import CensoredTimes
 from langgraph_devsched.monitor.observations import Observations
 from langgraph_devsched.options import DeviceOption, is_gpu
 from langgraph_devsched.schedulers.base import Batch, CallRequest, Decision
+from langgraph_devsched.schedulers.monitor_model import UNKNOWN_FACTOR
 from langgraph_devsched.schedulers.tables import LruTable
 from langgraph_devsched.telemetry import DeviceState
+from langgraph_devsched.testbed import ToolParams
 
 MAX_TRIES = 2
 """A side is hedged at most this many times (then the policy's own probes take over)."""
@@ -100,6 +105,31 @@ class HedgeRule:
                                  scheduler="monitor"))
         return None
 
+    def priced(
+        self, params: Mapping[str, ToolParams], specs: Mapping[str, ToolDeviceSpec],
+        obs: Observations, censored: CensoredTimes | None,
+    ) -> dict[str, ToolParams]:
+        """The twin's parameters with every side cut at a bound and never measured priced
+        as the policy prices a side it never ran: `UNKNOWN_FACTOR` times what it knows of
+        it, here the lower bound (at least that, never below the guess it had)."""
+        out = dict(params)
+        if censored is None or not len(censored):
+            return out
+        for tool, p in params.items():
+            spec = specs.get(tool)
+            for side in ("cpu", "gpu"):
+                floor = censored.at_least(tool, side)  # type: ignore[arg-type]
+                if floor is None or spec is None or _known(
+                        CallRequest("", tool, spec), side, obs):
+                    continue
+                if side == "cpu":
+                    p = p.model_copy(update={"cpu_ms": max(p.cpu_ms, UNKNOWN_FACTOR * floor)})
+                else:
+                    gpu = max(p.gpu_ms, UNKNOWN_FACTOR * floor - p.transfer_ms)
+                    p = p.model_copy(update={"gpu_ms": gpu})
+            out[tool] = p
+        return out
+
     def answered(self, tool: str, side: str, censored: CensoredTimes | None) -> bool:
         """Whether a hedge or an idle run of ``tool`` on ``side`` was cut at its bound: that
         side is known to be slower than the bound, and is not worth a probe of its own."""
@@ -148,8 +178,8 @@ class HedgeRule:
             if option is None or not call.spec.idempotent or call.spec.pinned is not None:
                 continue
             other = _other(call, option, device)
-            if other is None or _would_load(call, other, device):
-                continue
+            if other is None or (is_gpu(other) and _would_load(call, other, device)):
+                continue  # a GPU load could evict what the step's other calls need
             side = _side(other)
             key = (call.tool, side)
             if key in seen or (self._tries.get(key) or 0) >= self.max_tries:

@@ -252,6 +252,7 @@ class MonitorPolicy(SchedulerBase):
                                cpu_scale=fit.cpu_scale.get(t))
             for t, s in specs.items()
         }
+        params = self._hedge.priced(params, specs, obs, getattr(self.monitor, "censored", None))
         bed = twin(params, device, oom_ms=oom_detect_ms(obs, params), model=fit.model)
         noise = _pooled_cv(obs)
         warm = None  # resident models: observations are warm, the twin charges loads
