@@ -9,7 +9,8 @@ The cost is bounded: the loser is cancelled at ``bound`` times the winner's run 
 is hedged at most ``max_tries`` times, a step at most ``max_per_step`` hedges (the
 longest-predicted calls first: their unknown side is worth the most), a GPU run that could
 not fit the budget is never started, and no hedge loads a model's weights (a tool with a
-resident model is hedged only where its model is warm on the other side). Idle-time
+resident model is hedged on the GPU only where its model is warm there, on the CPU where
+its weights are in host memory or its own call loads them too, so that the loads overlap). Idle-time
 calibration (`HedgeRule.calibration`) runs a recent call alone between steps, on the same
 terms (a host load is allowed: it evicts nothing). A side cut at its bound is *answered*:
 the policy does not probe it on its own (`HedgeRule.answered`), and its twin prices it at
@@ -180,6 +181,8 @@ class HedgeRule:
             other = _other(call, option, device)
             if other is None or (is_gpu(other) and _would_load(call, other, device)):
                 continue  # a GPU load could evict what the step's other calls need
+            if _would_load(call, other, device) and not _would_load(call, option, device):
+                continue  # a host load beside a warm call would outlast the step
             side = _side(other)
             key = (call.tool, side)
             if key in seen or (self._tries.get(key) or 0) >= self.max_tries:

@@ -470,9 +470,13 @@ class MonitorPolicy(SchedulerBase):
 
     def _answered(self, hint: ExplorationHint) -> bool:
         """A hint toward a side a hedge or an idle run cut at its bound (`HedgeRule`)."""
+        censored = getattr(self.monitor, "censored", None)
+        if hint.kind == "swap":  # the first tool goes to the CPU, the second to the GPU
+            a, b = hint.tools
+            return self._hedge.answered(a, "cpu", censored) or (
+                self._hedge.answered(b, "gpu", censored))
         return hint.kind in ("unknown", "symmetric") and bool(hint.devices) and (
-            self._hedge.answered(hint.tools[0], hint.devices[0],
-                                 getattr(self.monitor, "censored", None)))
+            self._hedge.answered(hint.tools[0], hint.devices[0], censored))
 
     @staticmethod
     def _realise(
