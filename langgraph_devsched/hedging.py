@@ -35,7 +35,7 @@ from langgraph_devsched.records import CallRecord, StepRecord
 
 HEDGE_SUFFIX = "~hedge"
 """The second run of a hedged call carries the call's id with this suffix."""
-HEDGE_BOUND = 2.0
+HEDGE_BOUND = 1.5
 """Default bound: the loser may run up to this many times the winner's run time."""
 HEDGES_KEY = "hedges"
 """Where `settle` puts the hedges' outcomes in ``StepRecord.extra``."""

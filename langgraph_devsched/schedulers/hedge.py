@@ -76,6 +76,11 @@ class HedgeRule:
     def __len__(self) -> int:
         return len(self._tries)
 
+    @property
+    def recent(self) -> int:
+        """How many recent side-effect-free tools `calibration` may draw from."""
+        return len(self._recent)
+
     def calibration(
         self, obs: Observations, device: DeviceState, censored: CensoredTimes | None = None,
     ) -> tuple[Batch, Decision] | None:

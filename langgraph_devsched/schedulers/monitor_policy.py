@@ -188,8 +188,9 @@ class MonitorPolicy(SchedulerBase):
             last.reuses += 1
             return self._again(batch, last)
         decision, settled = self._full(batch, view, started, last)
-        decision = self._hedge.attach(decision, batch, self._observations(batch, view),
-                                      view.device, getattr(self.monitor, "censored", None))
+        if any(c.spec.idempotent for c in batch.calls):  # side-effect free: may hedge
+            decision = self._hedge.attach(decision, batch, self._observations(batch, view),
+                                          view.device, getattr(self.monitor, "censored", None))
         self._last[key] = LastDecision(specs, bucket, versions, decision.options_for(batch),
                                        decision, samples, settled)
         return decision
@@ -390,7 +391,8 @@ class MonitorPolicy(SchedulerBase):
     def calibration(self) -> tuple[Batch, Decision] | None:
         """An idle-time run to measure an unmeasured side of a recent side-effect-free call
         (`hedge.HedgeRule.calibration`), or None; only with a monitor this policy reads."""
-        if self._device is None or not (self._private or self._shared):
+        if self._device is None or not (self._private or self._shared) or not (
+                self._hedge.recent):
             return None
         return self._hedge.calibration(self.monitor.snapshot(), self._device,
                                        getattr(self.monitor, "censored", None))
