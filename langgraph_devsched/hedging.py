@@ -30,7 +30,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from langgraph_devsched.options import DeviceOption
+from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.options import DeviceOption, is_gpu
 from langgraph_devsched.records import CallRecord, StepRecord
 
 HEDGE_SUFFIX = "~hedge"
@@ -150,3 +151,26 @@ def hedge_outcomes(record: StepRecord) -> tuple[HedgeOutcome, ...]:
     """The hedges' outcomes `settle` left in ``record`` (none for a step without hedges)."""
     found = record.extra.get(HEDGES_KEY, ())
     return tuple(found) if isinstance(found, tuple) else ()
+
+
+def checked_hedges(
+    raw: object, specs: Mapping[str, ToolDeviceSpec], mapping: Mapping[str, DeviceOption],
+    *, gpu: bool,
+) -> dict[str, DeviceOption]:
+    """The hedges of a scheduler's answer that may run: a call of the step (``specs``: its
+    hints per call id) whose tool is side-effect free (``idempotent``), on an option its
+    hints allow, on the other side than its mapped option (a GPU one only with a GPU).
+    Anything else is dropped: a hedge is an offer, never a reason to run a call twice."""
+    if not isinstance(raw, Mapping):
+        return {}
+    out: dict[str, DeviceOption] = {}
+    for cid, option in raw.items():
+        spec = specs.get(cid) if isinstance(cid, str) else None
+        if spec is None or not spec.idempotent or cid not in mapping:
+            continue
+        if not isinstance(option, str) or option not in spec.allowed_options():
+            continue
+        if is_gpu(option) == is_gpu(mapping[cid]) or (is_gpu(option) and not gpu):
+            continue
+        out[cid] = option  # type: ignore[assignment]
+    return out

@@ -38,6 +38,8 @@ from langgraph_devsched.aio import threaded_wrapper
 from langgraph_devsched.call_runner import CallRunner, is_sync_only
 from langgraph_devsched.device import injected_device_args
 from langgraph_devsched.executors.base import Backend
+from langgraph_devsched.hedge_race import race
+from langgraph_devsched.hedging import hedge_id
 from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
 from langgraph_devsched.langsmith_check import check_langsmith
 from langgraph_devsched.node_checks import check_testbed_covers, node_backend, warn_never_fitting
@@ -340,6 +342,7 @@ class DeviceToolNode(ToolNode):
         recorded as such, and the step closes if nothing else of it still runs."""
         if step is None:
             return
+        own = own + [hedge_id(c) for c in own if hedge_id(c) in step.planned]  # unraced ones
         try:
             step.execution.close_unstarted(
                 own, "not run: its invocation ended (cancelled or answered) before it started"
@@ -414,13 +417,36 @@ class DeviceToolNode(ToolNode):
                 return asyncio.run(ToolNode._execute_tool_async(self, req, input_type, cfg))
             return ToolNode._execute_tool_sync(self, req, input_type, cfg)
 
-        return await self.arun_planned(
-            step,
-            request,
-            config,
-            lambda req, cfg: ToolNode._execute_tool_async(self, req, input_type, cfg),
-            sync_execute if is_sync_only(request.tool) else None,
-        )
+        def planned(req: ToolCallRequest) -> Awaitable[Any]:
+            return self.arun_planned(
+                step,
+                req,
+                config,
+                lambda req, cfg: ToolNode._execute_tool_async(self, req, input_type, cfg),
+                sync_execute if is_sync_only(request.tool) else None,
+            )
+
+        if hedge_id(call_id or "") in step.planned:  # side-effect free: run on both sides
+            return await self._arun_hedged(step, request, planned)
+        return await planned(request)
+
+    async def _arun_hedged(
+        self, step: PlannedStep, request: ToolCallRequest,
+        planned: Callable[[ToolCallRequest], Awaitable[Any]],
+    ) -> Any:
+        """A hedged call: its two runs raced (`hedge_race.race`), one answer under the
+        call's own id, the loser cancelled at the decision's bound."""
+        call_id = request.tool_call.get("id") or ""
+        second_id = hedge_id(call_id)
+        second = request.override(tool_call={**request.tool_call, "id": second_id})
+        observed = (step.execution.observed_ms(call_id), step.execution.observed_ms(second_id))
+        answer, second_won = await race(
+            lambda: planned(request), lambda: planned(second),
+            bound=step.report.decision.hedge_bound, observed=observed,
+            answers=lambda r: isinstance(r, ToolMessage) and r.status != "error")
+        if second_won:
+            answer = answer.model_copy(update={"tool_call_id": call_id})
+        return answer
 
     def device_args(self, tool_name: str, tool: BaseTool | None = None) -> tuple[str, ...]:
         """Names of the tool's `InjectedDevice` arguments (its CPU/GPU variants included).
