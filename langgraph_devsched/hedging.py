@@ -172,5 +172,5 @@ def checked_hedges(
             continue
         if is_gpu(option) == is_gpu(mapping[cid]) or (is_gpu(option) and not gpu):
             continue
-        out[cid] = option  # type: ignore[assignment]
+        out[cid] = option
     return out

@@ -15,11 +15,8 @@ Bounded: the ``max_tools`` most recently noted tools.
 from __future__ import annotations
 
 import threading
-from typing import Literal
 
 from langgraph_devsched.schedulers.tables import LruTable
-
-Side = Literal["gpu", "cpu"]
 
 
 class CensoredTimes:
@@ -29,20 +26,20 @@ class CensoredTimes:
         self._table: LruTable[str, dict[str, tuple[float, int]]] = LruTable(max_tools)
         self._lock = threading.Lock()
 
-    def note(self, tool: str, side: Side, at_least_ms: float) -> None:
+    def note(self, tool: str, side: str, at_least_ms: float) -> None:
         """One run of ``tool`` on ``side`` cut after ``at_least_ms``."""
         with self._lock:
             sides = self._table.setdefault_with(tool, dict)
             ms, n = sides.get(side, (0.0, 0))
             sides[side] = (max(ms, at_least_ms), n + 1)
 
-    def at_least(self, tool: str, side: Side) -> float | None:
+    def at_least(self, tool: str, side: str) -> float | None:
         """The largest lower bound noted for ``tool`` on ``side``, or None."""
         with self._lock:
             found = self._table.get(tool)
             return found[side][0] if found and side in found else None
 
-    def count(self, tool: str, side: Side) -> int:
+    def count(self, tool: str, side: str) -> int:
         """How many runs of ``tool`` on ``side`` were cut."""
         with self._lock:
             found = self._table.get(tool)

@@ -124,7 +124,7 @@ class HedgeRule:
         for tool, p in params.items():
             spec = specs.get(tool)
             for side in ("cpu", "gpu"):
-                floor = censored.at_least(tool, side)  # type: ignore[arg-type]
+                floor = censored.at_least(tool, side)
                 if floor is None or spec is None or _known(
                         CallRequest("", tool, spec), side, obs):
                     continue
@@ -139,7 +139,7 @@ class HedgeRule:
     def answered(self, tool: str, side: str, censored: CensoredTimes | None) -> bool:
         """Whether a hedge or an idle run of ``tool`` on ``side`` was cut at its bound: that
         side is known to be slower than the bound, and is not worth a probe of its own."""
-        return censored is not None and censored.count(tool, side) > 0  # type: ignore[arg-type]
+        return censored is not None and censored.count(tool, side) > 0
 
     def remember(self, batch: Batch) -> None:
         """Keep the batch's calls of side-effect-free tools (one per tool, the last
@@ -222,7 +222,7 @@ def _other(call: CallRequest, option: DeviceOption, device: DeviceState) -> Devi
         return None  # it could never fit: no run started to fail
     for candidate in ("gpu_queued", "gpu_now"):
         if candidate in allowed:
-            return candidate  # type: ignore[return-value]
+            return candidate
     return None
 
 
