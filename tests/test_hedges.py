@@ -216,3 +216,65 @@ def test_bench_without_the_hint_runs_no_extra_run(tmp_path):
     assert result.exit_code == 0, result.output
     row = json.loads(out.read_text())["summary"]["monitor"]
     assert row["hedges"] == 0 and row["idle_runs"] == 0
+
+
+async def test_idle_calibration_measures_the_other_side_between_async_steps():
+    runs: list[tuple[str, str]] = []
+
+    @device_hints(vram_mb=100, idempotent=True)
+    @tool
+    async def embed(text: str, device: Annotated[str, InjectedDevice] = "cpu") -> str:
+        """Embed a text."""
+        runs.append((text, device))
+        return "vector"
+
+    policy = MonitorPolicy(hedge=False)  # no hedge: the other side is left to idle time
+    backend = LocalBackend(gpu=GpuConfig(vram_budget_mb=1000))
+    node = DeviceToolNode([embed], scheduler=policy, backend=backend, idle_calibration=True)
+    out = answers(await graph(node).ainvoke(step("a")))
+    assert [m.tool_call_id for m in out] == ["a"]
+    assert node.idle is not None
+    await node.idle.join()
+    assert runs == [("a", "cuda:0"), ("a", "cpu")]  # the call, then its idle re-run
+    assert {e.device for e in policy.monitor.snapshot().for_tool("embed")} == {"gpu", "cpu"}
+    assert backend.ledger is not None and backend.ledger.in_use_mb == 0
+
+
+async def test_an_idle_run_is_cancelled_when_the_next_step_arrives():
+    started = asyncio.Event()
+    cancelled: list[str] = []
+
+    @device_hints(vram_mb=100, idempotent=True)
+    @tool
+    async def embed(text: str, device: Annotated[str, InjectedDevice] = "cpu") -> str:
+        """Never ends on the CPU."""
+        if device == "cpu":
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.append(text)
+                raise
+        return "vector"
+
+    policy = MonitorPolicy(hedge=False)
+    backend = LocalBackend(gpu=GpuConfig(vram_budget_mb=1000))
+    node = DeviceToolNode([embed], scheduler=policy, backend=backend, idle_calibration=True)
+    app_ = graph(node)
+    await app_.ainvoke(step("a"))
+    await started.wait()  # the idle run holds the CPU now
+    out = answers(await app_.ainvoke(step("b")))
+    assert [m.tool_call_id for m in out] == ["b"] and cancelled == ["a"]
+    assert policy.monitor.censored.count("embed", "cpu") == 1
+    assert backend.ledger is not None and backend.ledger.in_use_mb == 0
+
+
+def test_no_idle_run_unless_the_node_is_told():
+    @device_hints(vram_mb=100, idempotent=True)
+    @tool
+    def embed(text: str) -> str:
+        """Embed a text."""
+        return "vector"
+
+    node = DeviceToolNode([embed], backend=LocalBackend(gpu=GpuConfig(vram_budget_mb=1000)))
+    assert node.idle is None
