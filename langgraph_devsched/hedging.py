@@ -117,8 +117,9 @@ def settle(
     answered: list[CallRecord] = []
     outcomes: list[HedgeOutcome] = []
     stops = []
+    seconds = {hedge_id(cid) for cid in hedges}
     for rec in record.calls:
-        if rec.call_id.endswith(HEDGE_SUFFIX):
+        if rec.call_id in seconds:  # a second run (a call's own id may end like one too)
             continue
         second = runs.get(hedge_id(rec.call_id))
         if rec.call_id not in hedges or second is None:

@@ -278,3 +278,15 @@ def test_no_idle_run_unless_the_node_is_told():
 
     node = DeviceToolNode([embed], backend=LocalBackend(gpu=GpuConfig(vram_budget_mb=1000)))
     assert node.idle is None
+
+
+def test_settle_keeps_a_call_whose_own_id_looks_like_a_second_run():
+    from langgraph_devsched.hedging import hedge_id, settle
+    from langgraph_devsched.records import CallRecord, StepRecord
+
+    own = CallRecord("x~hedge", "fft", "cpu", "cpu", None, 0.0, 5.0, 0.0, 0)
+    gpu = CallRecord("c1", "fft", "gpu_now", "cuda:0", None, 0.0, 45.0, 300.0, 0)
+    cpu = CallRecord(hedge_id("c1"), "fft", "cpu", "cpu", None, 0.0, 28.0, 0.0, 0)
+    step = settle(StepRecord((own, gpu, cpu), 45.0), {"c1": "cpu"}, bound=1.5)
+    assert [c.call_id for c in step.calls] == ["x~hedge", "c1"]
+    assert step.makespan_ms == 42.0  # the loser cut at 1.5 x 28 ms
