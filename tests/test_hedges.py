@@ -290,3 +290,31 @@ def test_settle_keeps_a_call_whose_own_id_looks_like_a_second_run():
     step = settle(StepRecord((own, gpu, cpu), 45.0), {"c1": "cpu"}, bound=1.5)
     assert [c.call_id for c in step.calls] == ["x~hedge", "c1"]
     assert step.makespan_ms == 42.0  # the loser cut at 1.5 x 28 ms
+
+
+def test_declare_none_keeps_the_side_effect_free_flag_of_the_builtins():
+    from langgraph_devsched.bench.declare import Declare, declared_specs
+    from langgraph_devsched.bench.scenario import load_scenarios
+
+    for scenario in load_scenarios():
+        specs = declared_specs(scenario.tools, Declare("none"))
+        assert all(s.idempotent and s.profile is None for s in specs.values()), scenario.name
+
+
+def test_the_hedge_tables_are_bounded():
+    from langgraph_devsched.hints import ToolDeviceSpec
+    from langgraph_devsched.monitor.censored import CensoredTimes
+    from langgraph_devsched.schedulers.base import Batch
+    from langgraph_devsched.schedulers.hedge import HedgeRule
+    from langgraph_devsched.telemetry import DeviceState
+
+    device = DeviceState(gpu_available=True, gpu_name="sim", vram_budget_mb=8000,
+                         vram_used_mb=0, gpu_utilization=0.0, cpu_cores=8)
+    rule, censored = HedgeRule(max_tools=2), CensoredTimes(2)
+    for i in range(5):
+        batch = Batch.of([(f"c{i}", f"t{i}", ToolDeviceSpec(idempotent=True))])
+        decided = rule.attach(Decision({f"c{i}": "gpu_now"}), batch,
+                              RuntimeMonitor().snapshot(), device)
+        assert dict(decided.hedges) == {f"c{i}": "cpu"}
+        censored.note(f"t{i}", "cpu", 10.0)
+    assert len(rule) == 2 and len(censored) == 2
