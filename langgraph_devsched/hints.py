@@ -87,6 +87,12 @@ class ToolDeviceSpec(BaseModel):
     keep_warm: bool = Field(
         default=False, description="never evict these weights to make room for another model"
     )
+    idempotent: bool = Field(
+        default=False,
+        description="side-effect free: the tool may run a call twice (on both sides, the "
+        "second result dropped) so that the policy can measure a side it never ran "
+        "(hedged probes, idle-time calibration); default False: every call runs once",
+    )
     timeout_s: float | None = Field(
         default=None,
         gt=0,

@@ -38,7 +38,10 @@ from langgraph_devsched.aio import threaded_wrapper
 from langgraph_devsched.call_runner import CallRunner, is_sync_only
 from langgraph_devsched.device import injected_device_args
 from langgraph_devsched.executors.base import Backend
+from langgraph_devsched.hedge_race import race
+from langgraph_devsched.hedging import hedge_id
 from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
+from langgraph_devsched.idle import IdleCalibration
 from langgraph_devsched.langsmith_check import check_langsmith
 from langgraph_devsched.node_checks import check_testbed_covers, node_backend, warn_never_fitting
 from langgraph_devsched.planning import (
@@ -110,6 +113,9 @@ class DeviceToolNode(ToolNode):
     * ``call_timeout_s``: answer a hinted call with an error `ToolMessage` after this many
       seconds (a tool's ``timeout_s`` hint overrides it). An async tool is cancelled; a sync
       tool's thread runs on, and the device it holds stays reserved until it returns.
+    * ``idle_calibration``: between async steps, re-run a recent call of a side-effect-free
+      (``idempotent``) tool on a side its scheduler never measured, cancelled as soon as the
+      next step arrives (`langgraph_devsched.idle`; off by default).
 
     ``config["max_concurrency"]`` bounds how many calls of a step run at once, under
     ``invoke`` and ``ainvoke`` alike.
@@ -133,6 +139,7 @@ class DeviceToolNode(ToolNode):
         on_step: Callable[[StepReport], None] | None = None,
         history: int = 100,
         call_timeout_s: float | None = None,
+        idle_calibration: bool = False,
     ) -> None:
         kwargs: dict[str, Any] = {}
         if handle_tool_errors is not _UNSET:  # an explicit None is ToolNode's too
@@ -184,6 +191,13 @@ class DeviceToolNode(ToolNode):
             handle_tool_errors=self._handle_tool_errors,
             close_step=self.planner.close,
         )
+        self.idle: IdleCalibration | None = None
+        """Idle-time runs between async steps (``idle_calibration=True``; `idle`)."""
+        if idle_calibration:
+            self.idle = IdleCalibration(
+                scheduler=self.scheduler, backend=self.backend, tools=self.tools_by_name,
+                specs=self.device_specs, device_args=self._device_args,
+                observe=self._observe_idle)
         if wrap_tool_call is not None and awrap_tool_call is None:
             # upstream runs a sync wrapper on the event loop under ainvoke, one call at a time
             self._awrap_tool_call = threaded_wrapper(wrap_tool_call)
@@ -297,6 +311,11 @@ class DeviceToolNode(ToolNode):
                 report.batch, report.decision, record, self.backend.device_state()
             )
 
+    def _observe_idle(self, batch: Batch, decision: Any, record: StepRecord) -> None:
+        self.scheduler.observe(batch, decision, record)
+        if self.monitor is not None:
+            self.monitor.record_step(batch, decision, record, self.backend.device_state())
+
     def _notify(self, report: StepReport, record: StepRecord) -> None:
         if self._on_step is not None:
             self._on_step(report)
@@ -323,6 +342,8 @@ class DeviceToolNode(ToolNode):
         config: RunnableConfig,
         runtime: Runtime,
     ) -> Any:
+        if self.idle is not None:  # a step arrived: the idle run stops first
+            await self.idle.stop()
         batch, key, own = self._own_step(input, config)
         step = await self.planner.aplan(batch, config, key) if batch.calls else None
         token = _STEP.set(step)
@@ -334,12 +355,16 @@ class DeviceToolNode(ToolNode):
             _LIMIT.reset(limit_token)
             _STEP.reset(token)
             self._close_own(step, own)
+            if self.idle is not None and batch.calls:
+                self.idle.remember(self._parse_input(input)[0])
+                self.idle.start()
 
     def _close_own(self, step: PlannedStep | None, own: list[str]) -> None:
         """After this invocation: its calls that never started (cancelled first) are
         recorded as such, and the step closes if nothing else of it still runs."""
         if step is None:
             return
+        own = own + [hedge_id(c) for c in own if hedge_id(c) in step.planned]  # unraced ones
         try:
             step.execution.close_unstarted(
                 own, "not run: its invocation ended (cancelled or answered) before it started"
@@ -414,13 +439,36 @@ class DeviceToolNode(ToolNode):
                 return asyncio.run(ToolNode._execute_tool_async(self, req, input_type, cfg))
             return ToolNode._execute_tool_sync(self, req, input_type, cfg)
 
-        return await self.arun_planned(
-            step,
-            request,
-            config,
-            lambda req, cfg: ToolNode._execute_tool_async(self, req, input_type, cfg),
-            sync_execute if is_sync_only(request.tool) else None,
-        )
+        def planned(req: ToolCallRequest) -> Awaitable[Any]:
+            return self.arun_planned(
+                step,
+                req,
+                config,
+                lambda req, cfg: ToolNode._execute_tool_async(self, req, input_type, cfg),
+                sync_execute if is_sync_only(request.tool) else None,
+            )
+
+        if hedge_id(call_id or "") in step.planned:  # side-effect free: run on both sides
+            return await self._arun_hedged(step, request, planned)
+        return await planned(request)
+
+    async def _arun_hedged(
+        self, step: PlannedStep, request: ToolCallRequest,
+        planned: Callable[[ToolCallRequest], Awaitable[Any]],
+    ) -> Any:
+        """A hedged call: its two runs raced (`hedge_race.race`), one answer under the
+        call's own id, the loser cancelled at the decision's bound."""
+        call_id = request.tool_call.get("id") or ""
+        second_id = hedge_id(call_id)
+        second = request.override(tool_call={**request.tool_call, "id": second_id})
+        observed = (step.execution.observed_ms(call_id), step.execution.observed_ms(second_id))
+        answer, second_won = await race(
+            lambda: planned(request), lambda: planned(second),
+            bound=step.report.decision.hedge_bound, observed=observed,
+            answers=lambda r: isinstance(r, ToolMessage) and r.status != "error")
+        if second_won:
+            answer = answer.model_copy(update={"tool_call_id": call_id})
+        return answer
 
     def device_args(self, tool_name: str, tool: BaseTool | None = None) -> tuple[str, ...]:
         """Names of the tool's `InjectedDevice` arguments (its CPU/GPU variants included).

@@ -39,6 +39,7 @@ from langgraph_devsched.decision_trace import (
     open_decide_run,
 )
 from langgraph_devsched.executors.base import Backend, PlannedCall, StepExecution
+from langgraph_devsched.hedging import HEDGE_BOUND, checked_hedges, hedge_id, settle
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import (
@@ -162,7 +163,17 @@ def checked_decision(
         llm_calls=raw.llm_calls if type(raw.llm_calls) is int and raw.llm_calls >= 0 else 0,
         scheduler=raw.scheduler if isinstance(raw.scheduler, str) else scheduler,
         reused=getattr(raw, "reused", False) is True,
+        hedges=checked_hedges(getattr(raw, "hedges", None),
+                              {c.call_id: c.spec for c in batch.calls}, mapping, gpu=gpu),
+        hedge_bound=_bound(getattr(raw, "hedge_bound", HEDGE_BOUND)),
     ), fallbacks
+
+
+def _bound(value: object) -> float:
+    """A usable hedge bound (a finite number >= 1), else the default."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+        math.isfinite(value) and value >= 1.0)
+    return float(value) if ok else HEDGE_BOUND  # type: ignore[arg-type]
 
 
 def _text(value: object) -> str:
@@ -406,6 +417,11 @@ class StepPlanner:
             c.call_id: PlannedCall(c.call_id, c.tool, decision.mapping[c.call_id], c.spec)
             for c in batch.calls
         }
+        for c in batch.calls:  # a hedged call's second run (`hedging`): a call of its own
+            if c.call_id in decision.hedges:
+                second = hedge_id(c.call_id)
+                planned[second] = PlannedCall(second, c.tool, decision.hedges[c.call_id],
+                                              c.spec)
         execution = self.backend.start_step(list(planned.values()))
         report = StepReport(batch, decision, self.scheduler.name, fallbacks)
         return PlannedStep(report, execution, planned, key)
@@ -424,7 +440,8 @@ class StepPlanner:
             with self._lock:
                 if self._steps.get(step.key) is step:
                     del self._steps[step.key]
-        record = step.execution.record()
+        decision = step.report.decision
+        record = settle(step.execution.record(), decision.hedges, bound=decision.hedge_bound)
         step.report.record = record
         for hook in self._on_close:
             try:

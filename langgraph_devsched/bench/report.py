@@ -103,6 +103,8 @@ def summary(bench: BenchResult, *, physics: str | None = None) -> dict[str, dict
             if rows
             else None,
             "llm_calls": sum(r.llm_calls for _, r in rows),
+            **{k: round(sum(_extra_runs(r)[k] for _, r in rows), 3)
+               for k in _extra_runs(SchedulerResult(name, {}, 0.0, False, None, 0.0, 0, 0.0))},
             "agentic": (m.model_dump() if (m := merge(r.agentic for _, r in rows)) else None),
             "decision_ms_median": round(
                 statistics.median(r.decision_ms_median for _, r in rows), 4
@@ -140,7 +142,16 @@ def _result_json(r: SchedulerResult, s: ScenarioResult) -> dict[str, Any]:
         "measured_makespans_ms": [round(x, 3) for x in r.measured_makespans_ms],
         "round_wall_ms": [round(x, 3) for x in r.round_wall_ms],
         "below_reference": list(r.below_reference),
+        **_extra_runs(r),
     }
+
+
+def _extra_runs(r: SchedulerResult) -> dict[str, Any]:
+    """The side-effect-free tools' extra runs: hedges (inside the regret) and idle-time
+    calibration (outside every step's wall time)."""
+    return {"hedges": r.hedges, "hedge_cost_ms": round(r.hedge_cost_ms, 3),
+            "hedge_device_ms": round(r.hedge_device_ms, 3), "idle_runs": r.idle_runs,
+            "idle_cut": r.idle_cut, "idle_device_ms": round(r.idle_device_ms, 3)}
 
 
 def beaten_lines(bench: BenchResult) -> list[str]:
@@ -276,6 +287,9 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
             str(row["llm_calls"]),
         )
     out = [per, summ]
+    extra = hedge_table(bench, caption=caption)
+    if extra is not None:
+        out.append(extra)
     resident = residency_table(bench, caption=caption)
     if resident is not None:
         out.append(resident)
@@ -283,6 +297,26 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
     if by_physics is not None:
         out.append(by_physics)
     return out
+
+
+def hedge_table(bench: BenchResult, *, caption: str = "") -> Any:
+    """Per scheduler that ran any: the hedges (calls run on both sides), what they added to
+    the noise-free makespans (inside the regret) and their losers' device time, and the
+    idle-time runs between steps (how many, how many cut, device time); else None."""
+    from rich.table import Table
+
+    rows = {n: r for n, r in summary(bench).items() if r["hedges"] or r["idle_runs"]}
+    if not rows:
+        return None
+    table = Table(title="Side-effect-free tools' extra runs", caption=caption)
+    for col in ("scheduler", "hedges", "hedge cost ms", "loser device ms", "idle runs",
+                "idle cut", "idle device ms"):
+        table.add_column(col, justify="left" if col == "scheduler" else "right")
+    for name, r in rows.items():
+        table.add_row(name, f"{r['hedges']:.0f}", f"{r['hedge_cost_ms']:,.0f}",
+                      f"{r['hedge_device_ms']:,.0f}", f"{r['idle_runs']:.0f}",
+                      f"{r['idle_cut']:.0f}", f"{r['idle_device_ms']:,.0f}")
+    return table
 
 
 def physics_table(bench: BenchResult, *, caption: str = "") -> Any:

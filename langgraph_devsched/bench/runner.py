@@ -44,8 +44,10 @@ from typing import Any, Literal, Protocol, get_args
 
 from langgraph_devsched.bench.agentic_stats import AgenticStats, AgenticSummary
 from langgraph_devsched.bench.declare import Declare, declared_specs, parse_declare
+from langgraph_devsched.bench.hedged import IdleRuns, idle_calibration, run_hedged_step
 from langgraph_devsched.bench.horizon import Reference, horizon_reference
 from langgraph_devsched.bench.scenario import Scenario
+from langgraph_devsched.hedging import check_hedges, hedge_outcomes
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import (
@@ -146,6 +148,19 @@ class SchedulerResult:
     below_reference: list[int] = field(default_factory=list)
     """Rounds (1-based) whose noise-free makespan is under `BELOW_REFERENCE` times the
     round's reference: never, unless the reference is wrong."""
+    hedges: int = 0
+    """Calls run on both sides (`Decision.hedges`) over the whole run."""
+    hedge_cost_ms: float = 0.0
+    """What the hedges added to the noise-free makespans (inside ``regret_ms``; negative
+    where a hedge's second run answered sooner)."""
+    hedge_device_ms: float = 0.0
+    """Device time the hedges' losers held before they ended or were cancelled."""
+    idle_runs: int = 0
+    """Idle-time calibration runs between steps (during the scenario's ``think_ms``)."""
+    idle_cut: int = 0
+    """Idle-time runs cut where the next step arrived (recorded as censored)."""
+    idle_device_ms: float = 0.0
+    """Device time of the idle-time runs (outside every step's wall time)."""
 
     @property
     def decision_ms_p50(self) -> float:
@@ -402,6 +417,18 @@ def run_scenario(
     return out
 
 
+def _observer(scheduler: Scheduler, monitor: BenchMonitor | None) -> Callable[
+        [Batch, Decision, StepRecord], None]:
+    """Feeds an idle-time run to the scheduler and the run's monitor, as a step is fed."""
+
+    def observe(batch: Batch, decision: Decision, record: StepRecord) -> None:
+        scheduler.observe(batch, decision, record)
+        if monitor is not None:
+            monitor.record(record, batch=batch, decision=decision)
+
+    return observe
+
+
 def _run_one(
     scenario: Scenario,
     name: str,
@@ -429,7 +456,9 @@ def _run_one(
     measured: list[float] = []
     decision_ms: list[float] = []
     walls: list[float] = []
-    llm_calls = probes = fallbacks = reused = loads = evictions = steps = 0
+    llm_calls = probes = fallbacks = reused = loads = evictions = steps = hedge_calls = 0
+    hedge_cost = hedge_device = 0.0
+    idle = IdleRuns()
     agentic = AgenticStats()
     final: dict[str, DeviceOption] = {}
     limits = [best * (1 + OPTIMAL_TOLERANCE) + 1e-9 for best in per_round]
@@ -448,10 +477,23 @@ def _run_one(
             options = _check(decision, batch, name)
             calls = list(zip(batch.call_ids, _tools(batch), options, strict=True))
             state = bed.residency()  # the noise-free cost is paid from the state before the step
-            key = (b, options, state.gpu, state.host)
-            if key not in cache:
-                cache[key] = bed.makespan(calls)
-            record = bed.run_step(calls) if step_runner is None else step_runner(bed, batch, calls)
+            hedges = dict(decision.hedges)
+            key = (b, options, state.gpu, state.host, tuple(sorted(hedges.items())))
+            if hedges:  # both runs of each hedged call (`bench.hedged`)
+                check_hedges(hedges, decision.mapping, scheduler=f"scheduler {name!r}")
+                runner = None if step_runner is None else functools.partial(
+                    step_runner, bed, batch)
+                hedged = run_hedged_step(bed, calls, hedges, bound=decision.hedge_bound,
+                                         run=runner)
+                cache[key], record = hedged.noise_free_ms, hedged.record
+                hedge_calls += len(hedges)
+                hedge_cost += hedged.noise_free_ms - hedged.unhedged_ms
+                hedge_device += sum(h.loser_device_ms for h in hedge_outcomes(record))
+            else:
+                if key not in cache:
+                    cache[key] = bed.makespan(calls)
+                record = (bed.run_step(calls) if step_runner is None
+                          else step_runner(bed, batch, calls))
             scheduler.observe(batch, decision, record)
             if monitor is not None:
                 monitor.record(record, batch=batch, decision=decision)
@@ -465,6 +507,9 @@ def _run_one(
             reused += int(getattr(decision, "reused", False))
             fallbacks += sum(1 for c in record.calls if c.fell_back)
             final.update(zip(batch.call_ids, options, strict=True))
+            if scenario.workload.think_ms > 0:  # the agent's LLM turn: idle devices
+                idle_calibration(bed, scheduler, scenario.workload.think_ms,
+                                 _observer(scheduler, monitor), idle)
         round_spans.append(noise_free)
         walls.append(noise_free + (deciding if counted else 0.0))
         measured.append(took)
@@ -493,6 +538,12 @@ def _run_one(
         agentic=agentic.summary(),
         evictions_per_step=evictions / steps if steps else 0.0,
         loads=loads,
+        hedges=hedge_calls,
+        hedge_cost_ms=hedge_cost,
+        hedge_device_ms=hedge_device,
+        idle_runs=idle.runs,
+        idle_cut=idle.cut,
+        idle_device_ms=idle.device_ms,
         below_reference=[r for r, (s, best) in enumerate(zip(round_spans, per_round,
                                                               strict=True), 1)
                          if s < best * BELOW_REFERENCE],

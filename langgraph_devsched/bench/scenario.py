@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from langgraph_devsched.batchsim import PHYSICS, Physics, check_physics
 from langgraph_devsched.bench.declare import Declare, declared_specs
+from langgraph_devsched.bench.hedged import DEFAULT_THINK_MS
 from langgraph_devsched.hints import ToolDeviceSpec, validate_spec
 from langgraph_devsched.testbed import (
     DEFAULT_MEM_BOUND,
@@ -99,6 +100,10 @@ class Workload(BaseModel):
     calls: list[str] | None = Field(default=None, description="serial chain or parallel batch")
     batches: list[list[str]] | None = Field(default=None, description="sequence of batches")
     rounds: int = Field(default=20, ge=1, description="rounds the benchmark runs by default")
+    think_ms: float = Field(
+        default=DEFAULT_THINK_MS, ge=0, allow_inf_nan=False,
+        description="idle time between two steps (the agent's LLM turn), ms: side-effect-free "
+        "tools' unmeasured sides may be calibrated in it (0: none)")
 
     @model_validator(mode="after")
     def _shape(self) -> Workload:

@@ -31,7 +31,9 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Literal
 
+from langgraph_devsched.hedging import hedge_outcomes
 from langgraph_devsched.monitor.bounds import MonitorLimits, MonitorSizes
+from langgraph_devsched.monitor.censored import CensoredTimes
 from langgraph_devsched.monitor.context import background_bucket, call_context
 from langgraph_devsched.monitor.explore import HintInputs, propose_hints
 from langgraph_devsched.monitor.keys import placement_key, shape_key
@@ -108,6 +110,8 @@ class RuntimeMonitor:
             max_outcomes=max_outcomes,
         )
         self._tables = Tables(state if state is not None else MonitorState(), self.limits)
+        self.censored = CensoredTimes(max_tools)
+        """Hedges' losers cancelled at their bound: per (tool, side), at least how long."""
         self._device: DeviceState | None = None
         self._lock = threading.RLock()
         self._memo_at: tuple[int, float | None] | None = None
@@ -152,7 +156,12 @@ class RuntimeMonitor:
                 declared_gpu_ms=profile.gpu_ms if profile else None,
             ))
         last_calls = []
-        for rec in step_record.calls:
+        hedges = hedge_outcomes(step_record)
+        for h in hedges:
+            if h.censored and h.own_ms > 0:  # cut during its load: nothing learnt
+                self.censored.note(h.tool, "gpu" if h.loser.on_gpu else "cpu", h.own_ms)
+        losers = {h.loser.call_id for h in hedges if h.complete}
+        for rec in (*step_record.calls, *(h.loser for h in hedges if h.complete)):
             if rec.error is not None or not _finite(rec.run_ms, rec.latency_ms):
                 continue  # a failed call, or a time that is no measurement
             ctx = call_context(rec, step_record, device_state).key
@@ -172,6 +181,8 @@ class RuntimeMonitor:
             ))
             if rec.on_gpu:
                 tables.put_vram(rec.tool, rec.vram_reserved_mb)
+            if rec.call_id in losers:  # a hedge's loser: a measurement, not the step's call
+                continue
             last_calls.append(
                 LastCall(tool=rec.tool, option=rec.option, device=device, context=ctx,
                          run_ms=_warm(rec.run_ms, rec),

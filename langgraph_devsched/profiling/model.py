@@ -111,6 +111,8 @@ class ToolProfile(BaseModel):
     declared_gpu_share: float | None = Field(default=None, description="from the tool's hints")
     declared_model: str | None = Field(default=None, description="the tool's model hint")
     declared_weights_mb: float = Field(default=0.0, ge=0, description="its weights_mb hint")
+    declared_idempotent: bool = Field(default=False, description="its idempotent hint (side "
+                                      "effect free)")
     runs: dict[str, DeviceRun] = Field(default_factory=dict, description="keyed 'cpu' / 'cuda'")
     skipped: dict[str, str] = Field(
         default_factory=dict, description="device kind -> why it was not measured"

@@ -379,6 +379,7 @@ def _profile_one(
         declared_gpu_share=float(share) if share is not None else None,
         declared_model=hints.get("model"),
         declared_weights_mb=float(hints.get("weights_mb", 0.0)),
+        declared_idempotent=hints.get("idempotent") is True,
     )
     row.skipped.update(unavailable)
     try:

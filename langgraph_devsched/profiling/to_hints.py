@@ -8,8 +8,8 @@ declared share, ``gpu_capable: false`` for a tool the profiler found CPU-only; `
 the CUDA memory the first call left allocated (else the declared weights), ``load_ms`` = per
 side, what the first (cold) call cost over the warm median where that is a real load (over
 `LOAD_FLOOR_MS` and `LOAD_FLOOR_RATIO` of the median, for a tool with a model: declared, or
-weights declared or measured), ``model`` as declared. A tool measured
-nowhere keeps only what it declared.
+weights declared or measured), ``model`` as declared, ``idempotent: true`` where the tool
+declared itself side-effect free. A tool measured nowhere keeps only what it declared.
 
 >>> from langgraph_devsched.profiling.model import DeviceRun, Profile, ToolProfile, summarize
 >>> run = DeviceRun(device="cpu", latency=summarize([4.0, 6.0]), samples_ms=[4.0, 6.0],
@@ -63,6 +63,8 @@ def tool_hints(row: ToolProfile) -> dict[str, Any]:
     if solo:
         hints["profile"] = solo
     hints.update(_residency(row))
+    if row.declared_idempotent:  # what the tool states, kept: it may be measured twice
+        hints["idempotent"] = True
     return hints
 
 

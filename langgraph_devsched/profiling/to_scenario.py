@@ -95,6 +95,8 @@ def profile_to_scenarios(
         entry: dict[str, Any] = {"params": params}
         if row.gpu is None:
             entry["hints"] = {"gpu_capable": False}
+        if row.declared_idempotent:  # the tool's own statement, which --declare none keeps
+            entry.setdefault("hints", {})["idempotent"] = True
         tools[row.tool] = entry
         rows.append(row)
     if not tools:

@@ -4,7 +4,8 @@ A scheduler gets a `Batch` (the step's calls: ids, tool names and declared hints
 arguments) and a `SchedulerView` (telemetry and, where present, the monitor's snapshot). It
 answers a `Decision`: one option per call id. It can learn from `observe`.
 
->>> from langgraph_devsched.hints import ToolDeviceSpec
+>>> from langgraph_devsched.hedging import HEDGE_BOUND
+from langgraph_devsched.hints import ToolDeviceSpec
 >>> batch = Batch.of([("c1", "ocr", ToolDeviceSpec(vram_mb=500))])
 >>> batch.call_ids, batch.shape
 (('c1',), ('ocr',))
@@ -17,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from langgraph_devsched.hedging import HEDGE_BOUND
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import StepRecord
@@ -93,7 +95,10 @@ def batch_snapshot(monitor: Any) -> Callable[[Batch], Any]:
 @dataclass(frozen=True)
 class Decision:
     """One option per call id, with the why. ``probe`` marks an exploratory placement;
-    ``reused`` a decision taken again unchanged because none of its inputs moved."""
+    ``reused`` a decision taken again unchanged because none of its inputs moved;
+    ``hedges`` names, for some calls of side-effect-free tools (``idempotent`` hint), a
+    second option run beside the first: the call is answered by whichever ends first and
+    the other is cancelled at its bound (`langgraph_devsched.hedging`)."""
 
     mapping: Mapping[str, DeviceOption]
     reason: str = ""
@@ -103,6 +108,9 @@ class Decision:
     llm_calls: int = 0
     scheduler: str = ""
     reused: bool = False
+    hedges: Mapping[str, DeviceOption] = field(default_factory=dict)
+    hedge_bound: float = HEDGE_BOUND
+    """A hedge's loser is cancelled once it ran this many times the winner's run time."""
 
     def options_for(self, batch: Batch) -> tuple[DeviceOption, ...]:
         return tuple(self.mapping[cid] for cid in batch.call_ids)

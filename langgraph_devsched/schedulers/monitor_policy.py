@@ -59,6 +59,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from langgraph_devsched.hedging import hedge_outcomes
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.hints import ExplorationHint
 from langgraph_devsched.monitor.monitor import RuntimeMonitor
@@ -68,6 +69,7 @@ from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.schedulers.dmda import DmdaScheduler
 from langgraph_devsched.schedulers.eviction_cost import RecentModels
+from langgraph_devsched.schedulers.hedge import HedgeRule
 from langgraph_devsched.schedulers.heft import HeftScheduler
 from langgraph_devsched.schedulers.monitor_model import (
     SCREEN_MODELS,
@@ -134,6 +136,7 @@ class MonitorPolicy(SchedulerBase):
         reuse: bool = True,
         refresh_after: int = 50,
         monitor: RuntimeMonitor | None = None,
+        hedge: bool = True,
     ) -> None:
         self.probe_horizon = probe_horizon
         self.max_probe_cost = max_probe_cost
@@ -156,13 +159,14 @@ class MonitorPolicy(SchedulerBase):
         self._contact = FirstContact(max_shapes)
         self._recent = RecentModels()
         self._heft = HeftScheduler()
+        self._hedge = HedgeRule() if hedge else HedgeRule(max_per_step=0)
         self._dmda = DmdaScheduler()
 
     def state_sizes(self) -> dict[str, int]:
         """How many entries each of the policy's own tables holds (all bounded)."""
         return {"fits": len(self._fits), "last_decisions": len(self._last),
                 "change_keys": len(self._changes), "first_contacts": len(self._contact),
-                "recent_models": len(self._recent)}
+                "recent_models": len(self._recent), "hedged_sides": len(self._hedge)}
 
     # -- protocol --------------------------------------------------------------------------
 
@@ -184,6 +188,9 @@ class MonitorPolicy(SchedulerBase):
             last.reuses += 1
             return self._again(batch, last)
         decision, settled = self._full(batch, view, started, last)
+        if any(c.spec.idempotent for c in batch.calls):  # side-effect free: may hedge
+            decision = self._hedge.attach(decision, batch, self._observations(batch, view),
+                                          view.device, getattr(self.monitor, "censored", None))
         self._last[key] = LastDecision(specs, bucket, versions, decision.options_for(batch),
                                        decision, samples, settled)
         return decision
@@ -246,6 +253,7 @@ class MonitorPolicy(SchedulerBase):
                                cpu_scale=fit.cpu_scale.get(t))
             for t, s in specs.items()
         }
+        params = self._hedge.priced(params, specs, obs, getattr(self.monitor, "censored", None))
         bed = twin(params, device, oom_ms=oom_detect_ms(obs, params), model=fit.model)
         noise = _pooled_cv(obs)
         warm = None  # resident models: observations are warm, the twin charges loads
@@ -380,8 +388,20 @@ class MonitorPolicy(SchedulerBase):
         self._fits[shape] = (evidence, fit)
         return fit
 
+    def calibration(self) -> tuple[Batch, Decision] | None:
+        """An idle-time run to measure an unmeasured side of a recent side-effect-free call
+        (`hedge.HedgeRule.calibration`), or None; only with a monitor this policy reads."""
+        if self._device is None or not (self._private or self._shared) or not (
+                self._hedge.recent):
+            return None
+        return self._hedge.calibration(self.monitor.snapshot(), self._device,
+                                       getattr(self.monitor, "censored", None))
+
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
         self._changes.observe(record)
+        measured = tuple(h.loser for h in hedge_outcomes(record) if h.complete)
+        if measured:  # a hedge (or an idle run) measured a side: its tools' decisions move
+            self._changes.observe(StepRecord(measured, 0.0))
         if self._private and self._device is not None:
             self.monitor.record_step(batch, decision, record, self._device)
 
@@ -413,7 +433,7 @@ class MonitorPolicy(SchedulerBase):
         floor = 0.01 * base
         candidates = []
         hints = [h for h in obs.hints if h.probes_left > 0 and h.kind in PROBE_KINDS
-                 and _gain(batch, obs, h) > floor]
+                 and _gain(batch, obs, h) > floor and not self._answered(h)]
         # the best-scored mappings, for hints met anywhere
         ranked = sorted(model.values, key=lambda m: (model.values[m], m))[:_SCAN]
         # the hints in order of gain, while their probe mappings fit `PROBE_CALLS` simulated
@@ -449,6 +469,16 @@ class MonitorPolicy(SchedulerBase):
             return None
         _, _, m, hint = min(candidates, key=lambda c: (c[0], c[1]))
         return m, hint
+
+    def _answered(self, hint: ExplorationHint) -> bool:
+        """A hint toward a side a hedge or an idle run cut at its bound (`HedgeRule`)."""
+        censored = getattr(self.monitor, "censored", None)
+        if hint.kind == "swap":  # the first tool goes to the CPU, the second to the GPU
+            a, b = hint.tools
+            return self._hedge.answered(a, "cpu", censored) or (
+                self._hedge.answered(b, "gpu", censored))
+        return hint.kind in ("unknown", "symmetric") and bool(hint.devices) and (
+            self._hedge.answered(hint.tools[0], hint.devices[0], censored))
 
     @staticmethod
     def _realise(

@@ -173,7 +173,10 @@ def finish(
     **hints: Any,
 ) -> BaseTool:
     """Attach device hints and the profiler's example arguments to a suite tool; a tool on a
-    resident ``model`` gets its ``model``/``weights_mb`` hints too (`ResidentModel.hints`)."""
+    resident ``model`` gets its ``model``/``weights_mb`` hints too (`ResidentModel.hints`).
+    Every suite tool is side-effect free (a pure computation on synthesised inputs): it says
+    ``idempotent: true``, so the policy may run a call on both sides to measure one."""
+    hints.setdefault("idempotent", True)
     tool = device_hints(**(model.hints(**hints) if model is not None else hints))(tool)
     tool.metadata = {**(tool.metadata or {}), EXAMPLE_ARGS_KEY: dict(example)}
     return tool
