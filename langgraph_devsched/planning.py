@@ -39,6 +39,7 @@ from langgraph_devsched.decision_trace import (
     open_decide_run,
 )
 from langgraph_devsched.executors.base import Backend, PlannedCall, StepExecution
+from langgraph_devsched.lean_step import LeanExecution
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import (
@@ -395,18 +396,31 @@ class StepPlanner:
         )
         return self._start(batch, decision, dict.fromkeys(batch.call_ids, "scheduler_error"), key)
 
+    def plan_lean(self, batch: Batch) -> PlannedStep | None:
+        """The plan of a step of plain calls (`lean_step`): forced to the CPU, run by a
+        `LeanExecution` on the local backend; None when the hints leave a choice."""
+        forced = forced_decision(batch, None, self.scheduler.name)
+        if forced is None:
+            return None
+        return self._start(batch, forced, {}, None, lean=True)
+
     def _start(
         self,
         batch: Batch,
         decision: Decision,
         fallbacks: dict[str, FallbackCause],
         key: StepKey | None,
+        *,
+        lean: bool = False,
     ) -> PlannedStep:
         planned = {
             c.call_id: PlannedCall(c.call_id, c.tool, decision.mapping[c.call_id], c.spec)
             for c in batch.calls
         }
-        execution = self.backend.start_step(list(planned.values()))
+        calls = list(planned.values())
+        execution: StepExecution = (
+            LeanExecution(calls, self.backend) if lean  # type: ignore[arg-type]
+            else self.backend.start_step(calls))
         report = StepReport(batch, decision, self.scheduler.name, fallbacks)
         return PlannedStep(report, execution, planned, key)
 

@@ -132,7 +132,7 @@ class _SeenCache:
         table = state[1]
         hit = table.get((tool, id(spec)))
         if hit is not None and hit[0] is spec:
-            return hit[1]  # type: ignore[no-any-return]
+            return hit[1]
         seen = _seen(tool, spec, obs)
         if len(table) >= 4096:  # bounded even for a huge batch
             table.clear()
