@@ -402,7 +402,11 @@ class StepPlanner:
         forced = forced_decision(batch, None, self.scheduler.name)
         if forced is None:
             return None
-        return self._start(batch, forced, {}, None, lean=True)
+        planned = {c.call_id: PlannedCall(c.call_id, c.tool, forced.mapping[c.call_id], c.spec)
+                   for c in batch.calls}
+        execution = LeanExecution(list(planned.values()), self.backend)  # type: ignore[arg-type]
+        report = StepReport(batch, forced, self.scheduler.name, {})
+        return PlannedStep(report, execution, planned, None)
 
     def _start(
         self,
@@ -410,17 +414,12 @@ class StepPlanner:
         decision: Decision,
         fallbacks: dict[str, FallbackCause],
         key: StepKey | None,
-        *,
-        lean: bool = False,
     ) -> PlannedStep:
         planned = {
             c.call_id: PlannedCall(c.call_id, c.tool, decision.mapping[c.call_id], c.spec)
             for c in batch.calls
         }
-        calls = list(planned.values())
-        execution: StepExecution = (
-            LeanExecution(calls, self.backend) if lean  # type: ignore[arg-type]
-            else self.backend.start_step(calls))
+        execution = self.backend.start_step(list(planned.values()))
         report = StepReport(batch, decision, self.scheduler.name, fallbacks)
         return PlannedStep(report, execution, planned, key)
 
