@@ -39,7 +39,6 @@ from langgraph_devsched.decision_trace import (
     open_decide_run,
 )
 from langgraph_devsched.executors.base import Backend, PlannedCall, StepExecution
-from langgraph_devsched.lean_step import LeanExecution
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import (
@@ -399,6 +398,8 @@ class StepPlanner:
     def plan_lean(self, batch: Batch) -> PlannedStep | None:
         """The plan of a step of plain calls (`lean_step`): forced to the CPU, run by a
         `LeanExecution` on the local backend; None when the hints leave a choice."""
+        from langgraph_devsched.lean_step import LeanExecution
+
         forced = forced_decision(batch, None, self.scheduler.name)
         if forced is None:
             return None
