@@ -153,7 +153,7 @@ class CallRunner:
         ``devsched.observed_ms`` is exact up front on the simulated testbed; elsewhere a
         callback measures the tool run and writes it onto the traced run as it ends.
         """
-        if not _observed(step, config):  # nobody would see it
+        if not step_observed(step, config):  # nobody would see it
             return with_handler(config, watcher) if watcher is not None else config
         observed = step.execution.observed_ms(call_id)
         cfg = with_decision(config, *_step_metadata(step, call_id, placement, observed))
@@ -285,7 +285,7 @@ class CallRunner:
         """The answer for a call that can run nowhere; traced as a failed tool run with the
         same ``devsched.*`` keys (device ``none``, its cause as ``devsched.fallback``)."""
         message = placement_error_message(call, exc)
-        if _observed(step, config):
+        if step_observed(step, config):
             call_id = call["id"] or ""
             nowhere = Placement(step.planned[call_id].option, "none", exc.cause)
             meta, tags = _step_metadata(step, call_id, nowhere, 0.0, {"devsched.refused": str(exc)})
@@ -320,7 +320,7 @@ class CallRunner:
         )
 
 
-def _observed(step: PlannedStep, config: RunnableConfig) -> bool:
+def step_observed(step: PlannedStep, config: RunnableConfig) -> bool:
     """True when a run started with ``config`` would be seen (ambient tracing read once per
     step: env and context do not change within one)."""
     if step.ambient_tracing is None:

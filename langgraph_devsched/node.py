@@ -35,14 +35,15 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 from langgraph_devsched.aio import threaded_wrapper
-from langgraph_devsched.call_runner import CallRunner, is_sync_only
-from langgraph_devsched.device import injected_device_args
+from langgraph_devsched.call_runner import CallRunner, is_sync_only, step_observed
+from langgraph_devsched.device import injected_device_args, placed
 from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.hedge_race import race
 from langgraph_devsched.hedging import hedge_id
 from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
 from langgraph_devsched.idle import IdleCalibration
 from langgraph_devsched.langsmith_check import check_langsmith
+from langgraph_devsched.lean_step import CPU, lean_backend, lean_run, plain_tools
 from langgraph_devsched.node_checks import check_testbed_covers, node_backend, warn_never_fitting
 from langgraph_devsched.planning import (
     PlannedStep,
@@ -178,6 +179,10 @@ class DeviceToolNode(ToolNode):
         self.history: deque[StepReport] = deque(maxlen=history)
         self._device_args = {n: injected_device_args(t) for n, t in self.tools_by_name.items()}
         self._impls = self._build_impls()
+        # plain tools on the local CPU run lean: nothing to place, reserve or fall back from
+        self._plain = plain_tools(self.device_specs, {n for n, _ in self._impls},
+                                  self._device_args) if lean_backend(
+            self.backend, call_timeout_s) else frozenset()
         self.planner = StepPlanner(
             scheduler=self.scheduler,
             backend=self.backend,
@@ -264,6 +269,14 @@ class DeviceToolNode(ToolNode):
         key = shared_step_key(batch, config) if shared and batch.calls else None
         return batch, key, [c.get("id") or "" for c in tool_calls]
 
+    def _lean_step(self, batch: Batch, key: StepKey | None) -> PlannedStep | None:
+        """The step run lean (`lean_step`) when it is its caller's alone and every call is
+        plain; else None (planned as usual)."""
+        if key is not None or not self._plain or not all(
+                c.tool in self._plain for c in batch.calls):
+            return None
+        return self.planner.plan_lean(batch)
+
     def plan_calls(
         self, calls: list[ToolCall], config: RunnableConfig | None = None
     ) -> PlannedStep | None:
@@ -328,7 +341,8 @@ class DeviceToolNode(ToolNode):
         runtime: Runtime,
     ) -> Any:
         batch, key, own = self._own_step(input, config)
-        step = self.planner.plan(batch, config, key) if batch.calls else None
+        step = (self._lean_step(batch, key) or self.planner.plan(batch, config, key)
+                if batch.calls else None)
         token = _STEP.set(step)
         try:
             return super()._func(input, config, runtime)
@@ -345,7 +359,8 @@ class DeviceToolNode(ToolNode):
         if self.idle is not None:  # a step arrived: the idle run stops first
             await self.idle.stop()
         batch, key, own = self._own_step(input, config)
-        step = await self.planner.aplan(batch, config, key) if batch.calls else None
+        step = (self._lean_step(batch, key) or await self.planner.aplan(batch, config, key)
+                if batch.calls else None)
         token = _STEP.set(step)
         limit = config.get("max_concurrency")
         limit_token = _LIMIT.set(asyncio.Semaphore(limit) if limit else None)
@@ -419,6 +434,15 @@ class DeviceToolNode(ToolNode):
         call_id = request.tool_call.get("id")
         if step is None or call_id not in step.planned or request.tool is None:
             return super()._execute_tool_sync(request, input_type, config)
+        if lean_run(step.execution) and not step_observed(step, config):
+            def run(_: Any) -> tuple[Any, bool]:
+                with placed(CPU):
+                    return ToolNode._execute_tool_sync(self, request, input_type, config), False
+
+            try:
+                return step.execution.run_sync(call_id or "", run)
+            finally:
+                self.planner.close(step)
         return self.run_planned(
             step,
             request,
@@ -433,6 +457,17 @@ class DeviceToolNode(ToolNode):
         call_id = request.tool_call.get("id")
         if step is None or call_id not in step.planned or request.tool is None:
             return await super()._execute_tool_async(request, input_type, config)
+        if lean_run(step.execution) and not step_observed(step, config):
+            async def arun(_: Any) -> tuple[Any, bool]:
+                with placed(CPU):
+                    answer = await ToolNode._execute_tool_async(self, request, input_type,
+                                                                config)
+                return answer, False
+
+            try:
+                return await step.execution.run_async(call_id or "", arun)
+            finally:
+                self.planner.close(step)
 
         def sync_execute(req: ToolCallRequest, cfg: RunnableConfig) -> Any:
             if not is_sync_only(req.tool):

@@ -406,6 +406,20 @@ class StepPlanner:
         )
         return self._start(batch, decision, dict.fromkeys(batch.call_ids, "scheduler_error"), key)
 
+    def plan_lean(self, batch: Batch) -> PlannedStep | None:
+        """The plan of a step of plain calls (`lean_step`): forced to the CPU, run by a
+        `LeanExecution` on the local backend; None when the hints leave a choice."""
+        from langgraph_devsched.lean_step import LeanExecution
+
+        forced = forced_decision(batch, None, self.scheduler.name)
+        if forced is None:
+            return None
+        planned = {c.call_id: PlannedCall(c.call_id, c.tool, forced.mapping[c.call_id], c.spec)
+                   for c in batch.calls}
+        execution = LeanExecution(list(planned.values()), self.backend)  # type: ignore[arg-type]
+        report = StepReport(batch, forced, self.scheduler.name, {})
+        return PlannedStep(report, execution, planned, None)
+
     def _start(
         self,
         batch: Batch,

@@ -14,6 +14,7 @@ from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.observations import Observations
 from langgraph_devsched.schedulers.monitor_model import estimate_params
+from tests.builtin_bench import UNBUDGETED
 
 pytest.importorskip("numpy")
 
@@ -38,7 +39,8 @@ FRIENDS = {
 def test_the_first_step_with_no_profile_keeps_the_gpu_tools_on_the_gpu() -> None:
     """Old: four tools guessed alike, 400 ms on the CPU tied with sharing the GPU, and the
     diffusion model went to the CPU for 24 s."""
-    r = run_scenario(Scenario.model_validate(FRIENDS), ["monitor"], declare="none")
+    r = run_scenario(Scenario.model_validate(FRIENDS), ["monitor"], declare="none",
+                     scheduler_options=UNBUDGETED)
     first = r.results["monitor"]
     assert all(o != "cpu" for o in first.final_mapping.values()), first.final_mapping
     assert first.round_makespans_ms[0] < 1.5 * r.optimal_makespan_ms
@@ -56,7 +58,8 @@ VOICE = {
 def test_an_unmeasured_cpu_side_is_not_probed_beyond_the_steps_cost() -> None:
     """Old: the CPU side, never measured nor declared, was probed for free: 2.1 s for a
     step of 0.1 s. Now a probe is priced at the unknown side's pessimistic guess."""
-    r = run_scenario(Scenario.model_validate(VOICE), ["monitor"], declare="none")
+    r = run_scenario(Scenario.model_validate(VOICE), ["monitor"], declare="none",
+                     scheduler_options=UNBUDGETED)
     spans = r.results["monitor"].round_makespans_ms
     assert max(spans) < 1.5 * r.optimal_makespan_ms, spans
     assert r.results["monitor"].optimal
@@ -75,7 +78,8 @@ def test_a_light_tools_unknown_cpu_side_is_measured() -> None:
     """Old: 14 ms on the GPU, its CPU side guessed at 4x (56 ms) was never probed (42 ms over
     half the step), so the 9 ms CPU stayed unknown for good. A probe of a light step may cost
     up to `min_probe_ms` once."""
-    r = run_scenario(Scenario.model_validate(LIGHT), ["monitor"], declare="none")
+    r = run_scenario(Scenario.model_validate(LIGHT), ["monitor"], declare="none",
+                     scheduler_options=UNBUDGETED)
     result = r.results["monitor"]
     assert result.optimal and result.probes == 1, result.round_makespans_ms
     assert max(result.round_makespans_ms) < 60.0  # the probe cost at most its bound

@@ -13,6 +13,15 @@ from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers import Batch, SchedulerView, make_scheduler
 from langgraph_devsched.schedulers.monitor_policy import MonitorPolicy
 from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
+from tests.builtin_bench import UNBUDGETED
+
+
+def unbudgeted(**options: object) -> MonitorPolicy:
+    """The policy with no time budget on its decisions: the verdicts below (placements,
+    reuse counts, determinism) never depend on the machine's speed (the budget's own test
+    passes one, on a virtual clock)."""
+    return MonitorPolicy(max_decision_ms=None, **options)  # type: ignore[arg-type]
+
 
 T = ToolParams
 
@@ -57,7 +66,7 @@ def run(
     batch = Batch.of([(f"c{i}", t, specs[t]) for i, t in enumerate(seq)])
     combos = itertools.product(*(c.spec.allowed_options() for c in batch.calls))
     best = min(bed.makespan(list(zip(batch.call_ids, seq, m, strict=True))) for m in combos)
-    policy = policy or MonitorPolicy()
+    policy = policy or unbudgeted()
     spans, probes = [], []
     for _ in range(rounds):
         decision = policy.decide(batch, SchedulerView(bed.device_state()))
@@ -104,7 +113,7 @@ def test_probes_an_unmeasured_device_and_respects_the_budget() -> None:
     best, spans, probes, policy = run(params, {}, ["a", "b"], bare)
     assert any(probes) and spans[-1] == pytest.approx(best)
     assert sum(probes) <= policy.monitor.probe_budget
-    limited = MonitorPolicy(monitor=None)
+    limited = unbudgeted(monitor=None)
     limited.monitor.probe_budget = 1
     _, _, probes, _ = run(params, {}, ["a", "b"], bare, policy=limited)
     assert sum(probes) == 1
@@ -126,7 +135,7 @@ def test_a_shared_monitor_is_only_read() -> None:
     params = BEDS["transfer"][0]
     bed = SimulatedTestbed(params, vram_budget_mb=8000)
     monitor = RuntimeMonitor(telemetry=bed)
-    policy = MonitorPolicy(monitor=monitor)
+    policy = unbudgeted(monitor=monitor)
     batch = Batch.of([("c0", "fft", declared(params["fft"]))])
     options: list[DeviceOption] = []
     for _ in range(3):
@@ -148,7 +157,7 @@ def test_without_a_gpu_everything_allowed_runs_on_the_cpu() -> None:
     from langgraph_devsched.telemetry import DeviceState
 
     batch = Batch.of([("c0", "asr", declared(T(cpu_ms=900, gpu_ms=50)))])
-    d = MonitorPolicy().decide(batch, SchedulerView(DeviceState.cpu_only("no GPU here")))
+    d = unbudgeted().decide(batch, SchedulerView(DeviceState.cpu_only("no GPU here")))
     assert dict(d.mapping) == {"c0": "cpu"}
 
 
@@ -181,7 +190,7 @@ def steady_batch(params: dict[str, ToolParams] = STEADY) -> Batch:
 def test_a_decision_is_reused_while_nothing_changed_and_says_so() -> None:
     bed = SimulatedTestbed(STEADY, vram_budget_mb=8000, cpu_cores=4)
     batch = steady_batch()
-    decisions = steady_run(MonitorPolicy(), bed, batch, 40)
+    decisions = steady_run(unbudgeted(), bed, batch, 40)
     reused = [d.reused for d in decisions]  # type: ignore[attr-defined]
     assert not reused[0]
     # once settled (fit done, past the first runs), decided again only when the evidence
@@ -205,17 +214,18 @@ def test_a_learning_shape_is_reused_once_its_refit_stops_moving(name: str) -> No
     scenario = load_scenario(path)
     bed = scenario.make_testbed()
     (batch,) = scenario_batches(scenario)
-    decisions = steady_run(MonitorPolicy(), bed, batch, 20)
+    decisions = steady_run(unbudgeted(), bed, batch, 20)
     reused = [d.reused for d in decisions]  # type: ignore[attr-defined]
     assert sum(reused[9:]) >= 5, reused  # on main: none before the 20th run
-    result = run_scenario(scenario, ["monitor"]).results["monitor"]
+    result = run_scenario(scenario, ["monitor"],
+                          scheduler_options=UNBUDGETED).results["monitor"]
     assert result.optimal, (result.final_makespan_ms, optimum(scenario)[0])
 
 
 def test_reuse_ends_when_hints_telemetry_or_latencies_move() -> None:
     bed = SimulatedTestbed(STEADY, vram_budget_mb=8000, cpu_cores=4)
     batch = steady_batch()
-    policy = MonitorPolicy()
+    policy = unbudgeted()
     steady_run(policy, bed, batch, 30)
     view = SchedulerView(bed.device_state())
     assert policy.decide(batch, view).reused
@@ -241,7 +251,7 @@ def test_reuse_ends_when_hints_telemetry_or_latencies_move() -> None:
 
 def test_reuse_can_be_turned_off() -> None:
     bed = SimulatedTestbed(STEADY, vram_budget_mb=8000, cpu_cores=4)
-    decisions = steady_run(MonitorPolicy(reuse=False), bed, steady_batch(), 12)
+    decisions = steady_run(unbudgeted(reuse=False), bed, steady_batch(), 12)
     assert not any(d.reused for d in decisions)  # type: ignore[attr-defined]
 
 
@@ -279,7 +289,7 @@ def test_large_batches_search_within_the_budget_and_beat_their_seeds() -> None:
 def test_per_shape_tables_are_bounded() -> None:
     params = {f"t{i}": T(cpu_ms=50 + i, gpu_ms=20, vram_mb=100) for i in range(8)}
     bed = SimulatedTestbed(params, vram_budget_mb=8000, cpu_cores=4)
-    policy = MonitorPolicy(max_shapes=3)
+    policy = unbudgeted(max_shapes=3)
     for k in range(1, 8):  # seven shapes: t0; t0,t1; ...
         batch = Batch.of([(f"c{i}", f"t{i}", declared(params[f"t{i}"])) for i in range(k)])
         steady_run(policy, bed, batch, 3)
@@ -301,5 +311,5 @@ def test_a_profile_wrong_where_measured_is_not_trusted_where_it_was_not() -> Non
             "hints": {"profile": {"cpu_ms": 72, "gpu_ms": 41, "transfer_ms": 30}}}},
         "workload": {"kind": "serial", "calls": ["vector_search"], "rounds": 8},
     })
-    r = run_scenario(s, ["monitor"]).results["monitor"]
+    r = run_scenario(s, ["monitor"], scheduler_options=UNBUDGETED).results["monitor"]
     assert r.final_mapping == {"vector_search": "cpu"} and r.optimal

@@ -72,3 +72,14 @@ def test_generated_scenarios_are_reproducible_and_oracle_checkable() -> None:
     a, b = generate_scenario(5, calls=10), generate_scenario(5, calls=10)
     assert a == b and a != generate_scenario(6, calls=10)
     assert len(a.batches()) == 1 and len(a.batches()[0]) == 10
+
+
+def test_learning_rounds_are_measured_through_the_protocol() -> None:
+    from langgraph_devsched.perf.learning import measure_learning
+
+    row = measure_learning(2, seeds=1, rounds=3, max_decision_ms=None)
+    assert row["n"] == 2 and len(row["per_round_p50_ms"]) == 3
+    assert all(ms >= 0 for ms in row["per_round_p50_ms"])
+    assert len(row["first_reused"]) == 1
+    with pytest.raises(ValueError, match="n, seeds and rounds must be >= 1"):
+        measure_learning(0)

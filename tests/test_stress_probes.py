@@ -8,7 +8,7 @@ strict): remove a kind from ``UNFIXED`` once its fix lands, so the test guards i
 from __future__ import annotations
 
 import logging
-import time
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,9 +72,7 @@ CASES = [
 def test_each_probe_finds_nothing_wrong(kind: str, backend: str, tmp_path: Path) -> None:
     for index in range(2):  # two seeds: two variants of most probes
         ctx = ProbeContext(kind, index, backend, seed=11 + index, tmp=tmp_path)
-        t0 = time.perf_counter()
-        result = run_probe(ctx, 20.0)
-        assert time.perf_counter() - t0 < 20.5
+        result = run_probe(ctx, 20.0)  # past it, a problem: "did not finish (hung)"
         assert result.injected >= 1
         assert result.problems == []
         assert result.handled == result.injected
@@ -83,17 +81,20 @@ def test_each_probe_finds_nothing_wrong(kind: str, backend: str, tmp_path: Path)
 def test_a_hung_probe_is_a_bounded_violation(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    release, finished = threading.Event(), threading.Event()
+
     def hangs(ctx: ProbeContext) -> ProbeResult:
-        time.sleep(1.0)
+        release.wait(60)
+        finished.set()
         return ProbeResult(injected=1, handled=1)
 
     def raises(ctx: ProbeContext) -> ProbeResult:
         raise KeyError("boom")
 
     monkeypatch.setitem(PROBES, "stats_writers", (hangs, ("none",), "x"))
-    t0 = time.perf_counter()
     result = run_probe(ProbeContext("stats_writers", 3, "none", 0, tmp_path), 0.1)
-    assert time.perf_counter() - t0 < 0.5
+    assert not finished.is_set()  # it did not wait for the hung probe, however slow the machine
+    release.set()
     assert (result.injected, result.handled) == (1, 0)
     assert result.problems == ["probe 3 did not finish within 0.1 s (hung)"]
     monkeypatch.setitem(PROBES, "stats_writers", (raises, ("none",), "x"))

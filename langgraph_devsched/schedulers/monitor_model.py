@@ -104,6 +104,57 @@ def _solo(
     return (total / count, int(count)) if count else None
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """What ``estimate_params`` reads from the observations for one tool and spec: the
+    same for every share, thread count and CPU scale a fit tries (`_seen`)."""
+
+    gpu: tuple[float, int] | None
+    cpu: tuple[float, int] | None
+    cv: float
+    vram: float
+    load: tuple[float, float]
+
+
+class _SeenCache:
+    """`_Seen` per (tool, spec) for the one `Observations` last asked about (a frozen
+    snapshot: a fit estimates each tool thousands of times from one snapshot); another
+    snapshot clears it, so it holds one snapshot's tools at most."""
+
+    def __init__(self) -> None:
+        self.state: tuple[Observations | None, dict[tuple[str, int], Any]] = (None, {})
+
+    def get(self, tool: str, spec: ToolDeviceSpec, obs: Observations) -> _Seen:
+        state = self.state  # one read: a thread on another snapshot swaps in its own pair
+        if state[0] is not obs:
+            state = (obs, {})
+            self.state = state
+        table = state[1]
+        hit = table.get((tool, id(spec)))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        seen = _seen(tool, spec, obs)
+        if len(table) >= 4096:  # bounded even for a huge batch
+            table.clear()
+        table[(tool, id(spec))] = (spec, seen)
+        return seen
+
+
+def _seen(tool: str, spec: ToolDeviceSpec, obs: Observations) -> _Seen:
+    own = obs.for_tool(tool)
+    profile = spec.profile
+    return _Seen(
+        gpu=_solo(own, "gpu", strict=bool(profile and profile.gpu_ms is not None)),
+        cpu=_solo(own, "cpu", strict=profile is not None and profile.cpu_ms is not None),
+        cv=_noise(obs),
+        vram=max(spec.vram_mb, obs.vram_seen_mb.get(tool, 0.0)),
+        load=_load_times(tool, spec, obs),
+    )
+
+
+_SEEN = _SeenCache()
+
+
 def estimate_params(
     tool: str, spec: ToolDeviceSpec, obs: Observations, *, bg_share: float,
     share: float | None = None, threads: int = 1, cpu_scale: float | None = None,
@@ -114,19 +165,19 @@ def estimate_params(
     fitted values (see `fit_contention`); ``cpu_scale`` corrects a declared CPU time that no
     solo run measured, as the fit found it from the runs beside other calls.
     """
-    own = obs.for_tool(tool)
+    seen = _SEEN.get(tool, spec, obs)
     share = spec.gpu_share if share is None else share
     profile = spec.profile
     transfer = profile.transfer_ms if profile else 0.0
-    cv = _noise(obs)
-    gpu_seen = _solo(own, "gpu", strict=bool(profile and profile.gpu_ms is not None))
+    cv = seen.cv
+    gpu_seen = seen.gpu
     if gpu_seen is not None:  # undo the background's slowdown of the compute phase
         slowdown = max(1.0, bg_share + share)
         gpu_seen = (max(0.0, gpu_seen[0] - transfer) / slowdown + transfer, gpu_seen[1])
     gpu_total = _blend(profile.gpu_ms if profile else None, gpu_seen, cv)
     gpu_compute = None if gpu_total is None else max(0.0, gpu_total - transfer)
     cpu_declared = profile.cpu_ms if profile else None
-    cpu_seen = _solo(own, "cpu", strict=cpu_declared is not None)
+    cpu_seen = seen.cpu
     if cpu_seen is None and cpu_declared is not None and cpu_scale is not None:
         cpu_declared *= cpu_scale
     cpu = _blend(cpu_declared, cpu_seen, cv)
@@ -140,10 +191,9 @@ def estimate_params(
     elif cpu is None:
         cpu = (gpu_compute + transfer) * UNKNOWN_FACTOR
     assert cpu is not None and gpu_compute is not None
-    vram = max(spec.vram_mb, obs.vram_seen_mb.get(tool, 0.0))
-    load_gpu, load_cpu = _load_times(tool, spec, obs)
+    load_gpu, load_cpu = seen.load
     return ToolParams(
-        cpu_ms=max(_MIN_MS, cpu), gpu_ms=gpu_compute, transfer_ms=transfer, vram_mb=vram,
+        cpu_ms=max(_MIN_MS, cpu), gpu_ms=gpu_compute, transfer_ms=transfer, vram_mb=seen.vram,
         gpu_share=share, cpu_threads=threads, model=spec.model, weights_mb=spec.weights_mb,
         load_gpu_ms=load_gpu, load_cpu_ms=load_cpu,
     )

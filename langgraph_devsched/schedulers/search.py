@@ -126,15 +126,22 @@ def search_mappings(
 
         found = table.add(itertools.product(*options))
         return SearchResult(min(found)[2], table.values, "exact", True)
-    starts = sorted(table.add(valid or [tuple(c[0] for c in options)]))
-    best = starts[0]
+    seeded = valid or [tuple(c[0] for c in options)]
     boundable = lower_bounds is not None and total <= bound_limit
+    ordered = None
     if boundable:
         assert lower_bounds is not None
+        ordered = _Ordered(options, lower_bounds, chunk)
+        # the first chunk (the lowest bounds, never above the optimum, so never skipped)
+        # is scored with the seeds: one batched simulation instead of two
+        table.add([*seeded, *ordered.rows(0)])
+    starts = sorted(table.add(seeded))
+    best = starts[0]
+    if ordered is not None:
         # half of the budget for branch and bound from the best seed; if it cannot finish,
         # the local search takes the rest from the best mapping it found
         half = _share(start, budget_ms, clock, 0.5)
-        result = _bound(table, options, lower_bounds, best, half, chunk, tie)
+        result = _bound(table, ordered, best, half, tie)
         if result is not None:
             return result
         best = min(table.add(table.values))
@@ -162,30 +169,41 @@ def _allowed(m: Sequence[DeviceOption], choices: Sequence[Sequence[DeviceOption]
     return len(m) == len(choices) and all(o in c for o, c in zip(m, choices, strict=True))
 
 
+class _Ordered:
+    """Every mapping of ``choices`` as option codes, in increasing lower bound, scored
+    ``step`` at a time by `_bound`."""
+
+    def __init__(self, choices: list[tuple[DeviceOption, ...]], lower_bounds: LowerBounds,
+                 chunk: int) -> None:
+        from langgraph_devsched.batchsim import product_codes, require_numpy
+
+        np = require_numpy()
+        self.codes = product_codes(choices)
+        self.lb = np.asarray(lower_bounds(self.codes), dtype=np.float64)
+        self.order = np.argsort(self.lb, kind="stable")
+        self.step = max(chunk, 256)
+
+    def rows(self, lo: int) -> list[Mapping_]:
+        """The mappings of the chunk starting at ``lo``."""
+        rows = self.codes[self.order[lo:lo + self.step]]
+        return [tuple(DEVICE_OPTIONS[k] for k in row) for row in rows.tolist()]
+
+
 def _bound(
     table: _Scored,
-    choices: list[tuple[DeviceOption, ...]],
-    lower_bounds: LowerBounds,
+    ordered: _Ordered,
     best: tuple[float, tuple[int, ...], Mapping_],
     spent: Callable[[], bool],
-    chunk: int,
     tie: float,
 ) -> SearchResult | None:
     """Branch and bound in one level; None when the budget ran out first."""
-    from langgraph_devsched.batchsim import product_codes, require_numpy
-
-    np = require_numpy()
-    codes = product_codes(choices)
-    lb = np.asarray(lower_bounds(codes), dtype=np.float64)
-    order = np.argsort(lb, kind="stable")
-    step = max(chunk, 256)
+    lb, order, step = ordered.lb, ordered.order, ordered.step
     for lo in range(0, len(order), step):
         if lb[order[lo]] > best[0] * (1.0 + tie) + 1e-6:
             return SearchResult(best[2], table.values, "bound", True)
-        if spent():
+        if lo and spent():  # the first chunk was scored with the seeds
             return None
-        rows = codes[order[lo:lo + step]]
-        found = table.add(tuple(DEVICE_OPTIONS[k] for k in row) for row in rows.tolist())
+        found = table.add(ordered.rows(lo))
         best = min(best, *found)
     return SearchResult(best[2], table.values, "bound", True)
 

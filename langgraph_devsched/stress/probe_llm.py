@@ -39,20 +39,23 @@ from langgraph_devsched.stress.kit import (
     step_input,
     within,
 )
+from langgraph_devsched.stress.stall import MachineStall
 
 TIMEOUT_S = 0.05
 """The agentic scheduler's timeout in the floods."""
 SLACK_S = 1.5
-"""What a step may take beyond that timeout (a loaded 2-core machine included)."""
+"""What a step may take beyond that timeout, plus the machine's own stall measured meanwhile
+(`stall.MachineStall`: a loaded machine's stall is allowed, not guessed)."""
 HANG_LIMIT_S = 20.0
 """A hanging model call ends by itself after this long if the probe never releases it."""
 GARBAGE_CHARS = 300_000
 STOP_AFTER = 3
 """A hang flood stops after this many steps in a row over their bound (it has shown it)."""
 LOOP_BLOCK_S = 1.5
-"""The longest the event loop may go without running its other tasks (a loaded 2-core
-machine stalls a healthy loop for up to about 1.4 s; a blocking parse of one 300,000-character
-answer took 3-4 s)."""
+"""The longest the event loop may go without running its other tasks beyond what the machine
+stalled a separate sleeper process meanwhile (`stall.MachineStall`; a loaded 2-core machine
+stalls a healthy loop for up to about 1.4 s; a blocking parse of one 300,000-character answer
+took 3-4 s)."""
 
 
 def default_executor_threads() -> int:
@@ -162,18 +165,20 @@ class _Ticker:
 
 async def _flood_step(
     ctx: ProbeContext, graph: Any, sched: AgenticScheduler, result: ProbeResult, i: int,
-    tool: str, run_async: bool, timeout_s: float,
+    tool: str, run_async: bool, timeout_s: float, stall: MachineStall,
 ) -> bool:
     sched.clear_cache()  # consult the model every step
     ids = [f"f{ctx.index}s{i}c{j}" for j in range(2)]
     inputs = step_input([(ids[0], tool), (ids[1], "fa")])
     bound = timeout_s + SLACK_S
+    wait = bound + max(SLACK_S, stall.stall_s)  # the check below allows the stall seen
     t0 = time.perf_counter()
     if run_async:
-        out, why = await within(graph.ainvoke(inputs), bound)
+        out, why = await within(graph.ainvoke(inputs), wait)
     else:
-        out, why = await asyncio.to_thread(call_within, lambda: graph.invoke(inputs), bound)
+        out, why = await asyncio.to_thread(call_within, lambda: graph.invoke(inputs), wait)
     took = time.perf_counter() - t0
+    bound += stall.stall_s
     mode = "async" if run_async else "sync"
     ok = result.check(why is None, f"{mode} step {i} ({tool}): {why}")
     if why is None:
@@ -202,14 +207,15 @@ def llm_hang_flood(ctx: ProbeContext) -> ProbeResult:
         try:
             failed = 0
             for i in range(n):
-                ok = await _flood_step(ctx, graph, sched, result, i, "fa", run_async, TIMEOUT_S)
+                ok = await _flood_step(ctx, graph, sched, result, i, "fa", run_async, TIMEOUT_S,
+                                      stall)
                 failed = 0 if ok else failed + 1
                 if failed == STOP_AFTER:
                     result.check(False, f"flood stopped after {STOP_AFTER} steps in a row over "
                                  f"the bound (step {i + 1} of {n})")
                     return
             if run_async:  # starved? a sync tool under ainvoke needs the default executor
-                await _flood_step(ctx, graph, sched, result, n, "fs", True, TIMEOUT_S)
+                await _flood_step(ctx, graph, sched, result, n, "fs", True, TIMEOUT_S, stall)
                 loop = asyncio.get_running_loop()
                 _, why = await within(loop.run_in_executor(None, lambda: 1), SLACK_S)
                 result.check(
@@ -221,10 +227,13 @@ def llm_hang_flood(ctx: ProbeContext) -> ProbeResult:
             ticker.stop()
             model.release.set()  # let the hanging threads end before the loop closes
         result.check(
-            ticker.max_gap <= LOOP_BLOCK_S, f"the event loop was blocked {ticker.max_gap:.2f} s"
+            ticker.max_gap <= LOOP_BLOCK_S + stall.stall_s,
+            f"the event loop was blocked {ticker.max_gap:.2f} s (the machine stalled "
+            f"{stall.stall_s:.2f} s meanwhile)",
         )
 
-    asyncio.run(flood())
+    with MachineStall() as stall:
+        asyncio.run(flood())
     result.counts["model_calls"] = model.calls
     return result
 
@@ -246,12 +255,15 @@ def llm_garbage_flood(ctx: ProbeContext, *, steps: int = 4) -> ProbeResult:
         try:
             for i in range(steps):
                 run_async = ctx.rng.random() < 0.5
-                await _flood_step(ctx, graph, sched, result, i, "fa", run_async, timeout_s)
+                await _flood_step(ctx, graph, sched, result, i, "fa", run_async, timeout_s, stall)
         finally:
             ticker.stop()
         result.check(
-            ticker.max_gap <= LOOP_BLOCK_S, f"the event loop was blocked {ticker.max_gap:.2f} s"
+            ticker.max_gap <= LOOP_BLOCK_S + stall.stall_s,
+            f"the event loop was blocked {ticker.max_gap:.2f} s (the machine stalled "
+            f"{stall.stall_s:.2f} s meanwhile)",
         )
 
-    asyncio.run(flood())
+    with MachineStall() as stall:
+        asyncio.run(flood())
     return result
