@@ -39,6 +39,46 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class GpuDevice:
+    """One GPU of the machine as a scheduler may see it: telemetry and declarations only.
+
+    >>> gpu = GpuDevice(1, "L4", 24000, used_mb=1000, resident=(WarmModel("llm", 8000),))
+    >>> gpu.device, gpu.free_mb, gpu.warm("llm")
+    ('cuda:1', 15000.0, True)
+    """
+
+    index: int
+    name: str
+    budget_mb: float
+    used_mb: float = 0.0
+    """What else holds this GPU (other processes, the background): not the resident weights."""
+    utilization: float = 0.0
+    """Other processes' utilization of this GPU (0-1)."""
+    resident: tuple[WarmModel, ...] = ()
+    """Model weights resident on this GPU now, least recently used first."""
+    speed: float = 1.0
+    """Declared relative compute speed (1: the reference GPU; 2: twice as fast)."""
+
+    @property
+    def device(self) -> str:
+        """The device string a tool placed here receives (``cuda:<index>``)."""
+        return f"cuda:{self.index}"
+
+    @property
+    def resident_mb(self) -> float:
+        return sum(w.weights_mb for w in self.resident if w.side == "gpu")
+
+    @property
+    def free_mb(self) -> float:
+        """The budget less what else holds it and the resident weights."""
+        return float(self.budget_mb - self.used_mb - self.resident_mb)
+
+    def warm(self, model: str) -> bool:
+        """Whether ``model``'s weights are resident on this GPU now."""
+        return any(w.model == model and w.side == "gpu" for w in self.resident)
+
+
+@dataclass(frozen=True)
 class DeviceState:
     """What telemetry shows about the machine: never any tool's hidden parameters."""
 
@@ -54,6 +94,20 @@ class DeviceState:
     resident: tuple[WarmModel, ...] = ()
     """Model weights resident now (GPU and host side), least recently used first.
     ``vram_used_mb`` leaves out the GPU weights listed here (it is what else holds the GPU)."""
+    gpus: tuple[GpuDevice, ...] = ()
+    """Per GPU, on a machine with several (then the flat fields above describe GPU 0, and
+    ``resident`` lists every GPU's weights); empty: the one GPU the flat fields describe."""
+
+    @property
+    def devices(self) -> tuple[GpuDevice, ...]:
+        """The GPUs a call may be placed on (none without a GPU; one GPU: index 0)."""
+        if self.gpus:
+            return self.gpus
+        if not self.gpu_available:
+            return ()
+        return (GpuDevice(0, self.gpu_name, self.vram_budget_mb, self.vram_used_mb,
+                          self.gpu_utilization,
+                          tuple(w for w in self.resident if w.side == "gpu")),)
 
     def warm(self, model: str, side: str = "gpu") -> bool:
         """Whether ``model``'s weights are resident on ``side`` now."""

@@ -30,6 +30,7 @@ from langgraph_devsched.hints import ToolDeviceSpec, validate_spec
 from langgraph_devsched.testbed import (
     DEFAULT_MEM_BOUND,
     BackgroundLoad,
+    GpuSpec,
     SimulatedTestbed,
     ToolParams,
 )
@@ -59,7 +60,8 @@ class TestbedConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    vram_budget_mb: float = Field(gt=0, description="VRAM the scheduler may use, MB")
+    vram_budget_mb: float | None = Field(
+        default=None, gt=0, description="VRAM the scheduler may use, MB (one GPU)")
     cpu_cores: int = Field(default=8, ge=1, description="CPU cores of the CPU executor")
     background: BackgroundLoad = Field(
         default_factory=BackgroundLoad, description="load already on the machine"
@@ -77,6 +79,18 @@ class TestbedConfig(BaseModel):
     mem_bound: float = Field(
         default=DEFAULT_MEM_BOUND, ge=0, le=1,
         description="bandwidth: mem_bound of every tool whose params leave it out")
+    gpus: list[GpuSpec] | None = Field(
+        default=None, description="several GPUs instead (vram_mb, speed, name, background, "
+        "resident each); background then holds only cpu_threads")
+
+    @model_validator(mode="after")
+    def _one_machine(self) -> TestbedConfig:
+        if (self.vram_budget_mb is None) == (self.gpus is None):
+            raise ValueError("give vram_budget_mb (one GPU) or gpus (a list: vram_mb, speed, "
+                             "name, background, resident each), exactly one of them")
+        if self.gpus is not None and not self.gpus:
+            raise ValueError("gpus: give at least one GPU")
+        return self
 
 
 class ToolEntry(BaseModel):
@@ -162,7 +176,9 @@ class Scenario(BaseModel):
     def has_resident_models(self) -> bool:
         """Whether any tool keeps model weights resident (or some start resident)."""
         t = self.testbed.resident
-        return bool(t.gpu or t.cpu) or any(e.params.weights_mb > 0 for e in self.tools.values())
+        on_gpus = any(g.resident for g in self.testbed.gpus or ())
+        return bool(t.gpu or t.cpu) or on_gpus or any(
+            e.params.weights_mb > 0 for e in self.tools.values())
 
     def make_testbed(
         self, *, noise: float | None = None, seed: int | None = None
@@ -176,6 +192,7 @@ class Scenario(BaseModel):
         return SimulatedTestbed(
             {name: e.params for name, e in self.tools.items()},
             vram_budget_mb=t.vram_budget_mb,
+            gpus=t.gpus,
             cpu_cores=t.cpu_cores,
             background=t.background,
             noise=t.noise if noise is None else noise,

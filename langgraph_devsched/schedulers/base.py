@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import StepRecord
-from langgraph_devsched.telemetry import DeviceState
+from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,12 @@ class SchedulerView:
     observations: Any | None = None
     """The runtime monitor's snapshot, when a monitor is attached."""
 
+    @property
+    def devices(self) -> tuple[GpuDevice, ...]:
+        """The machine's GPUs (index, name, budget, free, residency, declared speed); one
+        GPU: index 0; none on a CPU-only machine."""
+        return self.device.devices
+
 
 def batch_snapshot(monitor: Any) -> Callable[[Batch], Any]:
     """A reader of ``monitor.snapshot`` for one batch, its signature inspected once: the
@@ -93,7 +99,9 @@ def batch_snapshot(monitor: Any) -> Callable[[Batch], Any]:
 @dataclass(frozen=True)
 class Decision:
     """One option per call id, with the why. ``probe`` marks an exploratory placement;
-    ``reused`` a decision taken again unchanged because none of its inputs moved."""
+    ``reused`` a decision taken again unchanged because none of its inputs moved.
+    ``gpus``: the GPU index of GPU-placed calls, on a machine with several; a call it leaves
+    out gets the default rule (`langgraph_devsched.gpus.default_gpus`; one GPU: 0)."""
 
     mapping: Mapping[str, DeviceOption]
     reason: str = ""
@@ -103,6 +111,7 @@ class Decision:
     llm_calls: int = 0
     scheduler: str = ""
     reused: bool = False
+    gpus: Mapping[str, int] = field(default_factory=dict)
 
     def options_for(self, batch: Batch) -> tuple[DeviceOption, ...]:
         return tuple(self.mapping[cid] for cid in batch.call_ids)
