@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -179,12 +179,33 @@ def _process_utilization(
     return {pid: sum(v) / len(v) / 100.0 for pid, v in total.items()} if total else None
 
 
+def nvml_target(cuda_index: int, env: Mapping[str, str] | None = None) -> int | str:
+    """The NVML device behind ``cuda:<cuda_index>``: NVML numbers every GPU of the machine,
+    CUDA only the visible ones, in ``CUDA_VISIBLE_DEVICES`` order (an index, or a ``GPU-``
+    / ``MIG-`` UUID, each entry). An index (NVML's) or a UUID string.
+
+    >>> nvml_target(1, {"CUDA_VISIBLE_DEVICES": "2,0"}), nvml_target(0, {})
+    (0, 0)
+    >>> nvml_target(0, {"CUDA_VISIBLE_DEVICES": "GPU-8f2a"})
+    'GPU-8f2a'
+    """
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not visible.strip():
+        return cuda_index
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if cuda_index >= len(entries):
+        return cuda_index
+    entry = entries[cuda_index]
+    return int(entry) if entry.isdigit() else entry
+
+
 def nvml_reading(
-    device_index: int = 0, *, nvml: Any = ..., pid: int | None = None,
+    device_index: int | str = 0, *, nvml: Any = ..., pid: int | None = None,
     clock: Callable[[], float] = time.time,
 ) -> NvmlReading:
     """Read utilization, memory, per-process memory and per-process SM utilization (the
-    last `UTILIZATION_WINDOW_S`) through NVML, failing soft.
+    last `UTILIZATION_WINDOW_S`) through NVML, failing soft. ``device_index``: NVML's index,
+    or a device UUID (`nvml_target` maps a CUDA index to one of them).
 
     ``nvml`` injects the module (tests); ``None`` means "not installed". ``pid``: this
     process (default ``os.getpid()``), left out of ``others_utilization``; ``clock``: wall
@@ -202,10 +223,14 @@ def nvml_reading(
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         return NvmlReading(False, f"NVML init failed ({type(exc).__name__}: {exc}); no driver?")
     try:
-        count = nvml.nvmlDeviceGetCount()
-        if device_index >= count:
-            return NvmlReading(False, f"NVML sees {count} GPU(s); index {device_index} is absent")
-        handle = nvml.nvmlDeviceGetHandleByIndex(device_index)
+        if isinstance(device_index, str):
+            handle = nvml.nvmlDeviceGetHandleByUUID(device_index)
+        else:
+            count = nvml.nvmlDeviceGetCount()
+            if device_index >= count:
+                return NvmlReading(
+                    False, f"NVML sees {count} GPU(s); index {device_index} is absent")
+            handle = nvml.nvmlDeviceGetHandleByIndex(device_index)
         name = nvml.nvmlDeviceGetName(handle)
         if isinstance(name, bytes):
             name = name.decode()
@@ -255,14 +280,25 @@ def cuda_status(device_index: int = 0) -> tuple[bool, str | None]:
     return True, None
 
 
+def cuda_device_count() -> int:
+    """How many CUDA devices torch sees (the visible ones), 0 without torch or CUDA."""
+    try:
+        import torch
+
+        return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
 def local_device_state(device_index: int = 0, vram_budget_mb: float | None = None) -> DeviceState:
-    """Read the local GPU's state (torch.cuda memory, NVML utilization and processes).
+    """Read the local GPU ``cuda:<device_index>``'s state (torch.cuda memory; NVML
+    utilization and processes of the same device, `nvml_target`).
 
     Without CUDA through torch the node cannot run tools on the GPU, so the state is CPU-only
     with the reason (NVML's view is added to the reason when it sees a GPU anyway).
     """
     ok, reason = cuda_status(device_index)
-    nvml = nvml_reading(device_index)
+    nvml = nvml_reading(nvml_target(device_index))
     if not ok:
         if nvml.ok:
             reason = f"{reason}; NVML sees {nvml.name} ({nvml.memory_used_mb:.0f} MB used)"
