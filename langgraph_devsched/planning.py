@@ -161,8 +161,11 @@ def checked_decision(
             )
             option = constrained(call.spec, call.spec.preferred or "gpu_queued", gpu)
         mapping[call.call_id] = option
-    gpus, bad = check_gpus(getattr(raw, "gpus", None),
-                           [c for c, o in mapping.items() if o != "cpu"], devices)
+    gpus: dict[str, int] = {}
+    bad: tuple[str, ...] = ()
+    if getattr(raw, "gpus", None):  # several GPUs: the named ones, checked
+        gpus, bad = check_gpus(raw.gpus, [c for c, o in mapping.items() if o != "cpu"], devices,
+                               {c.call_id: c.spec.gpus for c in batch.calls})
     for call_id in bad:
         fallbacks.setdefault(call_id, "invalid_decision")
         logger.warning("scheduler %s gave GPU %r for call %s; valid: %s; using the default "

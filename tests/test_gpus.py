@@ -228,3 +228,69 @@ def test_with_one_gpu_nothing_names_a_gpu_and_every_call_is_on_cuda_0() -> None:
     node = DeviceToolNode([ocr, llm], hints=HINTS, scheduler=OnGpu(), backend=SimulatedBackend(bed))
     assert answers(node, "sync") == {"o": "cuda:0", "l": "cuda:0"}
     assert dict(node.history[-1].decision.gpus) == {}
+
+
+# -- hints: pin a tool or a model to GPUs -------------------------------------------------------
+def test_a_gpus_hint_is_validated_with_a_clear_error() -> None:
+    from langgraph_devsched.hints import HintsError, validate_spec
+
+    assert validate_spec("emb", {"gpus": [1, 0, 1]}).gpus == (0, 1)
+    assert validate_spec("emb", {}).gpus is None  # any GPU
+    for bad, said in (([], "non-empty list of GPU indices"), ([-1], "integers >= 0"),
+                      ("0", "expected a list of GPU indices"), ([True], "integers >= 0")):
+        with pytest.raises(HintsError, match=r"tool 'emb'[\s\S]*gpus: .*" + said):
+            validate_spec("emb", {"gpus": bad})
+    with pytest.raises(HintsError, match=r"gpus=\[0\] contradicts gpu_capable=False"):
+        validate_spec("emb", {"gpus": [0], "gpu_capable": False})
+
+
+def test_the_default_rule_keeps_a_pinned_call_on_its_gpus() -> None:
+    devices = (GpuDevice(0, "a", 24000, resident=(WarmModel("emb", 500),)),
+               GpuDevice(1, "b", 24000), GpuDevice(2, "c", 80000))
+    got = default_gpus([GpuCall("e", "emb", 100, 500, allowed=(1,)),
+                        GpuCall("f", None, 100, allowed=(0, 1)),
+                        GpuCall("g", None, 100, allowed=(5,))], devices)
+    # e: warm on 0 but pinned to 1 (it loads there: 23400 MB left); f: most free of 0 and 1
+    # (23500 MB on 0), never 2; g: pinned to no GPU of this machine: any (most free: 2)
+    assert got == {"e": 1, "f": 0, "g": 2}
+
+
+def test_a_decision_against_a_pin_is_replaced_by_the_rule() -> None:
+    pinned = ToolDeviceSpec(vram_mb=100, gpus=(1,))
+    batch = Batch.of([("a", "emb", pinned), ("b", "emb", pinned)])
+    devices = (GpuDevice(0, "a", 8000), GpuDevice(1, "b", 8000))
+    raw = Decision({"a": "gpu_now", "b": "gpu_now"}, gpus={"a": 0, "b": 1})
+    decision, fallbacks = checked_decision(batch, raw, True, "x", devices)
+    assert dict(decision.gpus) == {"b": 1} and fallbacks == {"a": "invalid_decision"}
+
+
+def test_an_embedding_model_pinned_away_does_not_evict_the_large_model() -> None:
+    """Ollama #16391: a small embedding model kept evicting a large one; pinned to GPU 1 it
+    leaves the LLM alone on GPU 0."""
+    params = {"llm": LLM, "embed": ToolParams(cpu_ms=300, gpu_ms=20, vram_mb=500,
+                                              weights_mb=7600, load_gpu_ms=800)}
+    hints = {"llm": {"vram_mb": 1000, "weights_mb": 16000},
+             "embed": {"vram_mb": 500, "weights_mb": 7600, "gpus": [1]}}
+
+    @tool
+    def embed(text: str) -> str:
+        """Embed a text."""
+        return current_device("none")
+
+    bed = SimulatedTestbed(params, gpus=[GpuSpec(vram_mb=24000, resident=("llm",)),
+                                         GpuSpec(vram_mb=12000)])
+    node = DeviceToolNode([llm, embed], hints=hints, scheduler=OnGpu(),
+                          backend=SimulatedBackend(bed))
+    graph = StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
+    step = AIMessage("", tool_calls=[{"name": "embed", "args": {"text": "a"}, "id": "e"},
+                                     {"name": "llm", "args": {"prompt": "b"}, "id": "l"}])
+    out = graph.invoke({"messages": [step]})
+    assert {m.tool_call_id: m.content for m in out["messages"][1:]} == {
+        "e": "cuda:1", "l": "cuda:0"}
+    assert node.history[-1].record is not None
+    assert node.history[-1].record.evictions == 0
+    a, b = bed.device_state().devices
+    assert a.warm("llm") and b.warm("embed")
+    unpinned = SimulatedTestbed(params, vram_budget_mb=24000, resident={"gpu": ["llm"]})
+    rec = unpinned.run_step([("e", "embed", "gpu_now")]).calls[0]
+    assert rec.evicted == ("llm",)  # one GPU: the embedding model evicts the LLM
