@@ -69,8 +69,11 @@ class SimulatedBackend:
         return self.testbed.device_state()
 
     def declared_capacity_mb(self) -> float:
-        """The most VRAM a call could get: the budget less the background's."""
+        """The most VRAM a call could get: the budget less the background's (several GPUs:
+        on the roomiest)."""
         state = self.testbed.device_state()
+        if state.gpus:
+            return max(d.budget_mb - d.used_mb for d in state.gpus)
         return state.vram_budget_mb - state.vram_used_mb
 
     def start_step(self, calls: Sequence[PlannedCall]) -> _SimulatedStep:
