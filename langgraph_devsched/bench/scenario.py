@@ -311,15 +311,29 @@ def builtin_scenario_paths() -> list[Path]:
     return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
+GPUS_GROUP = "gpus"
+"""The name of the multi-GPU built-ins as one group (``--scenarios gpus``)."""
+
+
+def builtin_gpu_scenario_paths() -> list[Path]:
+    """The multi-GPU built-ins (a group apart from the one-GPU built-ins), sorted by name."""
+    folder = resources.files("langgraph_devsched") / "scenarios_gpus"
+    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
 def builtin_by_name(names: str) -> list[Path]:
     """The built-in scenario files named in ``names`` (comma-separated), in that order;
-    `ScenarioError` listing the built-in names for one that is not.
+    `ScenarioError` listing the built-in names for one that is not. The multi-GPU built-ins
+    are named one by one or together as ``gpus``.
 
     >>> [p.stem for p in builtin_by_name("serial_voice_assistant")]
     ['serial_voice_assistant']
     """
     known = {p.stem: p for p in builtin_scenario_paths()}
+    gpu_known = {p.stem: p for p in builtin_gpu_scenario_paths()}
     wanted = [n.strip() for n in names.split(",") if n.strip()]
+    wanted = [m for n in wanted for m in (gpu_known if n == GPUS_GROUP else (n,))]
+    known.update(gpu_known)
     unknown = [n for n in wanted if n not in known]
     if unknown or not wanted:
         raise ScenarioError(
