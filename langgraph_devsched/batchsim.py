@@ -111,6 +111,9 @@ class Residency:
     load_cpu_ms: Mapping[str, float] = field(default_factory=dict)
     keep_warm: frozenset[str] = frozenset()
     """Models never evicted for another model (their tools' ``keep_warm`` hint)."""
+    others: tuple[tuple[tuple[str, float], ...], ...] = ()
+    """The resident weights of GPUs 1, 2, ... on a testbed with several (``gpu`` is GPU 0's);
+    the batched simulator itself models one GPU."""
 
     @property
     def idle(self) -> bool:

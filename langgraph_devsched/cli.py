@@ -268,6 +268,10 @@ def stress(
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write the report as JSON here")
     ] = None,
+    gpus: Annotated[
+        int, typer.Option(min=1, max=8, help="GPUs of each backend's machine (several: "
+                          "alternately full-size at speed 1 and half-size at speed 2)")
+    ] = 1,
 ) -> None:
     """Drive DeviceToolNode with injected faults; exit 1 if an answer was lost or duplicated,
     a ledger went over budget or did not return to zero, or an invariant broke."""
@@ -277,7 +281,7 @@ def stress(
         check_output_paths(("--json", json_path, "file"))
         report = run_stress_command(
             calls=calls, seed=seed, backend=backend, fault_rates=fault_rate or (),
-            max_seconds=max_seconds, json_path=json_path,
+            max_seconds=max_seconds, json_path=json_path, gpus=gpus,
         )
     except ValueError as exc:  # unknown backend or fault kind, bad rate, bad --json path
         typer.echo(f"Error: {exc}", err=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption, is_gpu
 
@@ -105,6 +105,23 @@ class ToolDeviceSpec(BaseModel):
     gpu_impl: Callable[..., Any] | None = Field(
         default=None, exclude=True, description="tool or callable to run when placed on a GPU"
     )
+    gpus: tuple[int, ...] | None = Field(
+        default=None, description="the GPU indices the tool (its model) may run on, e.g. "
+        "[0, 1]; default: any GPU")
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpu_indices(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+        if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple, set)):
+            raise ValueError("expected a list of GPU indices, e.g. [0, 1]")
+        items = list(items)
+        if not items or any(type(i) is not int or i < 0 for i in items):
+            raise ValueError("expected a non-empty list of GPU indices (integers >= 0), "
+                             "e.g. [0, 1]")
+        return tuple(sorted(set(items)))
 
     @model_validator(mode="after")
     def _consistent(self) -> ToolDeviceSpec:
@@ -112,6 +129,9 @@ class ToolDeviceSpec(BaseModel):
             raise ValueError(
                 "gpu_capable=False and cpu_allowed=False leave no device; allow at least one"
             )
+        if self.gpus is not None and not self.gpu_capable:
+            raise ValueError(f"gpus={list(self.gpus)} contradicts gpu_capable=False; "
+                             "leave gpus out for a CPU-only tool")
         for field in ("pinned", "preferred"):
             option = getattr(self, field)
             if option is None:

@@ -24,7 +24,7 @@ import logging
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, get_args
@@ -39,6 +39,7 @@ from langgraph_devsched.decision_trace import (
     open_decide_run,
 )
 from langgraph_devsched.executors.base import Backend, PlannedCall, StepExecution
+from langgraph_devsched.gpus import check_gpus, describe_devices
 from langgraph_devsched.hedging import HEDGE_BOUND, checked_hedges, hedge_id, settle
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import StepRecord
@@ -50,7 +51,7 @@ from langgraph_devsched.schedulers.base import (
     batch_snapshot,
 )
 from langgraph_devsched.schedulers.static import StaticHintScheduler, constrained
-from langgraph_devsched.telemetry import DeviceState
+from langgraph_devsched.telemetry import DeviceState, GpuDevice
 from langgraph_devsched.tracing import takes_config
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,12 @@ class StepReport:
     fallbacks: dict[str, FallbackCause] = field(default_factory=dict)
     """Per call id, why the applied option differs from the scheduler's answer."""
     record: StepRecord | None = None
+
+    @property
+    def devices(self) -> dict[str, str]:
+        """Per call id, the device it ran on (``cuda:k``, ``cpu``, ``none``); empty until
+        the step closed."""
+        return {} if self.record is None else {c.call_id: c.device for c in self.record.calls}
 
 
 @dataclass(eq=False)
@@ -124,10 +131,12 @@ class UntrustedDecisionError(TypeError):
 
 
 def checked_decision(
-    batch: Batch, raw: object, gpu: bool, scheduler: str
+    batch: Batch, raw: object, gpu: bool, scheduler: str,
+    devices: Sequence[GpuDevice] = (),
 ) -> tuple[Decision, dict[str, FallbackCause]]:
     """A clean `Decision` from a scheduler's answer, with the calls whose option had to be
-    replaced (``invalid_decision``: missing, unknown or forbidden by the hints).
+    replaced (``invalid_decision``: missing, unknown or forbidden by the hints) or whose
+    GPU index names none of ``devices`` (then the default rule places them).
 
     Raises `UntrustedDecisionError` when ``raw`` is not a `Decision` at all.
     """
@@ -153,6 +162,15 @@ def checked_decision(
             )
             option = constrained(call.spec, call.spec.preferred or "gpu_queued", gpu)
         mapping[call.call_id] = option
+    gpus: dict[str, int] = {}
+    bad: tuple[str, ...] = ()
+    if getattr(raw, "gpus", None):  # several GPUs: the named ones, checked
+        gpus, bad = check_gpus(raw.gpus, [c for c, o in mapping.items() if o != "cpu"], devices,
+                               {c.call_id: c.spec.gpus for c in batch.calls})
+    for call_id in bad:
+        fallbacks.setdefault(call_id, "invalid_decision")
+        logger.warning("scheduler %s gave GPU %r for call %s; valid: %s; using the default "
+                       "rule", scheduler, raw.gpus[call_id], call_id, describe_devices(devices))
     fallback = raw.fallback if raw.fallback in _CAUSES else None
     return Decision(
         mapping=mapping,
@@ -166,6 +184,7 @@ def checked_decision(
         hedges=checked_hedges(getattr(raw, "hedges", None),
                               {c.call_id: c.spec for c in batch.calls}, mapping, gpu=gpu),
         hedge_bound=_bound(getattr(raw, "hedge_bound", HEDGE_BOUND)),
+        gpus=gpus,
     ), fallbacks
 
 
@@ -381,7 +400,7 @@ class StepPlanner:
         self, batch: Batch, raw: object, view: SchedulerView, key: StepKey | None
     ) -> PlannedStep:
         decision, fallbacks = checked_decision(
-            batch, raw, view.device.gpu_available, self.scheduler.name
+            batch, raw, view.device.gpu_available, self.scheduler.name, view.devices
         )
         if decision.fallback == "scheduler_error":
             fallbacks = dict.fromkeys(batch.call_ids, "scheduler_error")
@@ -428,7 +447,8 @@ class StepPlanner:
         key: StepKey | None,
     ) -> PlannedStep:
         planned = {
-            c.call_id: PlannedCall(c.call_id, c.tool, decision.mapping[c.call_id], c.spec)
+            c.call_id: PlannedCall(c.call_id, c.tool, decision.mapping[c.call_id], c.spec,
+                                   decision.gpus.get(c.call_id))
             for c in batch.calls
         }
         for c in batch.calls:  # a hedged call's second run (`hedging`): a call of its own

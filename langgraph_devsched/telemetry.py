@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -39,6 +39,46 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class GpuDevice:
+    """One GPU of the machine as a scheduler may see it: telemetry and declarations only.
+
+    >>> gpu = GpuDevice(1, "L4", 24000, used_mb=1000, resident=(WarmModel("llm", 8000),))
+    >>> gpu.device, gpu.free_mb, gpu.warm("llm")
+    ('cuda:1', 15000.0, True)
+    """
+
+    index: int
+    name: str
+    budget_mb: float
+    used_mb: float = 0.0
+    """What else holds this GPU (other processes, the background): not the resident weights."""
+    utilization: float = 0.0
+    """Other processes' utilization of this GPU (0-1)."""
+    resident: tuple[WarmModel, ...] = ()
+    """Model weights resident on this GPU now, least recently used first."""
+    speed: float = 1.0
+    """Declared relative compute speed (1: the reference GPU; 2: twice as fast)."""
+
+    @property
+    def device(self) -> str:
+        """The device string a tool placed here receives (``cuda:<index>``)."""
+        return f"cuda:{self.index}"
+
+    @property
+    def resident_mb(self) -> float:
+        return sum(w.weights_mb for w in self.resident if w.side == "gpu")
+
+    @property
+    def free_mb(self) -> float:
+        """The budget less what else holds it and the resident weights."""
+        return float(self.budget_mb - self.used_mb - self.resident_mb)
+
+    def warm(self, model: str) -> bool:
+        """Whether ``model``'s weights are resident on this GPU now."""
+        return any(w.model == model and w.side == "gpu" for w in self.resident)
+
+
+@dataclass(frozen=True)
 class DeviceState:
     """What telemetry shows about the machine: never any tool's hidden parameters."""
 
@@ -54,6 +94,20 @@ class DeviceState:
     resident: tuple[WarmModel, ...] = ()
     """Model weights resident now (GPU and host side), least recently used first.
     ``vram_used_mb`` leaves out the GPU weights listed here (it is what else holds the GPU)."""
+    gpus: tuple[GpuDevice, ...] = ()
+    """Per GPU, on a machine with several (then the flat fields above describe GPU 0, and
+    ``resident`` lists every GPU's weights); empty: the one GPU the flat fields describe."""
+
+    @property
+    def devices(self) -> tuple[GpuDevice, ...]:
+        """The GPUs a call may be placed on (none without a GPU; one GPU: index 0)."""
+        if self.gpus:
+            return self.gpus
+        if not self.gpu_available:
+            return ()
+        return (GpuDevice(0, self.gpu_name, self.vram_budget_mb, self.vram_used_mb,
+                          self.gpu_utilization,
+                          tuple(w for w in self.resident if w.side == "gpu")),)
 
     def warm(self, model: str, side: str = "gpu") -> bool:
         """Whether ``model``'s weights are resident on ``side`` now."""
@@ -125,12 +179,33 @@ def _process_utilization(
     return {pid: sum(v) / len(v) / 100.0 for pid, v in total.items()} if total else None
 
 
+def nvml_target(cuda_index: int, env: Mapping[str, str] | None = None) -> int | str:
+    """The NVML device behind ``cuda:<cuda_index>``: NVML numbers every GPU of the machine,
+    CUDA only the visible ones, in ``CUDA_VISIBLE_DEVICES`` order (an index, or a ``GPU-``
+    / ``MIG-`` UUID, each entry). An index (NVML's) or a UUID string.
+
+    >>> nvml_target(1, {"CUDA_VISIBLE_DEVICES": "2,0"}), nvml_target(0, {})
+    (0, 0)
+    >>> nvml_target(0, {"CUDA_VISIBLE_DEVICES": "GPU-8f2a"})
+    'GPU-8f2a'
+    """
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not visible.strip():
+        return cuda_index
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if cuda_index >= len(entries):
+        return cuda_index
+    entry = entries[cuda_index]
+    return int(entry) if entry.isdigit() else entry
+
+
 def nvml_reading(
-    device_index: int = 0, *, nvml: Any = ..., pid: int | None = None,
+    device_index: int | str = 0, *, nvml: Any = ..., pid: int | None = None,
     clock: Callable[[], float] = time.time,
 ) -> NvmlReading:
     """Read utilization, memory, per-process memory and per-process SM utilization (the
-    last `UTILIZATION_WINDOW_S`) through NVML, failing soft.
+    last `UTILIZATION_WINDOW_S`) through NVML, failing soft. ``device_index``: NVML's index,
+    or a device UUID (`nvml_target` maps a CUDA index to one of them).
 
     ``nvml`` injects the module (tests); ``None`` means "not installed". ``pid``: this
     process (default ``os.getpid()``), left out of ``others_utilization``; ``clock``: wall
@@ -148,10 +223,14 @@ def nvml_reading(
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         return NvmlReading(False, f"NVML init failed ({type(exc).__name__}: {exc}); no driver?")
     try:
-        count = nvml.nvmlDeviceGetCount()
-        if device_index >= count:
-            return NvmlReading(False, f"NVML sees {count} GPU(s); index {device_index} is absent")
-        handle = nvml.nvmlDeviceGetHandleByIndex(device_index)
+        if isinstance(device_index, str):
+            handle = nvml.nvmlDeviceGetHandleByUUID(device_index)
+        else:
+            count = nvml.nvmlDeviceGetCount()
+            if device_index >= count:
+                return NvmlReading(
+                    False, f"NVML sees {count} GPU(s); index {device_index} is absent")
+            handle = nvml.nvmlDeviceGetHandleByIndex(device_index)
         name = nvml.nvmlDeviceGetName(handle)
         if isinstance(name, bytes):
             name = name.decode()
@@ -201,14 +280,25 @@ def cuda_status(device_index: int = 0) -> tuple[bool, str | None]:
     return True, None
 
 
+def cuda_device_count() -> int:
+    """How many CUDA devices torch sees (the visible ones), 0 without torch or CUDA."""
+    try:
+        import torch
+
+        return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
 def local_device_state(device_index: int = 0, vram_budget_mb: float | None = None) -> DeviceState:
-    """Read the local GPU's state (torch.cuda memory, NVML utilization and processes).
+    """Read the local GPU ``cuda:<device_index>``'s state (torch.cuda memory; NVML
+    utilization and processes of the same device, `nvml_target`).
 
     Without CUDA through torch the node cannot run tools on the GPU, so the state is CPU-only
     with the reason (NVML's view is added to the reason when it sees a GPU anyway).
     """
     ok, reason = cuda_status(device_index)
-    nvml = nvml_reading(device_index)
+    nvml = nvml_reading(nvml_target(device_index))
     if not ok:
         if nvml.ok:
             reason = f"{reason}; NVML sees {nvml.name} ({nvml.memory_used_mb:.0f} MB used)"

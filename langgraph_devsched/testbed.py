@@ -52,7 +52,7 @@ from langgraph_devsched.ledger import Reservation, VramLedger
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import CallRecord, StepRecord
 from langgraph_devsched.residency import WarmModel
-from langgraph_devsched.telemetry import DeviceState
+from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
 SIM_GPU_DEVICE = "cuda:0"
 DEFAULT_MEM_BOUND = 0.5
@@ -100,6 +100,23 @@ class BackgroundLoad(BaseModel):
     cpu_threads: int = Field(default=0, ge=0)
 
 
+class GpuSpec(BaseModel):
+    """One simulated GPU of a testbed with several (``gpus=[...]``; a scenario's ``gpus:``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    vram_mb: float = Field(gt=0, description="this GPU's VRAM budget, MB")
+    speed: float = Field(default=1.0, gt=0, description="compute speed relative to the tools' "
+                         "gpu_ms (2: computes twice as fast; copies and loads are not faster)")
+    name: str = Field(default="simulated-gpu", description="the name telemetry reports")
+    background: BackgroundLoad = Field(
+        default_factory=BackgroundLoad, description="another process on this GPU: its VRAM "
+        "and GPU share (cpu_threads belong to the testbed's own background)")
+    resident: tuple[str | tuple[str, float], ...] = Field(
+        default=(), description="models resident on this GPU at the start, least recently "
+        "used first (as the testbed's resident['gpu'] for one GPU)")
+
+
 @dataclass(eq=False)
 class _Task:
     index: int
@@ -130,6 +147,8 @@ class _Task:
     mem_bound: float = 0.0
     gpu_since: float = float("inf")
     """When the call began computing (``idle_queue`` serves the earliest)."""
+    gpu: int = 0
+    """The GPU a GPU option runs on (a testbed with several)."""
 
 
 class SimulatedTestbed:
@@ -139,7 +158,7 @@ class SimulatedTestbed:
         self,
         tools: Mapping[str, ToolParams | Mapping[str, float]],
         *,
-        vram_budget_mb: float,
+        vram_budget_mb: float | None = None,
         cpu_cores: int = 8,
         background: BackgroundLoad | None = None,
         noise: float = 0.0,
@@ -151,6 +170,7 @@ class SimulatedTestbed:
         slice_overhead: float = 0.0,
         mem_bound: float = DEFAULT_MEM_BOUND,
         keep_warm: Collection[str] = (),
+        gpus: Sequence[GpuSpec | Mapping[str, Any]] | None = None,
     ) -> None:
         """``resident``: models resident at the start, ``{"gpu": [...], "cpu": [...]}``
         (GPU ones least recently used first), each named by some tool's parameters; a GPU
@@ -159,7 +179,10 @@ class SimulatedTestbed:
         (`batchsim.Contention`); ``slice_overhead`` (``time_slicing``) and ``mem_bound``
         (``bandwidth``: the value of every tool whose parameters leave it out) tune it.
         ``keep_warm``: models never evicted for another model (as the ledger treats a
-        ``keep_warm`` hint)."""
+        ``keep_warm`` hint). ``gpus``: several GPUs (`GpuSpec`: memory, speed, background,
+        resident models each), instead of ``vram_budget_mb`` (the one-GPU shorthand); each
+        has its own ledger, resident weights and contention; ``background`` then gives only
+        the CPU threads and ``resident['gpu']`` is GPU 0's."""
         if cpu_cores < 1:
             raise ValueError(f"cpu_cores must be >= 1, got {cpu_cores}")
         if not 0 <= noise < 1:
@@ -176,9 +199,15 @@ class SimulatedTestbed:
             for name, p in tools.items()
         }
         self._background = background or BackgroundLoad()
-        if self._background.vram_mb > vram_budget_mb:
+        self._gpus = _gpu_specs(vram_budget_mb, gpus, self._background, gpu_name)
+        if len(self._gpus) > 1 or gpus is not None:
+            first = self._gpus[0].background
+            self._background = BackgroundLoad(vram_mb=first.vram_mb, gpu_share=first.gpu_share,
+                                              cpu_threads=self._background.cpu_threads)
+            gpu_name = self._gpus[0].name
+        if self._background.vram_mb > self._gpus[0].vram_mb:
             raise ValueError("background VRAM exceeds the VRAM budget")
-        self.vram_budget_mb = float(vram_budget_mb)
+        self.vram_budget_mb = float(self._gpus[0].vram_mb)
         self.cpu_cores = cpu_cores
         self._noise = noise
         self._rng = random.Random(seed)
@@ -187,15 +216,42 @@ class SimulatedTestbed:
         self.now_ms = 0.0
         self.vram_peak_mb = 0.0
         self._models = _models_of(self._params)
-        self._state = dataclasses.replace(self._initial(resident or {}),
+        start = dict(resident or {})
+        if gpus is not None and self._gpus[0].resident:
+            start["gpu"] = list(start.get("gpu", ())) + list(self._gpus[0].resident)
+        self._state = dataclasses.replace(self._initial(start),
                                           keep_warm=frozenset(keep_warm))
+        if len(self._gpus) > 1:
+            others = tuple(self._initial({"gpu": list(g.resident)}, index=i).gpu
+                           for i, g in enumerate(self._gpus[1:], start=1))
+            self._state = dataclasses.replace(self._state, others=others)
+
+    @property
+    def gpu_count(self) -> int:
+        """How many GPUs the testbed simulates (1 with ``vram_budget_mb``)."""
+        return len(self._gpus)
+
+    @property
+    def gpus(self) -> tuple[GpuSpec, ...]:
+        """The simulated GPUs (one with ``vram_budget_mb``)."""
+        return self._gpus
+
+    def _gpu_weights(self, index: int) -> tuple[tuple[str, float], ...]:
+        return self._state.gpu if index == 0 else self._state.others[index - 1]
+
+    def _one_gpu(self, what: str) -> None:
+        """The batched evaluator (`batchsim`) models one GPU: refuse it on several."""
+        if len(self._gpus) > 1:
+            raise NotImplementedError(
+                f"{what} evaluates one GPU; this testbed has {len(self._gpus)}: use simulate() "
+                "or makespan() per mapping")
 
     @property
     def tool_names(self) -> tuple[str, ...]:
         return tuple(self._params)
 
     def _initial(
-        self, resident: Mapping[str, Sequence[str | tuple[str, float]]]
+        self, resident: Mapping[str, Sequence[str | tuple[str, float]]], index: int = 0,
     ) -> batchsim.Residency:
         unknown_sides = set(resident) - {"gpu", "cpu"}
         if unknown_sides:
@@ -214,10 +270,13 @@ class SimulatedTestbed:
                                   for e in resident.get("gpu", ())))
         weights = {m: sized[m] if m in sized else self._models[m].weights_mb for m in gpu}
         held = sum(weights.values())
-        if held > self.vram_budget_mb - self._background.vram_mb + _EPS:
+        room = self._gpus[index].vram_mb - (
+            self._background.vram_mb if index == 0 else self._gpus[index].background.vram_mb)
+        if held > room + _EPS:
+            where = "resident.gpu" if index == 0 else f"gpus[{index}].resident"
             raise ValueError(
-                f"resident.gpu: {held:.0f} MB of weights do not fit in the budget less the "
-                f"background ({self.vram_budget_mb - self._background.vram_mb:.0f} MB)")
+                f"{where}: {held:.0f} MB of weights do not fit in the budget less the "
+                f"background ({room:.0f} MB)")
         host = tuple(dict.fromkeys(str(m) for m in resident.get("cpu", ())))
         return batchsim.Residency(
             gpu=tuple((m, weights[m]) for m in gpu), host=frozenset(host), host_order=host)
@@ -231,7 +290,11 @@ class SimulatedTestbed:
         self._state = state
 
     def device_state(self) -> DeviceState:
-        """Telemetry view: budget, background memory and utilization; nothing per tool."""
+        """Telemetry view: budget, background memory and utilization; nothing per tool.
+        Several GPUs: the flat fields are GPU 0's, ``gpus`` lists each (``resident`` holds
+        every GPU's weights, GPU by GPU, then the host's)."""
+        if len(self._gpus) > 1:
+            return self._devices_state()
         return DeviceState(
             gpu_available=True,
             gpu_name=self._gpu_name,
@@ -243,6 +306,20 @@ class SimulatedTestbed:
                            for m, mb in self._state.gpu) + tuple(
                 WarmModel(m, self._models[m].weights_mb, "cpu") for m in self._state.host_order),
         )
+
+    def _devices_state(self) -> DeviceState:
+        keep = self._state.keep_warm
+        per_gpu = [tuple(WarmModel(m, mb, "gpu", keep_warm=m in keep)
+                         for m, mb in self._gpu_weights(i)) for i in range(len(self._gpus))]
+        host = tuple(WarmModel(m, self._models[m].weights_mb, "cpu")
+                     for m in self._state.host_order)
+        devices = tuple(
+            GpuDevice(i, g.name, g.vram_mb, g.background.vram_mb, g.background.gpu_share,
+                      per_gpu[i], g.speed) for i, g in enumerate(self._gpus))
+        return DeviceState(
+            gpu_available=True, gpu_name=self._gpus[0].name, vram_budget_mb=self.vram_budget_mb,
+            vram_used_mb=self._background.vram_mb, gpu_utilization=self._background.gpu_share,
+            cpu_cores=self.cpu_cores, resident=sum(per_gpu, ()) + host, gpus=devices)
 
     def _residency_for(self, tools: Sequence[str]) -> batchsim.Residency | None:
         """The state with these calls' models, as `batchsim` takes it (None: no models)."""
@@ -260,6 +337,7 @@ class SimulatedTestbed:
     def _machine(self, tools: Sequence[str] = ()) -> dict[str, Any]:
         """The machine as `batchsim` takes it (budget, cores, background, OOM cost, and the
         resident-model state for ``tools``' calls)."""
+        self._one_gpu("the batched simulator")
         return {
             "vram_budget_mb": self.vram_budget_mb,
             "cpu_cores": self.cpu_cores,
@@ -294,21 +372,27 @@ class SimulatedTestbed:
         calls: Sequence[tuple[str, str, DeviceOption]],
         *,
         cpu_forbidden: Collection[str] = (),
+        gpus: Mapping[str, int] | None = None,
     ) -> StepRecord:
         """Run one step (noise applied, clock advanced) and return what happened.
 
         Calls in ``cpu_forbidden`` (ids) never fall back to the CPU: when their GPU option
-        cannot be served they end with an ``error`` in their record instead.
+        cannot be served they end with an ``error`` in their record instead. ``gpus``: the
+        GPU index per GPU-placed call id (absent: GPU 0).
         """
-        outcome, self._state = self._simulate(calls, noisy=True, cpu_forbidden=cpu_forbidden)
+        outcome, self._state = self._simulate(calls, noisy=True, cpu_forbidden=cpu_forbidden,
+                                              gpus=gpus)
         self.now_ms += outcome.makespan_ms
         self.vram_peak_mb = max(self.vram_peak_mb, outcome.vram_peak_mb)
         return outcome
 
-    def makespan(self, calls: Sequence[tuple[str, str, DeviceOption]]) -> float:
+    def makespan(
+        self, calls: Sequence[tuple[str, str, DeviceOption]],
+        gpus: Mapping[str, int] | None = None,
+    ) -> float:
         """Noise-free makespan of a step from the current resident-model state; changes
         neither the clock nor the state (used by the oracle)."""
-        return self.simulate(calls, noisy=False).makespan_ms
+        return self.simulate(calls, noisy=False, gpus=gpus).makespan_ms
 
     def product_makespans(
         self,
@@ -381,10 +465,11 @@ class SimulatedTestbed:
         *,
         noisy: bool = False,
         cpu_forbidden: Collection[str] = (),
+        gpus: Mapping[str, int] | None = None,
     ) -> StepRecord:
         """Discrete-event simulation of one step from the current resident-model state; pure
         except for the noise generator (`run_step` also keeps the state it ends in)."""
-        return self._simulate(calls, noisy=noisy, cpu_forbidden=cpu_forbidden)[0]
+        return self._simulate(calls, noisy=noisy, cpu_forbidden=cpu_forbidden, gpus=gpus)[0]
 
     def _simulate(
         self,
@@ -392,8 +477,10 @@ class SimulatedTestbed:
         *,
         noisy: bool,
         cpu_forbidden: Collection[str],
+        gpus: Mapping[str, int] | None = None,
     ) -> tuple[StepRecord, batchsim.Residency]:
         tasks = []
+        gpus = gpus or {}
         for i, (call_id, tool, option) in enumerate(calls):
             params = self._require(tool)
             scale = 1.0
@@ -403,36 +490,79 @@ class SimulatedTestbed:
             task.cpu_forbidden = call_id in cpu_forbidden
             task.model = params.model_name(tool)
             task.mem_bound = self._mem_bound(params)
+            if option != "cpu":
+                task.gpu = self._gpu_of(call_id, gpus.get(call_id, 0))
             tasks.append(task)
-        wanted: dict[str, float] = {}
-        for t in tasks:
-            if t.model is not None and t.option != "cpu":
-                wanted.setdefault(t.model, t.p.vram_mb)
-        plan = batchsim.plan_gpu(
-            self._state.gpu, list(wanted.items()),
-            {m: self._models[m].weights_mb for m in wanted},
-            budget_mb=self.vram_budget_mb, background_mb=self._background.vram_mb,
-            keep_warm=self._state.keep_warm)
-        first: set[str] = set()
-        first_use: set[str] = set()
+        plans = [self._plan_gpu(tasks, g) for g in range(len(self._gpus))]
+        first: set[tuple[int, str]] = set()
+        first_use: set[tuple[int, str]] = set()
         for t in tasks:
             if t.model is None or t.option == "cpu":
                 continue
+            plan, key = plans[t.gpu], (t.gpu, t.model)
             t.no_room = t.model in plan.no_room
             if t.model in plan.loaded:
                 t.gpu_load_ms = self._models[t.model].load_gpu_ms
-                if t.model not in first:
-                    first.add(t.model)
+                if key not in first:
+                    first.add(key)
                     t.loaded = True
-            if t.model not in first_use:
-                first_use.add(t.model)
+            if key not in first_use:
+                first_use.add(key)
                 t.evicted = plan.evicted.get(t.model, ())
-        sim = _Simulation(self, tasks, base_mb=plan.base_mb)
+        sim = _Simulation(self, tasks, bases=[p.base_mb for p in plans])
         record = sim.run()
         host = tuple(self._state.host_order) + tuple(
             m for m in sim.host_end if m not in self._state.host)
         return record, dataclasses.replace(
-            self._state, gpu=plan.after, host=frozenset(host), host_order=host)
+            self._state, gpu=plans[0].after, host=frozenset(host), host_order=host,
+            others=tuple(p.after for p in plans[1:]))
+
+    def _gpu_of(self, call_id: str, index: object) -> int:
+        if type(index) is not int or not 0 <= index < len(self._gpus):
+            raise ValueError(
+                f"call {call_id}: GPU {index!r} does not exist; valid: 0..{len(self._gpus) - 1}")
+        return index
+
+    def _plan_gpu(self, tasks: Sequence[_Task], gpu: int) -> batchsim.GpuPlan:
+        """GPU ``gpu``'s weights for the step (`batchsim.plan_gpu`, one GPU at a time)."""
+        wanted: dict[str, float] = {}
+        for t in tasks:
+            if t.model is not None and t.option != "cpu" and t.gpu == gpu:
+                wanted.setdefault(t.model, t.p.vram_mb)
+        background = self._background if gpu == 0 else self._gpus[gpu].background
+        return batchsim.plan_gpu(
+            self._gpu_weights(gpu), list(wanted.items()),
+            {m: self._models[m].weights_mb for m in wanted},
+            budget_mb=self._gpus[gpu].vram_mb, background_mb=background.vram_mb,
+            keep_warm=self._state.keep_warm)
+
+
+def _gpu_specs(
+    vram_budget_mb: float | None, gpus: Sequence[GpuSpec | Mapping[str, Any]] | None,
+    background: BackgroundLoad, gpu_name: str,
+) -> tuple[GpuSpec, ...]:
+    """The testbed's GPUs: ``gpus``, or one of ``vram_budget_mb`` (exactly one is given)."""
+    if gpus is None:
+        if vram_budget_mb is None:
+            raise ValueError("give vram_budget_mb (one GPU) or gpus=[...] (one GpuSpec each)")
+        return (GpuSpec(vram_mb=vram_budget_mb, name=gpu_name),)
+    if vram_budget_mb is not None:
+        raise ValueError("give vram_budget_mb (one GPU) or gpus=[...], not both")
+    if isinstance(gpus, (str, Mapping)) or not gpus:
+        raise ValueError("gpus must be a non-empty list of GPUs (vram_mb, speed, name, "
+                         "background, resident each)")
+    if background.vram_mb or background.gpu_share:
+        raise ValueError("with gpus=[...], give each GPU's background in gpus[i].background; "
+                         "the testbed's background then holds only cpu_threads")
+    specs = tuple(g if isinstance(g, GpuSpec) else GpuSpec.model_validate(dict(g))
+                  for g in gpus)
+    for i, g in enumerate(specs):
+        if g.background.cpu_threads:
+            raise ValueError(f"gpus[{i}].background.cpu_threads: CPU threads belong to the "
+                             "testbed's own background")
+        if g.background.vram_mb > g.vram_mb:
+            raise ValueError(f"gpus[{i}]: background VRAM exceeds the GPU's vram_mb")
+    return specs
 
 
 def _models_of(params: Mapping[str, ToolParams]) -> dict[str, ToolParams]:
@@ -459,23 +589,31 @@ class _Simulation:
     now: float = 0.0
     queue: list[_Task] = field(default_factory=list)
     peak: float = 0.0
-    base_mb: float | None = None
+    bases: list[float] | None = None
     host_end: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         bg = self.bed._background
-        base = bg.vram_mb if self.base_mb is None else self.base_mb
-        self.ledger = VramLedger(
-            self.bed.vram_budget_mb, reserved_mb=base, reserved_share=bg.gpu_share
-        )
+        specs = self.bed._gpus
+        shares = [bg.gpu_share] + [g.background.gpu_share for g in specs[1:]]
+        bases = self.bases or [bg.vram_mb] + [g.background.vram_mb for g in specs[1:]]
+        self.ledgers = [VramLedger(g.vram_mb, reserved_mb=base, reserved_share=share)
+                        for g, base, share in zip(specs, bases, shares, strict=True)]
+        self.ledger = self.ledgers[0]
+        self.queues: list[list[_Task]] = [self.queue] + [[] for _ in specs[1:]]
+        self.peaks = [0.0] * len(specs)
         self.free_cores = max(1, self.bed.cpu_cores - bg.cpu_threads)
         self.bg_share = bg.gpu_share
+        self.bg_shares = shares
+        self.speeds = [g.speed for g in specs]
 
     def _start_gpu(self, t: _Task, reservation: Reservation) -> None:
         t.reservation = reservation
-        t.device = SIM_GPU_DEVICE
+        t.device = SIM_GPU_DEVICE if t.gpu == 0 else f"cuda:{t.gpu}"
         t.start = self.now
-        self.peak = max(self.peak, self.ledger.in_use_mb)
+        in_use = self.ledgers[t.gpu].in_use_mb
+        self.peaks[t.gpu] = max(self.peaks[t.gpu], in_use)
+        self.peak = max(self.peak, in_use)
         pre = max(0.0, t.gpu_load_ms - self.now)
         if pre > 0:
             t.phase, t.remaining, t.load_ms, t.after_load = "load", pre, pre, "gpu"
@@ -511,13 +649,14 @@ class _Simulation:
         t.phase, t.device, t.end = "done", "none", self.now
         t.error = f"tool {t.tool!r} cannot run: {why}, and its hints forbid the CPU"
 
-    def _admit_queue(self) -> None:
-        while self.queue:
-            head = self.queue[0]
-            if not self.ledger.admissible(head.p.vram_mb, head.p.gpu_share):
+    def _admit_queue(self, gpu: int = 0) -> None:
+        queue, ledger = self.queues[gpu], self.ledgers[gpu]
+        while queue:
+            head = queue[0]
+            if not ledger.admissible(head.p.vram_mb, head.p.gpu_share):
                 return
-            self.queue.pop(0)
-            res = self.ledger.try_reserve(head.p.vram_mb, head.p.gpu_share)
+            queue.pop(0)
+            res = ledger.try_reserve(head.p.vram_mb, head.p.gpu_share)
             assert res is not None
             self._start_gpu(head, res)
 
@@ -526,10 +665,11 @@ class _Simulation:
             if t.option == "cpu":
                 self._start_cpu(t)
             elif t.option == "gpu_now":
-                if t.no_room or t.p.vram_mb > self.ledger.capacity_mb:
+                ledger = self.ledgers[t.gpu]
+                if t.no_room or t.p.vram_mb > ledger.capacity_mb:
                     res = None
                 else:
-                    res = self.ledger.try_reserve(t.p.vram_mb, t.p.gpu_share)
+                    res = ledger.try_reserve(t.p.vram_mb, t.p.gpu_share)
                 if res is not None:
                     self._start_gpu(t, res)
                 else:
@@ -537,7 +677,7 @@ class _Simulation:
                     t.ready_at = self.now + self.bed._oom_detect_ms
         for t in self.tasks:
             if t.option == "gpu_queued":
-                if t.no_room or t.p.vram_mb > self.ledger.capacity_mb:
+                if t.no_room or t.p.vram_mb > self.ledgers[t.gpu].capacity_mb:
                     t.fallback = "vram_over_budget"
                     if t.cpu_forbidden and t.no_room:
                         self._fail(t, f"the weights of model {t.model!r} get no room on the GPU")
@@ -546,12 +686,16 @@ class _Simulation:
                     else:
                         self._start_cpu(t)
                 else:
-                    self.queue.append(t)
-        self._admit_queue()
+                    self.queues[t.gpu].append(t)
+        for gpu in range(len(self.queues)):
+            self._admit_queue(gpu)
 
     def _rates(self, active: list[_Task]) -> list[float]:
         """Each active call's progress per ms (0: waiting for the GPU under ``idle_queue``);
-        the GPU demand D by the testbed's physics (`batchsim.Contention`)."""
+        the GPU demand D by the testbed's physics (`batchsim.Contention`), per GPU, where a
+        GPU's speed scales its compute rate."""
+        if len(self.ledgers) > 1:
+            return self._rates_per_gpu(active)
         physics = self.bed.physics
         computing = [t for t in active if t.phase == "gpu"]
         head = None
@@ -576,20 +720,56 @@ class _Simulation:
             else cpu_rate if t.phase == "cpu" else 1.0 for t in active
         ]
 
+    def _rates_per_gpu(self, active: list[_Task]) -> list[float]:
+        physics = self.bed.physics
+        rate: dict[int, float] = {}
+        heads: dict[int, _Task | None] = {}
+        for gpu, share in enumerate(self.bg_shares):
+            computing = [t for t in active if t.phase == "gpu" and t.gpu == gpu]
+            head = None
+            if physics == "processor_sharing":
+                demand = share + sum(t.p.gpu_share for t in computing)
+            elif physics == "time_slicing":
+                demand = share + len(computing)
+                if len(computing) >= 2:
+                    demand = demand * (1.0 + self.bed.slice_overhead)
+            elif physics == "bandwidth":
+                peers = len(computing) - 1
+                demand = share + sum(
+                    t.p.gpu_share * (1.0 + t.mem_bound * peers) for t in computing)
+            else:  # idle_queue
+                head = min(computing, key=lambda t: (t.gpu_since, t.index), default=None)
+                demand = share + (head.p.gpu_share if head is not None else 0.0)
+            rate[gpu] = (1.0 / demand if demand > 1.0 else 1.0) * self.speeds[gpu]
+            heads[gpu] = head
+        threads = sum(t.p.cpu_threads for t in active if t.phase == "cpu")
+        cpu_rate = self.free_cores / threads if threads > self.free_cores else 1.0
+        out = []
+        for t in active:
+            if t.phase == "gpu":
+                head = heads[t.gpu]
+                out.append(rate[t.gpu] if head is None or t is head else 0.0)
+            else:
+                out.append(cpu_rate if t.phase == "cpu" else 1.0)
+        return out
+
     def run(self) -> StepRecord:
         self._launch()
         while True:
             active = [t for t in self.tasks if t.phase in ("load", "transfer", "gpu", "cpu")]
             waiting = [t for t in self.tasks if t.phase == "oom"]
             if not active and not waiting:
-                if self.queue:  # cannot happen: an idle GPU admits any fitting head
+                if any(self.queues):  # cannot happen: an idle GPU admits any fitting head
                     raise RuntimeError("simulation stalled with a non-empty GPU queue")
                 break
             rates = self._rates(active)
-            gpu_now_count = sum(1 for t in active if t.phase == "gpu")
+            computing = [0] * len(self.ledgers)
             for t in active:
                 if t.phase == "gpu":
-                    t.peers = max(t.peers, gpu_now_count - 1)
+                    computing[t.gpu] += 1
+            for t in active:
+                if t.phase == "gpu":
+                    t.peers = max(t.peers, computing[t.gpu] - 1)
             dt = min(
                 [t.remaining / r for t, r in zip(active, rates, strict=True) if r > 0]
                 + [t.ready_at - self.now for t in waiting]
@@ -604,7 +784,7 @@ class _Simulation:
                         self._fail(t, f"{t.p.vram_mb:.0f} MB of VRAM did not fit (GPU OOM)")
                     else:
                         self._start_cpu(t)
-            released = False
+            released: set[int] = set()
             for t in active:
                 if t.remaining > _EPS * max(1.0, self.now):
                     continue
@@ -619,11 +799,11 @@ class _Simulation:
                     continue
                 t.phase, t.end = "done", self.now
                 if t.reservation is not None:
-                    self.ledger.release(t.reservation)
-                    released = True
-            if released:
-                self._admit_queue()
-        if self.ledger.in_use_mb > _EPS:
+                    self.ledgers[t.gpu].release(t.reservation)
+                    released.add(t.gpu)
+            for gpu in sorted(released):
+                self._admit_queue(gpu)
+        if any(ledger.in_use_mb > _EPS for ledger in self.ledgers):
             raise RuntimeError("simulated ledger did not return to zero")
         calls = tuple(
             CallRecord(
@@ -645,9 +825,10 @@ class _Simulation:
             for t in self.tasks
         )
         makespan = max((c.end_ms for c in calls), default=0.0)
-        return StepRecord(
-            calls=calls,
-            makespan_ms=makespan,
-            vram_peak_mb=self.peak,
-            extra={"vram_end_mb": self.ledger.in_use_mb, "vram_budget_mb": self.ledger.capacity_mb},
-        )
+        extra: dict[str, object] = {
+            "vram_end_mb": self.ledger.in_use_mb, "vram_budget_mb": self.ledger.capacity_mb}
+        if len(self.ledgers) > 1:  # per GPU: peak, end, budget
+            extra["gpus"] = [{"vram_peak_mb": peak, "vram_end_mb": ledger.in_use_mb,
+                              "vram_budget_mb": ledger.capacity_mb}
+                             for peak, ledger in zip(self.peaks, self.ledgers, strict=True)]
+        return StepRecord(calls=calls, makespan_ms=makespan, vram_peak_mb=self.peak, extra=extra)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One-command device check. On a CUDA machine: run the GPU-marked tests, check resident models
 # on the GPU (scripts/gpu_residency_check.py: cold vs warm load, eviction under a small VRAM
-# budget, the ledger vs torch.cuda.memory_allocated), profile the full tool suite on cuda and
+# budget, the ledger vs torch.cuda.memory_allocated), every visible GPU through the node
+# (scripts/gpu_devices_check.py: a call pinned to each cuda:k, its ledger vs
+# memory_allocated(k); one GPU: the one-device path), profile the full tool suite on cuda and
 # cpu, build bench scenarios from that profile and run the simulated bench on them, then one
 # real contention scenario (`devsched bench --real`).
 # Without CUDA: the residency check's host path, then profile the small suite on the CPU and
@@ -90,6 +92,12 @@ if [[ "$CUDA" == "1" ]]; then
   rc=${PIPESTATUS[0]}
   grep -E '^(FAIL|residency check)' "$OUT/residency.log" | tee -a "$OUT/summary.txt"
   say "residency check exit code $rc"
+  [[ $rc -ne 0 ]] && status=1
+  say "every visible GPU through the node (placement on cuda:k, ledger vs memory_allocated per device)"
+  timeout 120 "$PYTHON" scripts/gpu_devices_check.py --json "$OUT/devices.json" 2>&1 | tee "$OUT/devices.log"
+  rc=${PIPESTATUS[0]}
+  grep -E '^(FAIL|gpu devices check)' "$OUT/devices.log" | tee -a "$OUT/summary.txt"
+  say "devices check exit code $rc"
   [[ $rc -ne 0 ]] && status=1
   say "profiling the $SIZE suite on cuda and cpu ($REPEATS repeats)"
   timeout 240 "${CLI[@]}" profile --suite builtin --size "$SIZE" --devices cuda,cpu \

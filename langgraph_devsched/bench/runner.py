@@ -47,6 +47,8 @@ from langgraph_devsched.bench.declare import Declare, declared_specs, parse_decl
 from langgraph_devsched.bench.hedged import IdleRuns, idle_calibration, run_hedged_step
 from langgraph_devsched.bench.horizon import Reference, horizon_reference
 from langgraph_devsched.bench.scenario import Scenario
+from langgraph_devsched.executors.base import PlannedCall, planned_gpus
+from langgraph_devsched.gpus import check_gpus
 from langgraph_devsched.hedging import check_hedges, hedge_outcomes
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.records import StepRecord
@@ -324,6 +326,41 @@ def _check(decision: Decision, batch: Batch, scheduler: str) -> tuple[DeviceOpti
     return options
 
 
+def step_gpus(
+    bed: SimulatedTestbed, batch: Batch, decision: Decision, view: SchedulerView
+) -> dict[str, int] | None:
+    """Several GPUs: the GPU of each GPU-placed call, the decision's where valid, else the
+    default rule (as the node applies them); None on one GPU."""
+    if bed.gpu_count < 2:
+        return None
+    options = decision.options_for(batch)
+    planned = [PlannedCall(c.call_id, c.tool, o, c.spec) for c, o in zip(batch.calls, options,
+                                                                         strict=True)]
+    named, _ = check_gpus(decision.gpus, [p.call_id for p in planned if p.option != "cpu"],
+                          view.devices, {c.call_id: c.spec.gpus for c in batch.calls})
+    planned = [dataclasses.replace(p, gpu=named.get(p.call_id)) for p in planned]
+    return planned_gpus(planned, view.devices)
+
+
+def _per_step_reference(scenario: Scenario, rounds: int) -> Reference:
+    """Several GPUs: each step's oracle optimum in turn (the batched horizon search models
+    one GPU); a proven bound only without resident models (then no step changes the next)."""
+    bed = scenario.make_testbed(noise=0.0)
+    oracle = OracleScheduler(testbed=bed)
+    round_ms: list[float] = []
+    mapping: dict[str, DeviceOption] = {}
+    for _ in range(rounds):
+        total = 0.0
+        for batch in scenario_batches(scenario):
+            decision = oracle.decide(batch, SchedulerView(device=bed.device_state()))
+            options = decision.options_for(batch)
+            calls = list(zip(batch.call_ids, _tools(batch), options, strict=True))
+            total += bed.run_step(calls, gpus=dict(decision.gpus)).makespan_ms
+            mapping.update(decision.mapping)
+        round_ms.append(total)
+    return Reference(tuple(round_ms), mapping, 1, not scenario.has_resident_models())
+
+
 def optimum(scenario: Scenario) -> tuple[list[float], dict[str, DeviceOption]]:
     """The brute-force optimal noise-free makespan of each batch, and the optimal mapping."""
     bed = scenario.make_testbed(noise=0.0)
@@ -334,7 +371,8 @@ def optimum(scenario: Scenario) -> tuple[list[float], dict[str, DeviceOption]]:
     for batch in scenario_batches(scenario):
         decision = oracle.decide(batch, view)
         options = decision.options_for(batch)
-        spans.append(bed.makespan(list(zip(batch.call_ids, _tools(batch), options, strict=True))))
+        spans.append(bed.makespan(list(zip(batch.call_ids, _tools(batch), options, strict=True)),
+                                  gpus=dict(decision.gpus) or None))
         mapping.update(decision.mapping)
     return spans, mapping
 
@@ -349,6 +387,9 @@ def scenario_reference(scenario: Scenario, rounds: int) -> Reference:
     the last `_MAX_REFERENCES` are kept (the same scenario file and rounds: the same one)."""
     key = (scenario.model_dump_json(), rounds)
     found = _REFERENCES.get(key)
+    if found is None and scenario.testbed.gpus is not None and len(scenario.testbed.gpus) > 1:
+        found = _per_step_reference(scenario, rounds)
+        _REFERENCES[key] = found
     if found is None:
         found = horizon_reference(scenario.make_testbed(noise=0.0), scenario_batches(scenario),
                                   rounds)
@@ -477,9 +518,13 @@ def _run_one(
             options = _check(decision, batch, name)
             calls = list(zip(batch.call_ids, _tools(batch), options, strict=True))
             state = bed.residency()  # the noise-free cost is paid from the state before the step
+            gpus = step_gpus(bed, batch, decision, view)
             hedges = dict(decision.hedges)
-            key = (b, options, state.gpu, state.host, tuple(sorted(hedges.items())))
-            if hedges:  # both runs of each hedged call (`bench.hedged`)
+            key: tuple[Any, ...] = (b, options, state.gpu, state.host,
+                                    tuple(sorted(hedges.items())))
+            if gpus is not None:
+                key = (*key, state.others, tuple(sorted(gpus.items())))
+            if hedges:  # both runs of each hedged call (`bench.hedged`; one GPU)
                 check_hedges(hedges, decision.mapping, scheduler=f"scheduler {name!r}")
                 runner = None if step_runner is None else functools.partial(
                     step_runner, bed, batch)
@@ -491,8 +536,8 @@ def _run_one(
                 hedge_device += sum(h.loser_device_ms for h in hedge_outcomes(record))
             else:
                 if key not in cache:
-                    cache[key] = bed.makespan(calls)
-                record = (bed.run_step(calls) if step_runner is None
+                    cache[key] = bed.makespan(calls, gpus=gpus)
+                record = (bed.run_step(calls, gpus=gpus) if step_runner is None
                           else step_runner(bed, batch, calls))
             scheduler.observe(batch, decision, record)
             if monitor is not None:

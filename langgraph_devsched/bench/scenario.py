@@ -31,6 +31,7 @@ from langgraph_devsched.hints import ToolDeviceSpec, validate_spec
 from langgraph_devsched.testbed import (
     DEFAULT_MEM_BOUND,
     BackgroundLoad,
+    GpuSpec,
     SimulatedTestbed,
     ToolParams,
 )
@@ -60,7 +61,8 @@ class TestbedConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    vram_budget_mb: float = Field(gt=0, description="VRAM the scheduler may use, MB")
+    vram_budget_mb: float | None = Field(
+        default=None, gt=0, description="VRAM the scheduler may use, MB (one GPU)")
     cpu_cores: int = Field(default=8, ge=1, description="CPU cores of the CPU executor")
     background: BackgroundLoad = Field(
         default_factory=BackgroundLoad, description="load already on the machine"
@@ -78,6 +80,18 @@ class TestbedConfig(BaseModel):
     mem_bound: float = Field(
         default=DEFAULT_MEM_BOUND, ge=0, le=1,
         description="bandwidth: mem_bound of every tool whose params leave it out")
+    gpus: list[GpuSpec] | None = Field(
+        default=None, description="several GPUs instead (vram_mb, speed, name, background, "
+        "resident each); background then holds only cpu_threads")
+
+    @model_validator(mode="after")
+    def _one_machine(self) -> TestbedConfig:
+        if (self.vram_budget_mb is None) == (self.gpus is None):
+            raise ValueError("give vram_budget_mb (one GPU) or gpus (a list: vram_mb, speed, "
+                             "name, background, resident each), exactly one of them")
+        if self.gpus is not None and not self.gpus:
+            raise ValueError("gpus: give at least one GPU")
+        return self
 
 
 class ToolEntry(BaseModel):
@@ -167,7 +181,9 @@ class Scenario(BaseModel):
     def has_resident_models(self) -> bool:
         """Whether any tool keeps model weights resident (or some start resident)."""
         t = self.testbed.resident
-        return bool(t.gpu or t.cpu) or any(e.params.weights_mb > 0 for e in self.tools.values())
+        on_gpus = any(g.resident for g in self.testbed.gpus or ())
+        return bool(t.gpu or t.cpu) or on_gpus or any(
+            e.params.weights_mb > 0 for e in self.tools.values())
 
     def make_testbed(
         self, *, noise: float | None = None, seed: int | None = None
@@ -181,6 +197,7 @@ class Scenario(BaseModel):
         return SimulatedTestbed(
             {name: e.params for name, e in self.tools.items()},
             vram_budget_mb=t.vram_budget_mb,
+            gpus=t.gpus,
             cpu_cores=t.cpu_cores,
             background=t.background,
             noise=t.noise if noise is None else noise,
@@ -299,15 +316,29 @@ def builtin_scenario_paths() -> list[Path]:
     return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
+GPUS_GROUP = "gpus"
+"""The name of the multi-GPU built-ins as one group (``--scenarios gpus``)."""
+
+
+def builtin_gpu_scenario_paths() -> list[Path]:
+    """The multi-GPU built-ins (a group apart from the one-GPU built-ins), sorted by name."""
+    folder = resources.files("langgraph_devsched") / "scenarios_gpus"
+    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
 def builtin_by_name(names: str) -> list[Path]:
     """The built-in scenario files named in ``names`` (comma-separated), in that order;
-    `ScenarioError` listing the built-in names for one that is not.
+    `ScenarioError` listing the built-in names for one that is not. The multi-GPU built-ins
+    are named one by one or together as ``gpus``.
 
     >>> [p.stem for p in builtin_by_name("serial_voice_assistant")]
     ['serial_voice_assistant']
     """
     known = {p.stem: p for p in builtin_scenario_paths()}
+    gpu_known = {p.stem: p for p in builtin_gpu_scenario_paths()}
     wanted = [n.strip() for n in names.split(",") if n.strip()]
+    wanted = [m for n in wanted for m in (gpu_known if n == GPUS_GROUP else (n,))]
+    known.update(gpu_known)
     unknown = [n for n in wanted if n not in known]
     if unknown or not wanted:
         raise ScenarioError(

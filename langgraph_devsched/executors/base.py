@@ -19,11 +19,12 @@ from typing import Any, Protocol, TypeVar
 from langgraph.prebuilt.tool_node import ToolInvocationError
 
 from langgraph_devsched.device import Placement
+from langgraph_devsched.gpus import GpuCall, default_gpus
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.ledger import NeverFitsError
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import CallRecord, StepRecord
-from langgraph_devsched.telemetry import DeviceState
+from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
 T = TypeVar("T")
 
@@ -39,6 +40,16 @@ class PlannedCall:
     tool: str
     option: DeviceOption
     spec: ToolDeviceSpec
+    gpu: int | None = None
+    """The GPU the decision named for a GPU option (None: the backend's default rule)."""
+
+
+def planned_gpus(calls: Sequence[PlannedCall], devices: Sequence[GpuDevice]) -> dict[str, int]:
+    """The GPU index of each GPU-placed call: the one its decision named, else the default
+    rule (`langgraph_devsched.gpus.default_gpus`); one GPU: 0."""
+    return default_gpus(
+        [GpuCall(c.call_id, c.spec.model_name(c.tool), c.spec.vram_mb, c.spec.weights_mb, c.gpu,
+                 c.spec.gpus) for c in calls if c.option != "cpu"], devices)
 
 
 class PlacementError(RuntimeError):

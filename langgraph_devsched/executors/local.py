@@ -1,4 +1,10 @@
-"""This machine: a CPU pool and (when CUDA is there) one GPU behind a `VramLedger`.
+"""This machine: a CPU pool and (when CUDA is there) its GPUs, each behind a `VramLedger`.
+
+Every visible CUDA device is driven (``CUDA_VISIBLE_DEVICES`` says which, as torch sees
+them), or an explicit list of `GpuConfig` with a budget each; each GPU has its own ledger,
+model cache entries and ``gpu_concurrency`` cap. A call on a GPU option runs on the GPU its
+decision named, else the default rule's (`langgraph_devsched.gpus.default_gpus`); one GPU
+is today's one path.
 
 * ``cpu``: runs on the CPU (at most ``cpu_workers`` at once when set, OOM reruns included).
 * ``gpu_now``: reserves its VRAM now if it fits, else falls back to the CPU (``oom``; with
@@ -36,10 +42,12 @@ from langgraph_devsched.executors.base import (
     PlannedCall,
     RunOnce,
     describe_failure,
+    planned_gpus,
     vram_needed,
     wait_bound,
 )
 from langgraph_devsched.executors.lease import Lease, leased
+from langgraph_devsched.gpus import gpu_index
 from langgraph_devsched.ledger import (
     NeverFitsError,
     QueueTimeoutError,
@@ -49,7 +57,13 @@ from langgraph_devsched.ledger import (
 )
 from langgraph_devsched.models import MAX_MODELS, CallModels, ModelCache, ModelRoomError
 from langgraph_devsched.records import CallRecord
-from langgraph_devsched.telemetry import DeviceState, cuda_status, local_device_state
+from langgraph_devsched.telemetry import (
+    DeviceState,
+    GpuDevice,
+    cuda_device_count,
+    cuda_status,
+    local_device_state,
+)
 
 T = TypeVar("T")
 
@@ -73,18 +87,48 @@ def _empty_cuda_cache() -> None:
 
 @dataclass(frozen=True)
 class GpuConfig:
-    """The GPU the local backend drives. ``vram_budget_mb`` caps what tools may reserve."""
+    """A GPU the local backend drives. ``vram_budget_mb`` caps what tools may reserve."""
 
     vram_budget_mb: float
     device: str = "cuda:0"
     background_mb: float = 0.0
+    speed: float = 1.0
+    """Declared relative compute speed (schedulers read it in `GpuDevice.speed`)."""
+
+
+@dataclass
+class _Lane:
+    """One GPU of the backend: its config, ledger and model cache."""
+
+    index: int
+    config: GpuConfig
+    ledger: VramLedger
+    models: ModelCache
+
+
+def _gpu_list(gpu: object) -> list[GpuConfig] | None:
+    """An explicit list of GPUs, checked (cuda:0, cuda:1, ... each once), or None."""
+    if isinstance(gpu, (GpuConfig, bool)) or gpu is None:
+        return None
+    if not isinstance(gpu, (list, tuple)) or not gpu or not all(
+            isinstance(g, GpuConfig) for g in gpu):
+        raise ValueError(
+            f"gpu must be a GpuConfig, a non-empty list of GpuConfig (one per GPU), True/None "
+            f"(detect) or False (CPU only); got {gpu!r}")
+    devices = [g.device for g in gpu]
+    want = [f"cuda:{i}" for i in range(len(gpu))]
+    if devices != want:
+        raise ValueError(f"gpu: the devices of a list of GPUs must be {', '.join(want)} in "
+                         f"order (as CUDA_VISIBLE_DEVICES numbers them); got {', '.join(devices)}")
+    return list(gpu)
 
 
 class LocalBackend:
     """Run calls on this machine's CPU and GPU.
 
-    ``gpu=None`` detects CUDA through torch (budget: the device's total memory, or
-    ``vram_budget_mb``); ``gpu=False`` is CPU only; a `GpuConfig` trusts the given GPU.
+    ``gpu=None`` detects every visible CUDA device through torch (budget: each device's
+    total memory, or ``vram_budget_mb``); ``gpu=False`` is CPU only; a `GpuConfig` (or a
+    list, one per GPU: ``cuda:0``, ``cuda:1``, ...) trusts the given GPUs.
     """
 
     name = "local"
@@ -92,7 +136,7 @@ class LocalBackend:
     def __init__(
         self,
         *,
-        gpu: GpuConfig | bool | None = None,
+        gpu: GpuConfig | Sequence[GpuConfig] | bool | None = None,
         vram_budget_mb: float | None = None,
         cpu_workers: int | None = None,
         gpu_concurrency: int | None = None,
@@ -111,10 +155,12 @@ class LocalBackend:
         self.telemetry_ttl_s = telemetry_ttl_s
         self._state_cache: tuple[float, DeviceState] | None = None
         self._no_gpu_reason: str | None = None
+        self._gpu_list = _gpu_list(gpu)
         self._gpu_arg = gpu
         self._vram_budget_arg = vram_budget_mb
         self._gpu: GpuConfig | None = None
-        self._ledger: VramLedger | None = None
+        self._lanes: list[_Lane] = []
+        self._max_models = max_models
         self._detected = False
         self._detect_lock = threading.Lock()
         self._models = ModelCache(max_models=max_models, clock=clock)
@@ -128,32 +174,52 @@ class LocalBackend:
             if self._detected:
                 return
             gpu = self._gpu_arg
-            if isinstance(gpu, GpuConfig):
-                self._gpu = gpu
+            configs: list[GpuConfig] = []
+            if self._gpu_list is not None:
+                configs = self._gpu_list
+            elif isinstance(gpu, GpuConfig):
+                configs = [gpu]
             elif gpu is False:
                 self._no_gpu_reason = "GPU disabled (gpu=False)"
             else:
                 ok, reason = cuda_status(0)
                 if ok:
-                    state = local_device_state(0, self._vram_budget_arg)
-                    self._gpu = GpuConfig(vram_budget_mb=state.vram_budget_mb)
+                    for index in range(cuda_device_count()):
+                        state = local_device_state(index, self._vram_budget_arg)
+                        if state.gpu_available:
+                            configs.append(GpuConfig(vram_budget_mb=state.vram_budget_mb,
+                                                     device=f"cuda:{index}"))
                 else:
                     self._no_gpu_reason = reason
-            if self._gpu is not None:
-                self._ledger = VramLedger(
-                    self._gpu.vram_budget_mb,
-                    reserved_mb=self._gpu.background_mb,
-                    max_active=self.gpu_concurrency,
-                )
-                self._models.ledger = self._ledger
+            for index, config in enumerate(configs):
+                ledger = VramLedger(config.vram_budget_mb, reserved_mb=config.background_mb,
+                                    max_active=self.gpu_concurrency)
+                models = self._models if index == 0 else ModelCache(
+                    max_models=self._max_models, clock=self._clock)
+                models.ledger = ledger
+                self._lanes.append(_Lane(index, config, ledger, models))
+            if self._lanes:
+                self._gpu = self._lanes[0].config
             self._detected = True
 
+    @property
+    def _ledger(self) -> VramLedger | None:
+        """GPU 0's ledger (a checked ledger may stand in for it: the setter)."""
+        return self._lanes[0].ledger if self._lanes else None
+
+    @_ledger.setter
+    def _ledger(self, ledger: VramLedger) -> None:
+        if self._lanes:
+            self._lanes[0].ledger = ledger
+
     def declared_capacity_mb(self) -> float | None:
-        """The most VRAM a call could get when the GPU was declared (`GpuConfig`); None when
-        it is detected (not probed here) or absent."""
+        """The most VRAM a call could get when the GPU was declared (`GpuConfig`; a list:
+        on its largest GPU); None when it is detected (not probed here) or absent."""
         gpu = self._gpu_arg
         if isinstance(gpu, GpuConfig):
             return gpu.vram_budget_mb - gpu.background_mb
+        if self._gpu_list is not None:
+            return max(g.vram_budget_mb - g.background_mb for g in self._gpu_list)
         return None
 
     @property
@@ -171,14 +237,39 @@ class LocalBackend:
         return self._ledger
 
     @property
+    def ledgers(self) -> tuple[VramLedger, ...]:
+        """One VRAM ledger per GPU (index order); empty without a GPU."""
+        if not self._detected:
+            self._detect()
+        return tuple(lane.ledger for lane in self._lanes)
+
+    @property
+    def caches(self) -> tuple[ModelCache, ...]:
+        """One model cache per GPU (GPU 0's, `models`, also holds the host instances)."""
+        if not self._detected:
+            self._detect()
+        return tuple(lane.models for lane in self._lanes) or (self._models,)
+
+    def lane(self, index: int) -> _Lane:
+        return self._lanes[index]
+
+    def cache_for(self, device: str) -> ModelCache:
+        """The model cache of ``device``'s GPU (the CPU: GPU 0's, which holds the host side)."""
+        index = gpu_index(device)
+        if index is None or index >= len(self._lanes):
+            return self._models
+        return self._lanes[index].models
+
+    @property
     def models(self) -> ModelCache:
         """The resident model instances of this backend (GPU weights in its ledger, attached
         when the GPU is detected: reading this probes nothing)."""
         return self._models
 
     def close(self) -> None:
-        """Free every resident model (instances and idle weights)."""
-        self.models.clear()
+        """Free every resident model (instances and idle weights), on every GPU."""
+        for cache in self.caches:
+            cache.clear()
 
     def device_state(self) -> DeviceState:
         """Telemetry, read at most every ``telemetry_ttl_s`` (NVML calls cost per step);
@@ -188,25 +279,49 @@ class LocalBackend:
         if cached is None or (self.gpu is not None and now - cached[0] >= self.telemetry_ttl_s):
             cached = (now, self._read_state())
             self._state_cache = cached
+        if len(self._lanes) > 1:
+            return self._with_resident(cached[1])
         resident = self.models.resident()
         if not resident and not cached[1].resident:
             return cached[1]
         return dataclasses.replace(cached[1], resident=resident)
 
+    def _with_resident(self, state: DeviceState) -> DeviceState:
+        """Several GPUs: each device's weights now, and all of them (then the host's) flat."""
+        per_gpu = [tuple(w for w in lane.models.resident() if w.side == "gpu")
+                   for lane in self._lanes]
+        host = tuple(w for w in self._models.resident() if w.side == "cpu")
+        gpus = tuple(dataclasses.replace(d, resident=per_gpu[d.index]) for d in state.gpus)
+        return dataclasses.replace(state, resident=sum(per_gpu, ()) + host, gpus=gpus)
+
     def _read_state(self) -> DeviceState:
         if self.gpu is None:
             return DeviceState.cpu_only(self._no_gpu_reason or "no GPU")
-        if self.gpu.device.startswith("cuda") and cuda_status(0)[0]:
-            state = local_device_state(0, self.gpu.vram_budget_mb)
+        if len(self._lanes) > 1:
+            states = [self._lane_state(lane) for lane in self._lanes]
+            gpus = tuple(GpuDevice(lane.index, st.gpu_name, st.vram_budget_mb, st.vram_used_mb,
+                                   st.gpu_utilization, speed=lane.config.speed)
+                         for lane, st in zip(self._lanes, states, strict=True))
+            reasons = [f"{lane.config.device}: {st.reason}"
+                       for lane, st in zip(self._lanes, states, strict=True) if st.reason]
+            return dataclasses.replace(states[0], gpus=gpus,
+                                       reason="; ".join(reasons) or None)
+        return self._lane_state(self._lanes[0])
+
+    def _lane_state(self, lane: _Lane) -> DeviceState:
+        """One GPU's telemetry: CUDA and NVML where there are, else what was declared."""
+        gpu, index = lane.config, lane.index
+        if gpu.device.startswith("cuda") and cuda_status(index)[0]:
+            state = local_device_state(index, gpu.vram_budget_mb)
             # `vram_used_mb` is what else holds the GPU: the CUDA reading also counts this
             # process's resident weights, which `resident` lists (the twins add them back)
-            held = self._ledger.weights_mb if self._ledger is not None else 0.0
+            held = lane.ledger.weights_mb
             return dataclasses.replace(state, vram_used_mb=max(0.0, state.vram_used_mb - held))
         return DeviceState(
             gpu_available=True,
-            gpu_name=self.gpu.device,
-            vram_budget_mb=self.gpu.vram_budget_mb,
-            vram_used_mb=self.gpu.background_mb,
+            gpu_name=gpu.device,
+            vram_budget_mb=gpu.vram_budget_mb,
+            vram_used_mb=gpu.background_mb,
             gpu_utilization=0.0,
             cpu_cores=1,
         )
@@ -219,6 +334,13 @@ class _LocalStep(BookedStep):
     def __init__(self, backend: LocalBackend, calls: Sequence[PlannedCall]) -> None:
         super().__init__(calls, backend._clock)
         self._b = backend
+        self._gpus: dict[str, int] = {}
+        if len(backend._lanes) > 1:  # the decision's GPU, else the default rule
+            self._gpus = planned_gpus(calls, backend.device_state().devices)
+
+    def _lane(self, call: PlannedCall) -> _Lane | None:
+        lanes = self._b._lanes
+        return lanes[self._gpus.get(call.call_id, 0)] if lanes else None
 
     # -- placement -------------------------------------------------------------------------
     def _gpu_plan(self, call: PlannedCall, need: WeightsNeed | None) -> Placement | None:
@@ -227,9 +349,11 @@ class _LocalStep(BookedStep):
             model = call.spec.model_name(call.tool)  # warm: its host copy is resident
             warm = None if model is None else self._b.models.holds(model, "cpu")
             return Placement("cpu", "cpu", model=model, warm=warm)
-        ledger = self._b.ledger
-        if ledger is None:
+        if self._b.ledger is None:
             return self._cpu_or_fail(call, "no_gpu", self._b._no_gpu_reason or "no GPU")
+        lane = self._lane(call)
+        assert lane is not None
+        ledger = lane.ledger
         weights = need.mb if need is not None else 0.0
         if call.spec.vram_mb + weights > ledger.capacity_mb:
             return self._cpu_or_fail(
@@ -242,15 +366,18 @@ class _LocalStep(BookedStep):
 
     def _need(self, call: PlannedCall) -> WeightsNeed | None:
         spec = call.spec
-        return self._b.models.need(spec.model_name(call.tool), spec.weights_mb, spec.keep_warm)
+        lane = self._lane(call)
+        cache = self._b.models if lane is None else lane.models
+        return cache.need(spec.model_name(call.tool), spec.weights_mb, spec.keep_warm)
 
     def _gpu_placement(self, call: PlannedCall, res: Reservation) -> Placement:
-        assert self._b.gpu is not None and self._b.ledger is not None
-        self._peak = max(self._peak, self._b.ledger.in_use_mb)
+        lane = self._lane(call)
+        assert lane is not None
+        self._peak = max(self._peak, lane.ledger.in_use_mb)
         if res.evicted:
-            self._b.models.drop(res.evicted)
+            lane.models.drop(res.evicted)
         warm = None if res.model is None else not res.loaded
-        return Placement(call.option, self._b.gpu.device, None, res.mb, res.model, warm,
+        return Placement(call.option, lane.config.device, None, res.mb, res.model, warm,
                          res.evicted)
 
     def _place(
@@ -260,8 +387,9 @@ class _LocalStep(BookedStep):
         planned = self._gpu_plan(call, need)
         if planned is not None:
             return planned, None
-        ledger = self._b.ledger
-        assert ledger is not None
+        lane = self._lane(call)
+        assert lane is not None
+        ledger = lane.ledger
         spec = call.spec
         if call.option == "gpu_now":
             res = ledger.try_reserve(spec.vram_mb, spec.gpu_share, need)
@@ -285,8 +413,9 @@ class _LocalStep(BookedStep):
         need = self._need(call)
         if call.option != "gpu_queued" or self._gpu_plan(call, need) is not None:
             return self._place(call, deadline)
-        ledger = self._b.ledger
-        assert ledger is not None
+        lane = self._lane(call)
+        assert lane is not None
+        ledger = lane.ledger
         wait, by_deadline = wait_bound(deadline, self._b.queue_timeout_s)
         try:
             res = await ledger.areserve(call.spec.vram_mb, call.spec.gpu_share, wait, need)
@@ -338,15 +467,22 @@ class _LocalStep(BookedStep):
     def _peers(self, placement: Placement) -> int:
         if not placement.on_gpu:
             return 0
-        ledger = self._b.ledger
-        return max(0, ledger.active - 1) if ledger is not None else 0
+        index = gpu_index(placement.device)
+        lanes = self._b._lanes
+        if index is None or index >= len(lanes):
+            return 0
+        return max(0, lanes[index].ledger.active - 1)
+
+    def _held(self, call: PlannedCall, res: Reservation | None) -> _Held:
+        lane = self._lane(call)
+        return _Held(self._b, res, None if lane is None else lane.ledger)
 
     # -- running ---------------------------------------------------------------------------
     def _end(self, call: PlannedCall, run: _Run) -> None:
         end = self._clock()  # the call ended before its VRAM went back
         run.held.release_all()
         for used in run.models:
-            self._b.models.finish(used)
+            self._b.cache_for(used.device).finish(used)
         self._record(call, run.placement, run.start, run.peers, run.error, end,
                      _merged(run.models))
 
@@ -354,7 +490,7 @@ class _LocalStep(BookedStep):
     def _models(self, call: PlannedCall, run: _Run) -> Iterator[None]:
         """`ResidentModel.get` answers from the backend's cache while the call runs here."""
         p = run.placement
-        with self._b.models.scope(p.device, p.model or call.spec.model_name(call.tool),
+        with self._b.cache_for(p.device).scope(p.device, p.model or call.spec.model_name(call.tool),
                                   p.evicted, cold=p.warm is False, until_finish=True) as used:
             run.models.append(used)
             yield
@@ -366,7 +502,7 @@ class _LocalStep(BookedStep):
         except BaseException as err:
             self._unplaced(call, err)
             raise
-        state = _Run(placement, _Held(self._b, res), self._clock(), self._peers(placement))
+        state = _Run(placement, self._held(call, res), self._clock(), self._peers(placement))
         lease = Lease()
         try:
             state.held.take_cpu_slot(placement, deadline)
@@ -404,7 +540,7 @@ class _LocalStep(BookedStep):
         except BaseException as err:  # cancelled while queued for the GPU included
             self._unplaced(call, err)
             raise
-        state = _Run(placement, _Held(self._b, res), self._clock(), self._peers(placement))
+        state = _Run(placement, self._held(call, res), self._clock(), self._peers(placement))
         lease = Lease()
         try:
             await state.held.atake_cpu_slot(placement, deadline)
@@ -462,9 +598,12 @@ def _merged(runs: list[CallModels]) -> CallModels | None:
 class _Held:
     """A call's GPU reservation and CPU slot, each given back once."""
 
-    def __init__(self, backend: LocalBackend, gpu: Reservation | None) -> None:
+    def __init__(
+        self, backend: LocalBackend, gpu: Reservation | None, ledger: VramLedger | None = None
+    ) -> None:
         self._b = backend
         self._gpu = gpu
+        self._ledger = ledger
         self._cpu: Reservation | None = None
 
     @property
@@ -490,8 +629,8 @@ class _Held:
                 raise deadline.error() from None
 
     def release_gpu(self) -> None:
-        if self._gpu is not None and self._b.ledger is not None:
-            self._b.ledger.release(self._gpu)
+        if self._gpu is not None and self._ledger is not None:
+            self._ledger.release(self._gpu)
         self._gpu = None
 
     def release_all(self) -> None:

@@ -30,6 +30,7 @@ from langgraph_devsched.executors.base import (
     RecordBook,
     RunOnce,
     describe_failure,
+    planned_gpus,
 )
 from langgraph_devsched.executors.local import is_gpu_oom
 from langgraph_devsched.records import CallRecord, StepRecord
@@ -46,7 +47,7 @@ class SimulatedBackend:
     """Backend over a `SimulatedTestbed` (virtual clock, no waiting).
 
     ``run_tools_on``: ``"simulated"`` (default) hands the tool the device the simulation
-    placed it on (``cuda:0`` for a GPU option); ``"cpu"`` hands it ``"cpu"`` while the
+    placed it on (``cuda:k`` for a GPU option on GPU k); ``"cpu"`` hands it ``"cpu"`` while the
     simulation still decides placement and time. When not given, a ``run_tools_on``
     attribute of the testbed is used, if it has one.
     """
@@ -68,14 +69,21 @@ class SimulatedBackend:
         return self.testbed.device_state()
 
     def declared_capacity_mb(self) -> float:
-        """The most VRAM a call could get: the budget less the background's."""
+        """The most VRAM a call could get: the budget less the background's (several GPUs:
+        on the roomiest)."""
         state = self.testbed.device_state()
+        if state.gpus:
+            return max(d.budget_mb - d.used_mb for d in state.gpus)
         return state.vram_budget_mb - state.vram_used_mb
 
     def start_step(self, calls: Sequence[PlannedCall]) -> _SimulatedStep:
+        gpus = None
+        if self.testbed.gpu_count > 1:  # the decision's GPU, else the default rule
+            gpus = planned_gpus(calls, self.testbed.device_state().devices)
         outcome = self.testbed.run_step(
             [(c.call_id, c.tool, c.option) for c in calls],
             cpu_forbidden={c.call_id for c in calls if not c.spec.cpu_allowed},
+            gpus=gpus,
         )
         return _SimulatedStep(
             outcome,

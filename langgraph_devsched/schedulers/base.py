@@ -22,7 +22,7 @@ from langgraph_devsched.hedging import HEDGE_BOUND
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import StepRecord
-from langgraph_devsched.telemetry import DeviceState
+from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,12 @@ class SchedulerView:
     observations: Any | None = None
     """The runtime monitor's snapshot, when a monitor is attached."""
 
+    @property
+    def devices(self) -> tuple[GpuDevice, ...]:
+        """The machine's GPUs (index, name, budget, free, residency, declared speed); one
+        GPU: index 0; none on a CPU-only machine."""
+        return self.device.devices
+
 
 def batch_snapshot(monitor: Any) -> Callable[[Batch], Any]:
     """A reader of ``monitor.snapshot`` for one batch, its signature inspected once: the
@@ -98,7 +104,9 @@ class Decision:
     ``reused`` a decision taken again unchanged because none of its inputs moved;
     ``hedges`` names, for some calls of side-effect-free tools (``idempotent`` hint), a
     second option run beside the first: the call is answered by whichever ends first and
-    the other is cancelled at its bound (`langgraph_devsched.hedging`)."""
+    the other is cancelled at its bound (`langgraph_devsched.hedging`);
+    ``gpus``: the GPU index of GPU-placed calls, on a machine with several; a call it leaves
+    out gets the default rule (`langgraph_devsched.gpus.default_gpus`; one GPU: 0)."""
 
     mapping: Mapping[str, DeviceOption]
     reason: str = ""
@@ -111,6 +119,7 @@ class Decision:
     hedges: Mapping[str, DeviceOption] = field(default_factory=dict)
     hedge_bound: float = HEDGE_BOUND
     """A hedge's loser is cancelled once it ran this many times the winner's run time."""
+    gpus: Mapping[str, int] = field(default_factory=dict)
 
     def options_for(self, batch: Batch) -> tuple[DeviceOption, ...]:
         return tuple(self.mapping[cid] for cid in batch.call_ids)

@@ -13,6 +13,10 @@ The first call given to the GPU gets `gpu_now`, later ones `gpu_queued`. A resid
 not warm on a worker's side adds its declared load time there (`costs.load_cost`, once per
 batch and side); history samples leave out the time a call waited for a load.
 
+Several GPUs: one queue per GPU (`gpu_workers`), calibrated per device as StarPU calibrates
+per worker: a GPU's expected length is its own history once calibrated, else the declared
+compute divided by its declared speed; the decision names the GPU.
+
 >>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 >>> from langgraph_devsched.telemetry import DeviceState
 >>> spec = ToolDeviceSpec(profile=SoloProfile(cpu_ms=300, gpu_ms=50, transfer_ms=10))
@@ -27,6 +31,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from langgraph_devsched.gpus import gpu_index
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
@@ -37,8 +42,10 @@ from langgraph_devsched.schedulers.costs import (
     declared_transfer,
     load_cost,
 )
+from langgraph_devsched.schedulers.gpu_workers import allowed_gpus, gpu_load_cost, gpu_option
 from langgraph_devsched.schedulers.static import constrained
 from langgraph_devsched.schedulers.tables import LruTable
+from langgraph_devsched.telemetry import GpuDevice
 
 HISTORY_WINDOW = 1000
 MAX_TOOLS = 4096
@@ -83,10 +90,13 @@ class DmdaScheduler(SchedulerBase):
         self.calibration_samples = calibration_samples
         self.history_window = history_window
         self._history: LruTable[tuple[str, Arch], _Window] = LruTable(2 * max_tools)
+        self._per_gpu: LruTable[tuple[str, int], _Window] = LruTable(8 * max_tools)
+        """History per (tool, GPU index), read on a machine with several GPUs."""
 
     def state_sizes(self) -> dict[str, int]:
         """History pairs kept and the most samples one holds (both bounded)."""
         windows = self._history.values()
+        windows = [*windows, *self._per_gpu.values()]
         return {"pairs": len(windows), "max_samples": max((len(w) for w in windows), default=0)}
 
     def expected_length(self, tool: str, arch: Arch, declared: float, transfer: float) -> float:
@@ -101,6 +111,8 @@ class DmdaScheduler(SchedulerBase):
             value)
 
     def decide(self, batch: Batch, view: SchedulerView) -> Decision:
+        if len(view.devices) > 1:
+            return self._decide_devices(batch, view)
         gpu_ok = view.device.gpu_available
         workers = max(1, view.device.cpu_cores - (1 if gpu_ok else 0))
         gpu_end = 0.0
@@ -150,5 +162,64 @@ class DmdaScheduler(SchedulerBase):
             if call.on_gpu:
                 length = max(0.0, run - declared_transfer(specs[call.call_id]))
                 self._sample(call.tool, "gpu", length)
+                index = gpu_index(call.device)
+                if index is not None and decision.gpus:  # several GPUs: per device too
+                    self._per_gpu.setdefault_with(
+                        (call.tool, index), lambda: _Window(self.history_window)).add(length)
             else:
                 self._sample(call.tool, "cpu", run)
+
+    def device_length(self, tool: str, gpu: GpuDevice, declared: float, transfer: float) -> float:
+        """GPU ``gpu``'s own history mean once calibrated, else the declared compute over its
+        declared speed."""
+        samples = self._per_gpu.get((tool, gpu.index))
+        if samples is not None and len(samples) >= self.calibration_samples:
+            return samples.mean()
+        return (declared - transfer) / gpu.speed
+
+    def _decide_devices(self, batch: Batch, view: SchedulerView) -> Decision:
+        """dmda with one queue per GPU (several GPUs)."""
+        devices = view.devices
+        workers = max(1, view.device.cpu_cores - 1)
+        gpu_end = {d.index: 0.0 for d in devices}
+        cpu_end = [0.0] * workers
+        mapping: dict[str, DeviceOption] = {}
+        gpus: dict[str, int] = {}
+        predicted: dict[str, float] = {}
+        used: set[int] = set()
+        loaded: set[tuple[str, int]] = set()
+        cpu_loaded: set[tuple[str, str]] = set()
+        for call in batch.calls:
+            transfer = declared_transfer(call.spec)
+            best: tuple[float, int, int] = (float("inf"), 1, -1)
+            if can_use(call.spec, "gpu", True):
+                declared = declared_cost(call.spec, "gpu")
+                for d in allowed_gpus(call.call_id, call.spec, devices):
+                    end = (gpu_end[d.index] + self.device_length(call.tool, d, declared, transfer)
+                           + transfer + gpu_load_cost(call.spec, call.tool, d, loaded))
+                    best = min(best, (end, 0, d.index))
+            if can_use(call.spec, "cpu", True):
+                k = min(range(workers), key=lambda w: (cpu_end[w], w))
+                length = self.expected_length(call.tool, "cpu", declared_cost(call.spec, "cpu"), 0)
+                load = load_cost(call.spec, call.tool, "cpu", view.device, cpu_loaded)
+                best = min(best, (cpu_end[k] + length + load, 1, k))
+            end, on_cpu, where = best
+            model = call.spec.model_name(call.tool)
+            wanted: DeviceOption
+            if on_cpu:
+                cpu_end[where] = end
+                wanted = "cpu"
+                if model is not None:
+                    cpu_loaded.add((model, "cpu"))
+            else:
+                gpu_end[where] = end
+                wanted = gpu_option(used, where)
+                gpus[call.call_id] = where
+                if model is not None:
+                    loaded.add((model, where))
+            predicted[call.call_id] = end
+            mapping[call.call_id] = constrained(call.spec, wanted, True)
+        gpus = {cid: g for cid, g in gpus.items() if mapping[cid] != "cpu"}
+        return self._decision(
+            mapping, "dmda: minimum expected end time per worker queue, one per GPU",
+            predicted_ms=predicted, gpus=gpus)

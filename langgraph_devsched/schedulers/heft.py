@@ -8,6 +8,10 @@ HEFT never sees sharing, VRAM pressure or background load: only the declared pro
 (resident models) the declared load time of a model not warm on that side (`costs.load_cost`;
 the first call placed there pays it).
 
+Several GPUs: each GPU is one serial processor (`gpu_workers`): compute divided by its
+declared speed, plus the transfer, plus the load unless the model is warm on that GPU; the
+call goes to the GPU or core where it finishes first and the decision names the GPU.
+
 >>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 >>> from langgraph_devsched.telemetry import DeviceState
 >>> def spec(cpu, gpu):
@@ -23,7 +27,8 @@ from __future__ import annotations
 
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
-from langgraph_devsched.schedulers.costs import declared_cost, load_cost
+from langgraph_devsched.schedulers.costs import declared_cost, declared_transfer, load_cost
+from langgraph_devsched.schedulers.gpu_workers import allowed_gpus, gpu_load_cost, gpu_option
 from langgraph_devsched.schedulers.static import constrained
 
 
@@ -33,6 +38,8 @@ class HeftScheduler(SchedulerBase):
     name = "heft"
 
     def decide(self, batch: Batch, view: SchedulerView) -> Decision:
+        if len(view.devices) > 1:
+            return self._decide_devices(batch, view)
         gpu_ok = view.device.gpu_available
         cores = max(1, view.device.cpu_cores)
         costs = [
@@ -78,4 +85,62 @@ class HeftScheduler(SchedulerBase):
         return self._decision(
             mapping, "HEFT: rank by mean declared cost, earliest finish time",
             predicted_ms=predicted,
+        )
+
+    def _decide_devices(self, batch: Batch, view: SchedulerView) -> Decision:
+        """HEFT with one serial processor per GPU."""
+        devices = view.devices
+        cores = max(1, view.device.cpu_cores)
+        costs = [(declared_cost(c.spec, "gpu"), declared_cost(c.spec, "cpu"))
+                 for c in batch.calls]
+
+        def rank(i: int) -> float:
+            finite = [x for x in costs[i] if x != float("inf")]
+            return sum(finite) / len(finite)
+
+        order = sorted(range(len(batch.calls)), key=lambda i: (-rank(i), i))
+        gpu_free = {d.index: 0.0 for d in devices}
+        cpu_free = [0.0] * cores
+        mapping: dict[str, DeviceOption] = {}
+        gpus: dict[str, int] = {}
+        predicted: dict[str, float] = {}
+        used: set[int] = set()
+        loaded: set[tuple[str, int]] = set()
+        cpu_loaded: set[tuple[str, str]] = set()
+        for i in order:
+            call = batch.calls[i]
+            gpu_cost, cpu_cost = costs[i]
+            transfer = declared_transfer(call.spec)
+            best: tuple[float, int, int] = (float("inf"), 1, -1)
+            if gpu_cost != float("inf"):
+                for d in allowed_gpus(call.call_id, call.spec, devices):
+                    eft = (gpu_free[d.index] + (gpu_cost - transfer) / d.speed + transfer
+                           + gpu_load_cost(call.spec, call.tool, d, loaded))
+                    best = min(best, (eft, 0, d.index))
+            if cpu_cost != float("inf"):
+                core = min(range(cores), key=lambda k: (cpu_free[k], k))
+                eft = cpu_free[core] + cpu_cost + load_cost(
+                    call.spec, call.tool, "cpu", view.device, cpu_loaded)
+                best = min(best, (eft, 1, core))
+            eft, on_cpu, where = best
+            model = call.spec.model_name(call.tool)
+            wanted: DeviceOption
+            if on_cpu:
+                cpu_free[where] = eft
+                wanted = "cpu"
+                if model is not None:
+                    cpu_loaded.add((model, "cpu"))
+            else:
+                gpu_free[where] = eft
+                wanted = gpu_option(used, where)
+                gpus[call.call_id] = where
+                if model is not None:
+                    loaded.add((model, where))
+            predicted[call.call_id] = eft
+            mapping[call.call_id] = constrained(call.spec, wanted, True)
+        mapping = {cid: mapping[cid] for cid in batch.call_ids}
+        gpus = {cid: g for cid, g in gpus.items() if mapping[cid] != "cpu"}
+        return self._decision(
+            mapping, "HEFT: rank by mean declared cost, earliest finish time per GPU",
+            predicted_ms=predicted, gpus=gpus,
         )

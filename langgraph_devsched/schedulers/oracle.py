@@ -6,6 +6,13 @@ simulator with bound pruning (`SimulatedTestbed.product_makespans`). Ties are br
 deterministically, call by call, towards the least demanding option: ``cpu``, then
 ``gpu_queued``, then ``gpu_now`` (use the GPU, and start at once, only where it helps).
 
+Several GPUs: every placement of ``(2k+1)^n`` (``cpu``, or either GPU option on each GPU the
+call's ``gpus`` hint allows) is simulated exactly (`SimulatedTestbed.simulate`), up to
+`MAX_MULTI_GPU_MAPPINGS` once GPUs alike in memory, speed, background and resident weights
+are taken as interchangeable (only the placements that use such GPUs in index order are
+simulated); beyond it the oracle refuses. Ties: ``cpu``, then ``gpu_queued`` on GPU 0, 1,
+..., then ``gpu_now`` on GPU 0, 1, ...
+
 >>> from langgraph_devsched.hints import ToolDeviceSpec
 >>> from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
 >>> bed = SimulatedTestbed({"fft": ToolParams(cpu_ms=30, gpu_ms=2, transfer_ms=40),
@@ -17,6 +24,9 @@ deterministically, call by call, towards the least demanding option: ``cpu``, th
 
 from __future__ import annotations
 
+import itertools
+import math
+
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.testbed import SimulatedTestbed
@@ -25,6 +35,8 @@ TIE_ORDER: tuple[DeviceOption, ...] = ("cpu", "gpu_queued", "gpu_now")
 """Preference among mappings with the same makespan (first call first)."""
 MAX_ORACLE_CALLS = 14
 """Beyond this many calls (4.8 million mappings) the oracle refuses instead of thrashing."""
+MAX_MULTI_GPU_MAPPINGS = 20_000
+"""Several GPUs: the most placements the oracle simulates one by one for a batch."""
 
 
 class OracleScheduler(SchedulerBase):
@@ -54,6 +66,8 @@ class OracleScheduler(SchedulerBase):
         choices = self.choices(batch, view)
         if not batch.calls:
             return self._decision({}, "empty batch")
+        if self.testbed.gpu_count > 1:
+            return self._decide_devices(batch, choices)
         tools = [c.tool for c in batch.calls]
         spans = self.testbed.product_makespans(tools, choices, prune=True)
         best = float(spans.min())
@@ -69,6 +83,74 @@ class OracleScheduler(SchedulerBase):
             f"({len(candidates)} tied, tie-break {tie_key})",
             predicted_ms={"makespan": best},
         )
+
+
+    def _decide_devices(
+        self, batch: Batch, choices: list[tuple[DeviceOption, ...]]
+    ) -> Decision:
+        """Every placement over the GPUs, simulated (several GPUs)."""
+        bed = self.testbed
+        k = bed.gpu_count
+        per_call: list[list[tuple[DeviceOption, int | None]]] = []
+        for call, options in zip(batch.calls, choices, strict=True):
+            pins = call.spec.gpus
+            allowed = [g for g in range(k) if pins is None or g in pins] or list(range(k))
+            per_call.append([(o, None) if o == "cpu" else (o, g)
+                             for o in options for g in ((None,) if o == "cpu" else allowed)])
+        classes = _interchangeable(bed)
+        count = math.prod(len(c) for c in per_call)
+        ids = batch.call_ids
+        tools = [c.tool for c in batch.calls]
+        combos = []
+        for combo in itertools.product(*per_call):
+            if not _canonical([g for _, g in combo], classes):
+                continue
+            combos.append(combo)
+            if len(combos) > MAX_MULTI_GPU_MAPPINGS:
+                raise ValueError(
+                    f"the oracle over {k} GPUs simulates each placement; {len(batch)} calls "
+                    f"({count} placements) is over its limit of {MAX_MULTI_GPU_MAPPINGS}")
+        best: tuple[float, tuple[tuple[DeviceOption, int | None], ...]] | None = None
+        simulated = len(combos)
+        for combo in combos:
+            span = bed.makespan(list(zip(ids, tools, (o for o, _ in combo), strict=True)),
+                                gpus={c: g for c, (_, g) in zip(ids, combo, strict=True)
+                                      if g is not None})
+            if best is None or span < best[0]:
+                best = (span, combo)
+        assert best is not None
+        span, combo = best
+        mapping = {c: o for c, (o, _) in zip(ids, combo, strict=True)}
+        gpus = {c: g for c, (_, g) in zip(ids, combo, strict=True) if g is not None}
+        return self._decision(
+            mapping, f"brute force over {k} GPUs: best of {simulated} placements "
+            f"({count} before symmetry), {span:.1f} ms",
+            predicted_ms={"makespan": span}, gpus=gpus)
+
+
+def _interchangeable(bed: SimulatedTestbed) -> list[int]:
+    """Per GPU, the first index of the GPUs alike to it (memory, speed, background, name and
+    resident weights): placements that differ only by swapping alike GPUs are equal."""
+    state = bed.device_state()
+    keys = [(spec, dev.resident) for spec, dev in zip(bed.gpus, state.devices, strict=True)]
+    return [keys.index(key) for key in keys]
+
+
+def _canonical(used: list[int | None], classes: list[int]) -> bool:
+    """Whether alike GPUs are first used in index order (one placement per symmetry class)."""
+    nxt: dict[int, int] = {}
+    for g in used:
+        if g is None:
+            continue
+        head = classes[g]
+        members = [i for i, c in enumerate(classes) if c == head]
+        seen = nxt.get(head, 0)
+        position = members.index(g)
+        if position > seen:
+            return False
+        if position == seen:
+            nxt[head] = seen + 1
+    return True
 
 
 def _mapping_at(choices: list[tuple[DeviceOption, ...]], index: int) -> tuple[DeviceOption, ...]:

@@ -45,6 +45,10 @@ class Lane:
     ledger: VramLedger | None
     figures: LedgerFigures
     reports: list[StepReport] = field(default_factory=list)
+    more_ledgers: tuple[VramLedger, ...] = ()
+    """The ledgers of GPUs 1, 2, ... of a local lane with several GPUs."""
+    gpus: int = 1
+    """GPUs of the lane's machine (several: the calls per device are counted)."""
 
 
 class Checker:
@@ -221,6 +225,8 @@ class Checker:
             for rec in record.calls:
                 if rec.fallback is not None:
                     self.counts.add(f"fallback:{rec.fallback}")
+                if lane.gpus > 1:
+                    self.counts.add(f"device:{lane.name}:{rec.device}")
                 error = rec.error or ""
                 timed_out = error.startswith("timeout") or rec.device == "none"  # or unplaced
                 if closed_by_cancel and error == "cancelled":
@@ -242,6 +248,12 @@ class Checker:
                 lane.figures.end_mb = end
                 if record.vram_peak_mb > VRAM_BUDGET_MB + 1e-6 or abs(end) > 1e-6:
                     self.violation(f"simulated ledger: peak {record.vram_peak_mb}, end {end}")
+                per_gpu: list[dict[str, float]] = record.extra.get("gpus", [])  # type: ignore[assignment]
+                for i, gpu in enumerate(per_gpu):
+                    peak, budget = gpu["vram_peak_mb"], gpu["vram_budget_mb"]
+                    if peak > budget + 1e-6 or abs(gpu["vram_end_mb"]) > 1e-6:
+                        self.violation(f"simulated ledger of cuda:{i}: peak {peak} of {budget}, "
+                                       f"end {gpu['vram_end_mb']}")
 
     def check_step_fault(self, lane: Lane, report: StepReport) -> None:
         fired = lane.scheduler.fired
@@ -287,10 +299,9 @@ class Checker:
         return len(report.fallbacks) == len(report.batch)
 
     def ledger_zero(self, lane: Lane) -> bool:
-        ledger = lane.ledger
-        return ledger is None or (
+        return all(ledger is None or (
             abs(ledger.in_use_mb) <= 1e-6 and ledger.active == 0 and ledger.queued == 0
-        )
+        ) for ledger in (lane.ledger, *lane.more_ledgers))
 
     def check_ledger_at_rest(self, lane: Lane, when: str) -> bool:
         ledger = lane.ledger
@@ -299,11 +310,16 @@ class Checker:
         f = lane.figures
         f.peak_mb, f.end_mb = ledger.peak_mb, ledger.in_use_mb
         f.end_active, f.end_queued = ledger.active, ledger.queued
+        for more in lane.more_ledgers:
+            f.peak_mb = max(f.peak_mb, more.peak_mb)
         if not self.ledger_zero(lane):
-            self.violation(
-                f"local ledger not at rest {when}: {ledger.in_use_mb} MB, "
-                f"{ledger.active} active, {ledger.queued} queued"
-            )
+            for i, gpu in enumerate((ledger, *lane.more_ledgers)):
+                if abs(gpu.in_use_mb) <= 1e-6 and gpu.active == 0 and gpu.queued == 0:
+                    continue
+                self.violation(
+                    f"local ledger{f' of cuda:{i}' if i else ''} not at rest {when}: "
+                    f"{gpu.in_use_mb} MB, {gpu.active} active, {gpu.queued} queued"
+                )
             return False
         return True
 

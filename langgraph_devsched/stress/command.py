@@ -36,6 +36,7 @@ def make_config(
     backend: str,
     fault_rates: Sequence[str] = (),
     max_seconds: float = 540.0,
+    gpus: int = 1,
 ) -> StressConfig:
     """The run's config; `ValueError` names the bad option and the valid values."""
     if backend not in BACKEND_CHOICES:
@@ -46,7 +47,7 @@ def make_config(
     try:
         return StressConfig(
             calls=calls, seed=seed, backend=backend,  # type: ignore[arg-type]
-            rates=rates, max_seconds=max_seconds,
+            rates=rates, max_seconds=max_seconds, gpus=gpus,
         )
     except ValidationError as exc:
         msgs = (str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
@@ -102,10 +103,12 @@ def run_stress_command(
     fault_rates: Sequence[str] = (),
     max_seconds: float = 540.0,
     json_path: Path | None = None,
+    gpus: int = 1,
 ) -> StressReport:
     """What ``devsched stress`` does; raises `ValueError` on bad options."""
     config = make_config(
-        calls=calls, seed=seed, backend=backend, fault_rates=fault_rates, max_seconds=max_seconds
+        calls=calls, seed=seed, backend=backend, fault_rates=fault_rates, max_seconds=max_seconds,
+        gpus=gpus,
     )
     with _quiet():
         report = run_stress(config)

@@ -52,7 +52,7 @@ from langgraph_devsched.stress.tools import (
     VRAM_BUDGET_MB,
     Toolbox,
 )
-from langgraph_devsched.testbed import SimulatedTestbed
+from langgraph_devsched.testbed import GpuSpec, SimulatedTestbed
 
 BackendChoice = Literal["simulated", "local", "both"]
 BACKEND_CHOICES: tuple[str, ...] = get_args(BackendChoice)
@@ -115,6 +115,8 @@ class StressConfig(BaseModel):
     probe_limit_s: float = Field(
         default=20.0, gt=0, description="a scenario probe that runs longer counts as hung"
     )
+    gpus: int = Field(default=1, ge=1, le=8, description="GPUs of each lane's machine "
+                      "(several: alternately full-size at speed 1 and half-size at speed 2)")
 
     @model_validator(mode="after")
     def _rates_valid(self) -> StressConfig:
@@ -170,22 +172,34 @@ class _Run:
         }
         if self.node_timeout:
             common["call_timeout_s"] = self.config.node_call_timeout_s
+        k = self.config.gpus
+        more: tuple[VramLedger, ...] = ()
         if name == "simulated":
-            bed = SimulatedTestbed(
-                TOOL_PARAMS, vram_budget_mb=VRAM_BUDGET_MB, cpu_cores=8, seed=seed
-            )
+            if k == 1:
+                bed = SimulatedTestbed(
+                    TOOL_PARAMS, vram_budget_mb=VRAM_BUDGET_MB, cpu_cores=8, seed=seed
+                )
+            else:
+                bed = SimulatedTestbed(TOOL_PARAMS, gpus=[
+                    GpuSpec(vram_mb=budget, speed=speed, name=f"sim{i}")
+                    for i, (budget, speed) in enumerate(stress_gpus(k))], cpu_cores=8, seed=seed)
             node = DeviceToolNode(self.toolbox.tools(), testbed=bed, **common)
         else:
+            gpu: GpuConfig | list[GpuConfig] = GpuConfig(vram_budget_mb=VRAM_BUDGET_MB)
+            if k > 1:
+                gpu = [GpuConfig(budget, f"cuda:{i}", speed=speed)
+                       for i, (budget, speed) in enumerate(stress_gpus(k))]
             backend = LocalBackend(
-                gpu=GpuConfig(vram_budget_mb=VRAM_BUDGET_MB),
+                gpu=gpu,
                 cpu_workers=4,
                 queue_timeout_s=self.config.queue_timeout_s,
             )
             ledger = backend.ledger
+            more = backend.ledgers[1:]
             node = DeviceToolNode(self.toolbox.tools(), backend=backend, **common)
         graph = StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
         figures = LedgerFigures(backend=name, budget_mb=VRAM_BUDGET_MB)
-        return Lane(name, node, graph, scheduler, ledger, figures, reports)
+        return Lane(name, node, graph, scheduler, ledger, figures, reports, more, k)
 
     def _draw(self, kinds: tuple[str, ...]) -> str | None:
         u, acc = self.rng.random(), 0.0
@@ -470,6 +484,13 @@ class _Run:
             stopped_early=stopped,
             node_call_timeout=self.node_timeout,
         )
+
+
+def stress_gpus(k: int) -> list[tuple[float, float]]:
+    """(budget MB, speed) of each GPU of a k-GPU stress machine: alternately full-size at
+    speed 1 and half-size at speed 2 (one GPU: full-size, speed 1)."""
+    return [(VRAM_BUDGET_MB, 1.0) if i % 2 == 0 else (VRAM_BUDGET_MB / 2, 2.0)
+            for i in range(k)]
 
 
 def run_stress(config: StressConfig) -> StressReport:

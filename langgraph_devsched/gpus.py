@@ -1,0 +1,133 @@
+"""Several GPUs on one machine: device strings and the one default rule for which GPU.
+
+A `Decision` names an option per call (``gpu_now`` / ``gpu_queued`` / ``cpu``) and, where a
+machine has several GPUs, may name the GPU index per call (``Decision.gpus``). A GPU call
+whose decision names no GPU gets the one default rule, `default_gpus`:
+
+0. only among the GPUs the tool's ``gpus`` hint allows (default: any; a hint naming none
+   of this machine's GPUs is logged and leaves any GPU);
+1. a GPU where the call's model is warm (resident now, or placed there earlier in the step);
+2. else the GPU with the most free VRAM (its free memory less what the step's earlier calls
+   placed there: their working memory and cold weights);
+3. else (a tie) the lowest index.
+
+With one GPU the answer is always 0, so every scheduler that names no GPU runs as before.
+
+>>> from langgraph_devsched.telemetry import GpuDevice
+>>> from langgraph_devsched.residency import WarmModel
+>>> two = (GpuDevice(0, "a", 24000, resident=(WarmModel("llm", 16000),)), GpuDevice(1, "b", 24000))
+>>> default_gpus([GpuCall("c1", "embed", 500), GpuCall("c2", "llm", 900, 16000)], two)
+{'c1': 1, 'c2': 0}
+>>> gpu_device(1), gpu_index("cuda:1"), gpu_index("cpu")
+('cuda:1', 1, None)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from langgraph_devsched.telemetry import GpuDevice
+
+logger = logging.getLogger(__name__)
+
+
+def gpu_device(index: int) -> str:
+    """The device string of GPU ``index`` (``cuda:<index>``)."""
+    return f"cuda:{index}"
+
+
+def gpu_index(device: str) -> int | None:
+    """The GPU index a device string names (``cuda`` alone: 0), None for ``cpu``/``none``."""
+    if device == "cuda":
+        return 0
+    if device.startswith("cuda:") and device[5:].isdigit():
+        return int(device[5:])
+    return None
+
+
+@dataclass(frozen=True)
+class GpuCall:
+    """What the default rule reads of one GPU-placed call: its model and memory."""
+
+    call_id: str
+    model: str | None = None
+    vram_mb: float = 0.0
+    weights_mb: float = 0.0
+    gpu: int | None = None
+    """The GPU the decision named, or None (the rule chooses)."""
+    allowed: tuple[int, ...] | None = None
+    """The GPUs its ``gpus`` hint allows (None: any)."""
+
+
+def default_gpus(calls: Sequence[GpuCall], devices: Sequence[GpuDevice]) -> dict[str, int]:
+    """The GPU index of each call, in order: the one its decision named, else the rule in
+    the module docstring (warm model, then most free VRAM, then lowest index). No device
+    (a CPU-only machine) or one: every call on index 0 (0 is where a lone GPU is)."""
+    if len(devices) <= 1:
+        return {c.call_id: 0 if c.gpu is None else c.gpu for c in calls}  # one GPU: 0
+    free = {d.index: d.free_mb for d in devices}
+    warm = {d.index: {w.model for w in d.resident if w.side == "gpu"} for d in devices}
+    out: dict[str, int] = {}
+    for call in calls:
+        index = call.gpu
+        if index is None:
+            index = min(candidates(call, free), key=lambda i: (
+                call.model is None or call.model not in warm[i], -free[i], i))
+        out[call.call_id] = index
+        if index in free:
+            cold = call.model is not None and call.model not in warm[index]
+            free[index] -= call.vram_mb + (call.weights_mb if cold else 0.0)
+            if call.model is not None:
+                warm[index].add(call.model)
+    return out
+
+
+def candidates(call: GpuCall, devices: Iterable[int]) -> list[int]:
+    """The GPUs the rule may give ``call``: those its hint allows, or any when the hint
+    names none of them (logged)."""
+    indices = list(devices)
+    if call.allowed is None:
+        return indices
+    kept = [i for i in indices if i in call.allowed]
+    if not kept:
+        logger.warning("call %s: its gpus hint %s names none of this machine's GPUs %s; "
+                       "any GPU", call.call_id, list(call.allowed), indices)
+        return indices
+    return kept
+
+
+def check_gpus(
+    given: object, gpu_calls: Sequence[str], devices: Sequence[GpuDevice],
+    allowed: Mapping[str, tuple[int, ...] | None] | None = None,
+) -> tuple[dict[str, int], tuple[str, ...]]:
+    """The valid part of a decision's ``gpus`` (an index of a device its ``gpus`` hint
+    allows, for a GPU-placed call) and the call ids whose index was not valid (then the
+    default rule places them)."""
+    if not isinstance(given, Mapping) or not given:
+        return {}, ()
+    indices = [d.index for d in devices] or [0]
+    kept: dict[str, int] = {}
+    bad: list[str] = []
+    for call_id in gpu_calls:
+        if call_id not in given:
+            continue
+        index = given[call_id]
+        pins = (allowed or {}).get(call_id)
+        valid = candidates(GpuCall(call_id, allowed=pins), indices)
+        if type(index) is int and index in valid:
+            kept[call_id] = index
+        else:
+            bad.append(call_id)
+    return kept, tuple(bad)
+
+
+def describe_devices(devices: Sequence[GpuDevice]) -> str:
+    """One line per GPU, for logs and errors: ``cuda:0 (L4, 24000 MB, 1.0x)``.
+
+    >>> describe_devices([GpuDevice(0, "L4", 24000)])
+    'cuda:0 (L4, 24000 MB, 1x)'
+    """
+    return ", ".join(f"{d.device} ({d.name}, {d.budget_mb:.0f} MB, {d.speed:g}x)"
+                     for d in devices) or "no GPU"

@@ -1,0 +1,55 @@
+"""GPUs as workers for the list schedulers (HEFT, dmda) on a machine with several.
+
+Each GPU is one worker with its own queue end; a call's expected length there is its GPU
+compute divided by the GPU's declared ``speed``, plus the declared transfer (not faster on a
+faster GPU), plus its model's declared load time unless the model is warm on that GPU (or an
+earlier call of the batch loads it there). Only the GPUs the call's ``gpus`` hint allows
+are candidates (`gpus.candidates`). The first call given to a GPU gets ``gpu_now``, later
+ones ``gpu_queued``.
+
+>>> from langgraph_devsched.hints import LoadProfile, ToolDeviceSpec
+>>> from langgraph_devsched.residency import WarmModel
+>>> from langgraph_devsched.telemetry import GpuDevice
+>>> spec = ToolDeviceSpec(weights_mb=900, load_ms=LoadProfile(gpu_ms=700))
+>>> warm = GpuDevice(0, "a", 24000, resident=(WarmModel("ocr", 900),))
+>>> gpu_load_cost(spec, "ocr", warm, set()), gpu_load_cost(spec, "ocr", GpuDevice(1, "b", 1), set())
+(0.0, 700.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from langgraph_devsched.gpus import GpuCall, candidates
+from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.options import DeviceOption
+from langgraph_devsched.telemetry import GpuDevice
+
+
+def gpu_load_cost(
+    spec: ToolDeviceSpec, tool: str, gpu: GpuDevice, loaded: Collection[tuple[str, int]]
+) -> float:
+    """Declared time to load the tool's model on ``gpu``: 0 without a model, when it is warm
+    there or an earlier call of the batch loads it there (``(model, index)`` in ``loaded``)."""
+    model = spec.model_name(tool)
+    if model is None or gpu.warm(model) or (model, gpu.index) in loaded:
+        return 0.0
+    load = spec.load_ms
+    return float((load.gpu_ms if load is not None else None) or 0.0)
+
+
+def allowed_gpus(
+    call_id: str, spec: ToolDeviceSpec, devices: Sequence[GpuDevice]
+) -> list[GpuDevice]:
+    """The devices the call's ``gpus`` hint allows (any when it names none of them)."""
+    if spec.gpus is None:
+        return list(devices)
+    keep = set(candidates(GpuCall(call_id, allowed=spec.gpus), [d.index for d in devices]))
+    return [d for d in devices if d.index in keep]
+
+
+def gpu_option(used: set[int], index: int) -> DeviceOption:
+    """``gpu_now`` for the first call given to GPU ``index``, ``gpu_queued`` after it."""
+    option: DeviceOption = "gpu_queued" if index in used else "gpu_now"
+    used.add(index)
+    return option
