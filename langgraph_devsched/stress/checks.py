@@ -225,7 +225,7 @@ class Checker:
             for rec in record.calls:
                 if rec.fallback is not None:
                     self.counts.add(f"fallback:{rec.fallback}")
-                if lane.gpus > 1:
+                if getattr(lane, "gpus", 1) > 1:  # a harness lane may be a bare namespace
                     self.counts.add(f"device:{lane.name}:{rec.device}")
                 error = rec.error or ""
                 timed_out = error.startswith("timeout") or rec.device == "none"  # or unplaced
