@@ -75,6 +75,8 @@ class Reference:
     """The most resident-model states one step of the search started from."""
     exact: bool
     """False when `MAX_STATES` cut the search (the figures are then not proven bounds)."""
+    devices: dict[str, str] = field(default_factory=dict)
+    """Several GPUs: the device of every call of ``mapping`` (``cuda:k`` or ``cpu``)."""
 
 
 def _key(state: batchsim.Residency) -> _Key:

@@ -2,7 +2,8 @@
 
 * ``accuracy.png`` — scenarios where each scheduler's final mapping is optimal;
 * ``regret.png`` — cumulative regret over rounds, summed over scenarios, per scheduler;
-* ``ratio.png`` — final makespan / optimum per scenario and scheduler.
+* ``ratio.png`` — final makespan / optimum per scenario and scheduler;
+* ``devices.png`` — where several GPUs ran: the device of every call, per scheduler.
 
 Titles say where the run was measured (``simulated testbed`` unless told otherwise) and what
 the tools declared; legends sit outside the data; every line has its own marker and style,
@@ -16,6 +17,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
+from langgraph_devsched.bench.devices import devices_figure
 from langgraph_devsched.bench.report import declare_label, ratio, summary
 from langgraph_devsched.bench.runner import BenchResult
 
@@ -67,7 +69,7 @@ def _legend_outside(ax: Any) -> None:
 
 
 def figures(bench: BenchResult, *, where: str = SIMULATED) -> dict[str, Any]:
-    """The three figures by file name (``where``: what ran, for the titles)."""
+    """The figures by file name (``where``: what ran, for the titles)."""
     plt = _pyplot()
     from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
 
@@ -137,11 +139,14 @@ def figures(bench: BenchResult, *, where: str = SIMULATED) -> dict[str, Any]:
     ax.set_title(_title(bench, "Makespan ratio to the optimum per scenario", where))
     _legend_outside(ax)
     out["ratio.png"] = fig
+    devices = devices_figure(bench, plt, _title(bench, "Device per call, last round", where))
+    if devices is not None:
+        out["devices.png"] = devices
     return out
 
 
 def write_plots(bench: BenchResult, folder: str | Path, *, where: str = SIMULATED) -> list[Path]:
-    """Write the three PNGs into ``folder`` and return their paths."""
+    """Write the PNGs into ``folder`` and return their paths."""
     plt = _pyplot()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,10 @@ profiles, also ``config.ground_truth_declared``). Resident models: ``resident_mo
 ``loads`` per result; a third table (`residency_table`) shows them where a scenario has
 resident models. ``physics`` per scenario names the ground truth's contention physics;
 ``summary_by_physics.<physics>.<scheduler>`` (a run with several) has the summary's keys per
-physics, and a fourth table (`physics_table`) shows it. Other keys are extra.
+physics, and a fourth table (`physics_table`) shows it. Several GPUs: ``optimal_devices``
+per scenario and ``final_devices`` per result map each call id to ``cuda:k`` or ``cpu``, and
+a table (`bench.devices.devices_table`) shows the device of every call. Other keys are
+extra.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from langgraph_devsched.bench.agentic_stats import merge
+from langgraph_devsched.bench.devices import devices_table
 from langgraph_devsched.bench.runner import (
     BenchResult,
     ScenarioResult,
@@ -143,6 +147,7 @@ def _result_json(r: SchedulerResult, s: ScenarioResult) -> dict[str, Any]:
         "round_wall_ms": [round(x, 3) for x in r.round_wall_ms],
         "below_reference": list(r.below_reference),
         **_extra_runs(r),
+        **({"final_devices": dict(r.final_devices)} if r.final_devices else {}),
     }
 
 
@@ -194,6 +199,7 @@ def to_json(bench: BenchResult) -> dict[str, Any]:
                 "reference_exact": s.reference_exact,
                 "results": {name: _result_json(r, s) for name, r in s.results.items()},
                 "physics": s.physics,
+                **({"optimal_devices": dict(s.optimal_devices)} if s.optimal_devices else {}),
             }
             for s in bench.scenarios
         ],
@@ -296,6 +302,9 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
     by_physics = physics_table(bench, caption=caption)
     if by_physics is not None:
         out.append(by_physics)
+    devices = devices_table(bench, caption=caption)
+    if devices is not None:
+        out.append(devices)
     return out
 
 

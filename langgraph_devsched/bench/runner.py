@@ -163,6 +163,9 @@ class SchedulerResult:
     """Idle-time runs cut where the next step arrived (recorded as censored)."""
     idle_device_ms: float = 0.0
     """Device time of the idle-time runs (outside every step's wall time)."""
+    final_devices: dict[str, str] = field(default_factory=dict)
+    """Several GPUs: the device each call of the last round ran on (``cuda:k`` or ``cpu``);
+    empty on one GPU."""
 
     @property
     def decision_ms_p50(self) -> float:
@@ -191,6 +194,8 @@ class ScenarioResult:
     """The ground truth's contention physics (``testbed.physics``)."""
     reference_exact: bool = True
     """False when the reference's search hit its state budget (`horizon.MAX_STATES`)."""
+    optimal_devices: dict[str, str] = field(default_factory=dict)
+    """Several GPUs: the device of every call of ``optimal_mapping``; empty on one GPU."""
 
     def below_reference(self) -> dict[str, list[int]]:
         """Per scheduler that ended a round below its reference, those rounds."""
@@ -342,6 +347,18 @@ def step_gpus(
     return planned_gpus(planned, view.devices)
 
 
+def device_labels(
+    call_ids: Sequence[str], options: Sequence[DeviceOption], gpus: Mapping[str, int]
+) -> dict[str, str]:
+    """Each call's device: ``cuda:k`` for a GPU-placed call on GPU k, else ``cpu``.
+
+    >>> device_labels(["a", "b"], ["gpu_now", "cpu"], {"a": 1})
+    {'a': 'cuda:1', 'b': 'cpu'}
+    """
+    return {c: "cpu" if o == "cpu" else f"cuda:{gpus.get(c, 0)}"
+            for c, o in zip(call_ids, options, strict=True)}
+
+
 def _per_step_reference(scenario: Scenario, rounds: int) -> Reference:
     """Several GPUs: each step's oracle optimum in turn (the batched horizon search models
     one GPU); a proven bound only without resident models (then no step changes the next)."""
@@ -349,16 +366,21 @@ def _per_step_reference(scenario: Scenario, rounds: int) -> Reference:
     oracle = OracleScheduler(testbed=bed)
     round_ms: list[float] = []
     mapping: dict[str, DeviceOption] = {}
+    devices: dict[str, str] = {}
     for _ in range(rounds):
         total = 0.0
         for batch in scenario_batches(scenario):
-            decision = oracle.decide(batch, SchedulerView(device=bed.device_state()))
+            view = SchedulerView(device=bed.device_state())
+            decision = oracle.decide(batch, view)
             options = decision.options_for(batch)
             calls = list(zip(batch.call_ids, _tools(batch), options, strict=True))
-            total += bed.run_step(calls, gpus=dict(decision.gpus)).makespan_ms
+            gpus = step_gpus(bed, batch, decision, view) or {}
+            total += bed.run_step(calls, gpus=gpus).makespan_ms
             mapping.update(decision.mapping)
+            devices.update(device_labels(batch.call_ids, options, gpus))
         round_ms.append(total)
-    return Reference(tuple(round_ms), mapping, 1, not scenario.has_resident_models())
+    return Reference(tuple(round_ms), mapping, 1, not scenario.has_resident_models(),
+                     devices=devices)
 
 
 def optimum(scenario: Scenario) -> tuple[list[float], dict[str, DeviceOption]]:
@@ -440,7 +462,7 @@ def run_scenario(
     out = ScenarioResult(scenario.name, scenario.category, per_round[-1], ref.mapping, rounds,
                          resident_models=scenario.has_resident_models(),
                          reference_makespans_ms=per_round, physics=scenario.physics,
-                         reference_exact=ref.exact)
+                         reference_exact=ref.exact, optimal_devices=dict(ref.devices))
     for name in names:
         out.results[name] = _run_one(
             scenario, name, rounds, seed, noise, monitor_factory, per_round, on_round,
@@ -502,6 +524,7 @@ def _run_one(
     idle = IdleRuns()
     agentic = AgenticStats()
     final: dict[str, DeviceOption] = {}
+    devices: dict[str, str] = {}
     limits = [best * (1 + OPTIMAL_TOLERANCE) + 1e-9 for best in per_round]
     first_optimal = None
     for r in range(1, rounds + 1):
@@ -552,6 +575,8 @@ def _run_one(
             reused += int(getattr(decision, "reused", False))
             fallbacks += sum(1 for c in record.calls if c.fell_back)
             final.update(zip(batch.call_ids, options, strict=True))
+            if gpus is not None:
+                devices.update(device_labels(batch.call_ids, options, gpus))
             if scenario.workload.think_ms > 0:  # the agent's LLM turn: idle devices
                 idle_calibration(bed, scheduler, scenario.workload.think_ms,
                                  _observer(scheduler, monitor), idle)
@@ -589,6 +614,7 @@ def _run_one(
         idle_runs=idle.runs,
         idle_cut=idle.cut,
         idle_device_ms=idle.device_ms,
+        final_devices=devices,
         below_reference=[r for r, (s, best) in enumerate(zip(round_spans, per_round,
                                                               strict=True), 1)
                          if s < best * BELOW_REFERENCE],
