@@ -3,8 +3,8 @@
 On one GPU the option says where a call ran; on several, ``gpu_now`` and ``gpu_queued`` also
 name a GPU. `devices_table` prints, per multi-GPU scenario, the reference's placement and
 each scheduler's last round, call by call (``now@1``: ``gpu_now`` on ``cuda:1``; ``cpu``);
-`devices_figure` draws the same as a grid (a row per call, a column per scheduler, a colour per device).
-Both are None where no scenario ran on several GPUs.
+`devices_figure` draws the same as a grid (a row per call, a column per scheduler, a colour
+per device). Both are None where no scenario ran on several GPUs.
 """
 
 from __future__ import annotations
