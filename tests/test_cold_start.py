@@ -90,3 +90,27 @@ def test_a_cpu_only_tools_cost_is_not_invented() -> None:
     p = estimate_params("bm25", ToolDeviceSpec(gpu_capable=False), Observations(step=0),
                         bg_share=0.0)
     assert p.cpu_ms < 1.0
+
+
+FANOUT = {
+    "name": "fanout", "category": "parallel",
+    "testbed": {"vram_budget_mb": 24000, "cpu_cores": 8, "noise": 0.05, "seed": 22},
+    "tools": {"embedder": {"params": {"cpu_ms": 140, "gpu_ms": 20, "transfer_ms": 4,
+                                      "vram_mb": 450, "gpu_share": 0.25, "cpu_threads": 1},
+                           "hints": {"idempotent": True}}},
+    "workload": {"kind": "parallel", "calls": ["embedder"] * 8, "rounds": 12},
+}
+
+
+def test_a_near_tie_the_twin_cannot_rank_is_tried_and_kept_when_it_measures_lower() -> None:
+    """Eight quarter-GPU calls: queued they run four at a time (48 ms); all sharing the GPU
+    at once is 44 ms, because the 4 ms copy is not slowed by sharing. With nothing declared
+    the twin cannot tell the copy from the compute and scores the two alike; the old policy
+    kept the less demanding one, queued, for every round (`schedulers.near_tie`)."""
+    result = run_scenario(Scenario.model_validate(FANOUT), ["monitor"], declare="none",
+                          scheduler_options=UNBUDGETED)
+    spans = result.results["monitor"].round_makespans_ms
+    assert result.results["monitor"].optimal, spans
+    assert spans[-3:] == [pytest.approx(44.0)] * 3
+    assert result.results["monitor"].final_mapping == {f"embedder#{i}": "gpu_now"
+                                                        for i in range(8)}

@@ -80,6 +80,7 @@ from langgraph_devsched.schedulers.monitor_model import (
     oom_detect_ms,
     twin,
 )
+from langgraph_devsched.schedulers.near_tie import NEAR_TIES_UNTIL, NearTies
 from langgraph_devsched.schedulers.reuse import (
     ChangeDetector,
     LastDecision,
@@ -157,6 +158,7 @@ class MonitorPolicy(SchedulerBase):
         self._last: LruTable[tuple[str, ...], LastDecision] = LruTable(max_shapes)
         self._changes = ChangeDetector(max_keys=max(64, 4 * max_shapes))
         self._contact = FirstContact(max_shapes)
+        self._near_ties = NearTies(max_shapes)
         self._recent = RecentModels()
         self._heft = HeftScheduler()
         self._hedge = HedgeRule() if hedge else HedgeRule(max_per_step=0)
@@ -166,7 +168,8 @@ class MonitorPolicy(SchedulerBase):
         """How many entries each of the policy's own tables holds (all bounded)."""
         return {"fits": len(self._fits), "last_decisions": len(self._last),
                 "change_keys": len(self._changes), "first_contacts": len(self._contact),
-                "recent_models": len(self._recent), "hedged_sides": len(self._hedge)}
+                "recent_models": len(self._recent), "hedged_sides": len(self._hedge),
+                "near_ties": len(self._near_ties)}
 
     # -- protocol --------------------------------------------------------------------------
 
@@ -295,7 +298,12 @@ class MonitorPolicy(SchedulerBase):
         miss = self._contact.last_miss(shape)
         twin_best, best = best, _measured_guard(model, scores, best, miss)
         probe = self._probe(batch, obs, model, best, choices)
-        chosen = probe[0] if probe else best
+        # a near-tie trial is a probe: only in a shape's first runs, within the probe budget
+        young = sum(o.count for o in outcomes) < NEAR_TIES_UNTIL and sum(
+            o.probes for o in outcomes) < getattr(self.monitor, "probe_budget", 0)
+        near = None if probe or best != twin_best or not young else self._near_ties.trial(
+            shape, tools, scores, best, low + tie, seen=model.seen)
+        chosen = probe[0] if probe else near or best
         placed = canon(zip(tools, chosen, strict=True))
         if placed not in model.seen and _all_known(batch, obs, chosen):
             self._contact.expect(shape, placed, model.makespan(chosen))
@@ -309,6 +317,9 @@ class MonitorPolicy(SchedulerBase):
         if probe:
             reason = (f"probe: {probe[1].text}; predicted {model.values[chosen]:.1f} ms vs "
                       f"best {scores[best]:.1f} ms")
+        elif near:
+            reason = (f"probe: a near-tie never ran, predicted {scores[near]:.1f} ms vs best "
+                      f"{scores[best]:.1f} ms (the twin cannot rank them)")
         elif best != twin_best:
             reason = (f"best executed mapping, scored {scores[best]:.1f} ms: the twin's best "
                       f"{scores[twin_best]:.1f} ms {how} {len(scores)} mappings never ran, and "
@@ -319,7 +330,8 @@ class MonitorPolicy(SchedulerBase):
         if model.reloads.get(chosen):
             reason += (f" (with {model.reloads[chosen]:.0f} ms to reload the models it "
                        "evicts)")
-        decision = self._decision(mapping, reason, predicted_ms=predicted, probe=bool(probe))
+        decision = self._decision(mapping, reason, predicted_ms=predicted,
+                                  probe=bool(probe or near))
         # settled: the fit is done (no screen half way), and past the runs after each of
         # which it is refitted, or the mapping is stable while the fit still learns: the
         # last decision's mapping chosen again, neither of the two a probe, no near-tie
@@ -327,7 +339,7 @@ class MonitorPolicy(SchedulerBase):
         learning = bool(fit.shares or fit.threads) and sum(
             o.count for o in outcomes) < EVERY_RUN_UNTIL
         stable = (
-            last is not None and last.options == chosen and not probe
+            last is not None and last.options == chosen and not (probe or near)
             and not last.decision.probe
             and not _untried_near_tie(model, scores, best, low + tie)
         )
