@@ -42,7 +42,7 @@ from langgraph_devsched.schedulers.costs import (
     declared_transfer,
     load_cost,
 )
-from langgraph_devsched.schedulers.gpu_workers import allowed_gpus, gpu_load_cost, gpu_option
+from langgraph_devsched.schedulers.gpu_workers import WorkerQueues, allowed_gpus, gpu_load_cost
 from langgraph_devsched.schedulers.static import constrained
 from langgraph_devsched.schedulers.tables import LruTable
 from langgraph_devsched.telemetry import GpuDevice
@@ -181,45 +181,28 @@ class DmdaScheduler(SchedulerBase):
         """dmda with one queue per GPU (several GPUs)."""
         devices = view.devices
         workers = max(1, view.device.cpu_cores - 1)
-        gpu_end = {d.index: 0.0 for d in devices}
-        cpu_end = [0.0] * workers
+        queues = WorkerQueues.of(workers, devices)
         mapping: dict[str, DeviceOption] = {}
-        gpus: dict[str, int] = {}
         predicted: dict[str, float] = {}
-        used: set[int] = set()
-        loaded: set[tuple[str, int]] = set()
-        cpu_loaded: set[tuple[str, str]] = set()
         for call in batch.calls:
             transfer = declared_transfer(call.spec)
             best: tuple[float, int, int] = (float("inf"), 1, -1)
             if can_use(call.spec, "gpu", True):
                 declared = declared_cost(call.spec, "gpu")
                 for d in allowed_gpus(call.call_id, call.spec, devices):
-                    end = (gpu_end[d.index] + self.device_length(call.tool, d, declared, transfer)
-                           + transfer + gpu_load_cost(call.spec, call.tool, d, loaded))
+                    end = (queues.gpu[d.index]
+                           + self.device_length(call.tool, d, declared, transfer) + transfer
+                           + gpu_load_cost(call.spec, call.tool, d, queues.loaded))
                     best = min(best, (end, 0, d.index))
             if can_use(call.spec, "cpu", True):
-                k = min(range(workers), key=lambda w: (cpu_end[w], w))
+                k = min(range(workers), key=lambda w: (queues.cpu[w], w))
                 length = self.expected_length(call.tool, "cpu", declared_cost(call.spec, "cpu"), 0)
-                load = load_cost(call.spec, call.tool, "cpu", view.device, cpu_loaded)
-                best = min(best, (cpu_end[k] + length + load, 1, k))
-            end, on_cpu, where = best
-            model = call.spec.model_name(call.tool)
-            wanted: DeviceOption
-            if on_cpu:
-                cpu_end[where] = end
-                wanted = "cpu"
-                if model is not None:
-                    cpu_loaded.add((model, "cpu"))
-            else:
-                gpu_end[where] = end
-                wanted = gpu_option(used, where)
-                gpus[call.call_id] = where
-                if model is not None:
-                    loaded.add((model, where))
-            predicted[call.call_id] = end
+                load = load_cost(call.spec, call.tool, "cpu", view.device, queues.cpu_loaded)
+                best = min(best, (queues.cpu[k] + length + load, 1, k))
+            wanted = queues.commit(call.call_id, call.spec.model_name(call.tool), best)
+            predicted[call.call_id] = best[0]
             mapping[call.call_id] = constrained(call.spec, wanted, True)
-        gpus = {cid: g for cid, g in gpus.items() if mapping[cid] != "cpu"}
+        gpus = {cid: g for cid, g in queues.gpus.items() if mapping[cid] != "cpu"}
         return self._decision(
             mapping, "dmda: minimum expected end time per worker queue, one per GPU",
             predicted_ms=predicted, gpus=gpus)

@@ -19,6 +19,7 @@ ones ``gpu_queued``.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 
 from langgraph_devsched.gpus import GpuCall, candidates
 from langgraph_devsched.hints import ToolDeviceSpec
@@ -53,3 +54,37 @@ def gpu_option(used: set[int], index: int) -> DeviceOption:
     option: DeviceOption = "gpu_queued" if index in used else "gpu_now"
     used.add(index)
     return option
+
+
+@dataclass
+class WorkerQueues:
+    """The list schedulers' workers on several GPUs: a queue end per CPU worker and per GPU,
+    and what the batch placed so far (each GPU's first call, the models loaded where).
+
+    `commit` takes the chosen worker, ``(end, on_cpu, index)``, for a call: its queue ends
+    there, and the call's option is ``cpu``, or ``gpu_now``/``gpu_queued`` on GPU ``index``."""
+
+    cpu: list[float]
+    gpu: dict[int, float]
+    gpus: dict[str, int] = field(default_factory=dict)
+    used: set[int] = field(default_factory=set)
+    loaded: set[tuple[str, int]] = field(default_factory=set)
+    cpu_loaded: set[tuple[str, str]] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, cpu_workers: int, devices: Sequence[GpuDevice]) -> WorkerQueues:
+        return cls([0.0] * cpu_workers, {d.index: 0.0 for d in devices})
+
+    def commit(self, call_id: str, model: str | None,
+               best: tuple[float, int, int]) -> DeviceOption:
+        end, on_cpu, where = best
+        if on_cpu:
+            self.cpu[where] = end
+            if model is not None:
+                self.cpu_loaded.add((model, "cpu"))
+            return "cpu"
+        self.gpu[where] = end
+        self.gpus[call_id] = where
+        if model is not None:
+            self.loaded.add((model, where))
+        return gpu_option(self.used, where)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.schedulers.costs import declared_cost, declared_transfer, load_cost
-from langgraph_devsched.schedulers.gpu_workers import allowed_gpus, gpu_load_cost, gpu_option
+from langgraph_devsched.schedulers.gpu_workers import WorkerQueues, allowed_gpus, gpu_load_cost
 from langgraph_devsched.schedulers.static import constrained
 
 
@@ -99,14 +99,9 @@ class HeftScheduler(SchedulerBase):
             return sum(finite) / len(finite)
 
         order = sorted(range(len(batch.calls)), key=lambda i: (-rank(i), i))
-        gpu_free = {d.index: 0.0 for d in devices}
-        cpu_free = [0.0] * cores
+        queues = WorkerQueues.of(cores, devices)
         mapping: dict[str, DeviceOption] = {}
-        gpus: dict[str, int] = {}
         predicted: dict[str, float] = {}
-        used: set[int] = set()
-        loaded: set[tuple[str, int]] = set()
-        cpu_loaded: set[tuple[str, str]] = set()
         for i in order:
             call = batch.calls[i]
             gpu_cost, cpu_cost = costs[i]
@@ -114,32 +109,19 @@ class HeftScheduler(SchedulerBase):
             best: tuple[float, int, int] = (float("inf"), 1, -1)
             if gpu_cost != float("inf"):
                 for d in allowed_gpus(call.call_id, call.spec, devices):
-                    eft = (gpu_free[d.index] + (gpu_cost - transfer) / d.speed + transfer
-                           + gpu_load_cost(call.spec, call.tool, d, loaded))
+                    eft = (queues.gpu[d.index] + (gpu_cost - transfer) / d.speed + transfer
+                           + gpu_load_cost(call.spec, call.tool, d, queues.loaded))
                     best = min(best, (eft, 0, d.index))
             if cpu_cost != float("inf"):
-                core = min(range(cores), key=lambda k: (cpu_free[k], k))
-                eft = cpu_free[core] + cpu_cost + load_cost(
-                    call.spec, call.tool, "cpu", view.device, cpu_loaded)
+                core = min(range(cores), key=lambda k: (queues.cpu[k], k))
+                eft = queues.cpu[core] + cpu_cost + load_cost(
+                    call.spec, call.tool, "cpu", view.device, queues.cpu_loaded)
                 best = min(best, (eft, 1, core))
-            eft, on_cpu, where = best
-            model = call.spec.model_name(call.tool)
-            wanted: DeviceOption
-            if on_cpu:
-                cpu_free[where] = eft
-                wanted = "cpu"
-                if model is not None:
-                    cpu_loaded.add((model, "cpu"))
-            else:
-                gpu_free[where] = eft
-                wanted = gpu_option(used, where)
-                gpus[call.call_id] = where
-                if model is not None:
-                    loaded.add((model, where))
-            predicted[call.call_id] = eft
+            wanted = queues.commit(call.call_id, call.spec.model_name(call.tool), best)
+            predicted[call.call_id] = best[0]
             mapping[call.call_id] = constrained(call.spec, wanted, True)
         mapping = {cid: mapping[cid] for cid in batch.call_ids}
-        gpus = {cid: g for cid, g in gpus.items() if mapping[cid] != "cpu"}
+        gpus = {cid: g for cid, g in queues.gpus.items() if mapping[cid] != "cpu"}
         return self._decision(
             mapping, "HEFT: rank by mean declared cost, earliest finish time per GPU",
             predicted_ms=predicted, gpus=gpus,
