@@ -112,7 +112,7 @@ def test_the_observations_open_the_conversation_as_tool_outputs() -> None:
         '{"gpu":true,"vram_budget_mb":8000,"vram_free_mb":7000,"gpu_utilization":0.0,'
         '"cpu_cores":8}',
         '{"asr":{"gpu_now":[60,3,"g1c0"]},"embed":"unmeasured"}',
-        '{"calls":["c1","c2"],"runs":[]}',
+        '[]',
         '["unknown: asr on cpu unmeasured, gain<=10ms"]',
     ]
     assert no_ids(model.received[0]) == [
@@ -198,7 +198,7 @@ def test_exploration_hints_and_past_outcomes_tools() -> None:
     scheduler.decide(BATCH, VIEW)
     hints, outcomes, unknown = model.received[1][-3:]
     assert json.loads(hints.text) == ["unknown: asr on cpu unmeasured, gain<=10ms"]
-    assert json.loads(outcomes.text) == {"calls": ["c1", "c2"], "runs": []}
+    assert json.loads(outcomes.text) == []
     assert json.loads(unknown.text) == {"error": "unknown tool 'ocr'; known tools: asr, embed"}
 
 

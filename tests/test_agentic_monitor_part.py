@@ -3,13 +3,15 @@ expands what the model observes; the model is asked again when the observations 
 
 from __future__ import annotations
 
+import json
+
 from langchain_core.messages import AIMessage
 
 from langgraph_devsched.monitor.observations import Observations, PlacementOutcome
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from tests.agentic_fakes import ToolScriptModel
-from tests.test_agentic import BATCH, GPU, OBS, VIEW
+from tests.test_agentic import BATCH, GPU, OBS, VIEW, ByTool
 
 
 class Probing(SchedulerBase):
@@ -42,5 +44,43 @@ def test_a_newly_measured_mapping_is_an_observation_the_model_is_asked_about() -
     again = scheduler.decide(BATCH, measured)
     assert again.llm_calls == 1 and scheduler.consultations == 2
     outcomes = next(m for m in model.received[-1] if getattr(m, "name", "") == "past_outcomes")
-    assert '"runs":[[["cpu","cpu"],80,1]]' in str(outcomes.content)
+    assert json.loads(str(outcomes.content)) == [
+        {"makespan_ms": 80, "n": 1, "options": {"c1": "cpu", "c2": "cpu"}}]
     assert scheduler.decide(BATCH, measured).llm_calls == 0
+
+
+def _measured(*runs: tuple[str, str, float]) -> SchedulerView:
+    """The view with executed mappings of BATCH's shape: (asr option, embed option, ms)."""
+    outcomes = tuple(
+        PlacementOutcome(shape=("asr", "embed"), placement=(("asr", a), ("embed", e)),
+                         makespan_ms=ms, count=2)
+        for a, e, ms in runs)
+    return SchedulerView(GPU, Observations(step=6, estimates=OBS.estimates, outcomes=outcomes))
+
+
+def test_an_answer_measured_slower_than_the_fastest_measured_mapping_is_not_kept() -> None:
+    """A measured mistake is not repeated: the guard judges by measurement where the answer's
+    mapping ran (both figures recorded), and the fallback answers instead."""
+    model = ToolScriptModel(script=[AIMessage('{"c1": "gpu_now", "c2": "gpu_now"}')] * 2)
+    scheduler = AgenticScheduler(model, fallback=ByTool({"asr": "gpu_now", "embed": "cpu"}))
+    view = _measured(("gpu_now", "gpu_now", 120.0), ("gpu_now", "cpu", 90.0))
+    decision = scheduler.decide(BATCH, view)
+    assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"}
+    record = decision.consultation
+    assert (record.cause, record.guard_by) == ("guarded", "measured")
+    assert (record.guard_answer_ms, record.guard_best_ms) == (120.0, 90.0)
+    assert decision.fallback == "scheduler_error" and decision.llm_calls == 1
+
+
+def test_a_cached_answer_that_measures_slower_is_asked_about_again() -> None:
+    model = ToolScriptModel(script=[AIMessage('{"c1": "gpu_now", "c2": "gpu_now"}')] * 3)
+    scheduler = AgenticScheduler(model, fallback="static", guard_ratio=10)  # measured only
+    first = _measured(("gpu_now", "cpu", 90.0))
+    assert dict(scheduler.decide(BATCH, first).mapping) == {"c1": "gpu_now", "c2": "gpu_now"}
+    ran = _measured(("gpu_now", "cpu", 90.0), ("gpu_now", "gpu_now", 91.0))  # within 2 %
+    assert scheduler.decide(BATCH, ran).llm_calls == 1  # a new mapping measured: asked again
+    assert scheduler.decide(BATCH, ran).llm_calls == 0  # nothing new: the cached answer
+    slower = _measured(("gpu_now", "cpu", 90.0), ("gpu_now", "gpu_now", 130.0))
+    again = scheduler.decide(BATCH, slower)  # the same mappings, the answer's now slower
+    assert again.llm_calls == 1 and scheduler.consultations == 3
+    assert again.consultation.cause == "guarded"  # and the same answer is not kept

@@ -4,8 +4,10 @@ The twin is the `schedulers.monitor_model` noise-free testbed built from the mon
 (declared hints blended with measurements). `TwinView.rank` predicts every mapping of the
 batch (a coordinate descent beyond `ENUMERATE_UP_TO` calls); `guard` rejects an answer whose
 predicted makespan exceeds ``ratio`` times the best prediction, with both recorded, unless
-the answer measures what an exploration hint names (`hinted_probe`). The same ranking gives
-pick mode's candidates.
+the answer measures what an exploration hint names (`hinted_probe`). Where the answer's
+mapping already ran, measurement judges it too (`measured_guard`): a mapping measured slower
+than the fastest measured one of its shape by more than `MEASURED_MARGIN` is rejected. The
+same ranking gives pick mode's candidates.
 
 >>> from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 >>> from langgraph_devsched.monitor.observations import Observations
@@ -184,3 +186,57 @@ def hinted_probe(
     return None
 
 
+
+
+MEASURED_MARGIN = 0.02
+"""An answer whose mapping ran slower than the fastest measured mapping of its shape by more
+than this (relative, mean makespans) is rejected: a measured mistake is not repeated."""
+
+
+@dataclass(frozen=True)
+class MeasuredVerdict:
+    """The answer's measured mean makespan against the fastest measured mapping's."""
+
+    answer_ms: float
+    fastest_ms: float
+    margin: float
+
+    @property
+    def rejected(self) -> bool:
+        return self.answer_ms > (1.0 + self.margin) * self.fastest_ms + 1e-9
+
+    def text(self) -> str:
+        return (
+            f"the answer's mapping measured {self.answer_ms:.1f} ms vs {self.fastest_ms:.1f} ms "
+            f"for the fastest measured mapping (limit {1.0 + self.margin:g}x)"
+        )
+
+
+def measured_guard(
+    outcomes: Sequence[Mapping[str, Any]], batch: Batch, mapping: Mapping[str, str],
+    *, margin: float = MEASURED_MARGIN,
+) -> MeasuredVerdict | None:
+    """The measured verdict on ``mapping`` from the executed mappings of ``batch``'s shape
+    (``outcomes``: the monitor's, `observations.outcomes_of`); None when it never ran.
+
+    >>> from langgraph_devsched.hints import ToolDeviceSpec
+    >>> b = Batch.of([("a", "ocr", ToolDeviceSpec()), ("b", "asr", ToolDeviceSpec())])
+    >>> ran = [{"placement": [["asr", "gpu_now"], ["ocr", "cpu"]], "makespan_ms": 90.0},
+    ...        {"placement": [["asr", "gpu_now"], ["ocr", "gpu_now"]], "makespan_ms": 120.0}]
+    >>> measured_guard(ran, b, {"a": "gpu_now", "b": "gpu_now"}).rejected
+    True
+    >>> measured_guard(ran, b, {"a": "cpu", "b": "gpu_now"}).rejected
+    False
+    >>> measured_guard(ran, b, {"a": "cpu", "b": "cpu"}) is None
+    True
+    """
+    placement = sorted((c.tool, str(mapping[c.call_id])) for c in batch.calls)
+    spans = {
+        tuple(sorted(tuple(map(str, pair[:2])) for pair in o.get("placement", ()))):
+            float(o.get("makespan_ms") or 0.0)
+        for o in outcomes
+    }
+    answer = spans.get(tuple(placement))
+    if answer is None or not spans:
+        return None
+    return MeasuredVerdict(answer, min(spans.values()), margin)

@@ -216,19 +216,19 @@ def outcomes_of(obs: Mapping[str, Any], batch: Batch) -> list[Mapping[str, Any]]
     return [o for o in obs.get("outcomes", ()) if sorted(o.get("shape", ())) == shape]
 
 
-def outcomes_data(obs: Mapping[str, Any], batch: Batch) -> dict[str, Any]:
-    """Executed mappings of this step's batch shape and what they measured: per run, the
-    options in ``calls`` order, the mean makespan and the count (lowest makespan first, at
-    most `MAX_OUTCOMES`)."""
+def outcomes_data(obs: Mapping[str, Any], batch: Batch) -> list[dict[str, Any]]:
+    """Executed mappings of this step's batch shape and what they measured, lowest makespan
+    first, at most `MAX_OUTCOMES`: each the mean makespan, the count, and the options by
+    call id (the answer's own form, so a whole measured mapping reads as one)."""
     rows = outcomes_of(obs, batch)
     rows.sort(key=lambda o: float(o.get("makespan_ms") or 0.0))
     runs = []
     for o in rows[:MAX_OUTCOMES]:
         mapping = mapping_of(o.get("placement", ()), batch)
         if mapping is not None:
-            runs.append([[mapping[c] for c in batch.call_ids], _round2(o.get("makespan_ms")),
-                         _count(int(o.get("count") or 0))])
-    return {"calls": list(batch.call_ids), "runs": runs}
+            runs.append({"makespan_ms": _round2(o.get("makespan_ms")),
+                         "n": _count(int(o.get("count") or 0)), "options": mapping})
+    return runs
 
 
 def mapping_of(placement: Sequence[Any], batch: Batch) -> dict[str, str] | None:

@@ -31,8 +31,10 @@ its VRAM must fit now), gpu_queued (the GPU once its VRAM fits and the GPU is fr
 (no VRAM; slow for heavy compute, fast for transfer-bound tools).
 The observation tools ({tools}) report declared hints and measurements only: \
 tool_estimates gives per option [run ms, samples, context] (context g<k>c<j>: k other \
-calls on the GPU, j on the CPU), past_outcomes the executed mappings and their measured \
-makespans, exploration_hints what is not measured yet (a probe of it may pay off later).
+calls on the GPU, j on the CPU), past_outcomes the mappings already run, lowest measured \
+makespan first (a whole mapping's makespan includes how its calls slowed each other, which \
+per-tool estimates do not show), exploration_hints what is not measured yet (a probe of it \
+may pay off later).
 Answer with only a JSON object giving every call id its option: \
 {{"<call id>": "<option>", ...}}.
 Hard constraints, enforced after you answer: {constraints}"""
@@ -48,13 +50,15 @@ JSON_PROMPT = (
 
 def agent_prompt(
     batch: Batch, tools: Sequence[BaseTool], rules: HardConstraints, policy: str | None,
-    *, inline_outputs: bool = False,
+    *, inline_outputs: bool = False, fastest_ms: float | None = None,
 ) -> list[AnyMessage]:
     """The default mode's first messages: rules (policy included, the same for every
     consultation), the observation tools called for the model (an assistant message with
     the calls, then their outputs; ``inline_outputs``: the outputs in the task message,
-    ``one_shot``), then the task. The task comes after the observations: the calls'
-    message is the same for every step, so the server's prompt cache keeps it."""
+    ``one_shot``), then the task, with the lowest makespan measured so far for this shape
+    (``fastest_ms``: a fact from past_outcomes, not a mapping). The task comes after the
+    observations: the calls' message is the same for every step, so the server's prompt
+    cache keeps it."""
     described = {k: v for k, v in rules.describe().items() if v}
     system = SYSTEM_PROMPT.format(constraints=compact(described) if described else "none",
                                   tools=", ".join(t.name for t in tools))
@@ -63,6 +67,8 @@ def agent_prompt(
     listed = ", ".join(c.call_id if c.call_id == c.tool else f"{c.call_id} ({c.tool})"
                        for c in batch.calls)
     task = f"Step of {len(batch)} call(s): {listed}."
+    if fastest_ms is not None:
+        task += f" Fastest measured so far: {fastest_ms:.0f} ms (past_outcomes)."
     if inline_outputs:
         return [SystemMessage(system), HumanMessage(f"{task}\nObservations:\n{inline(tools)}")]
     return [SystemMessage(system), *opening(tools), HumanMessage(f"{task} {ANSWER_PROMPT}")]

@@ -67,6 +67,9 @@ class ConsultationRecord:
     detail: str = ""
     guard_answer_ms: float | None = None
     guard_best_ms: float | None = None
+    guard_by: str = "twin"
+    """What judged the guard's two figures: ``twin`` (predictions) or ``measured`` (the
+    answer's mapping and the fastest of its shape both ran)."""
     cached: bool = False
     mode: str = "agent"
     """The consultation mode that ran: agent, one_shot, pick (a pick consultation without

@@ -78,9 +78,16 @@ from langgraph_devsched.schedulers.agentic.constraints import (
     repair,
 )
 from langgraph_devsched.schedulers.agentic.consult import Outcome, Runner, Tally
-from langgraph_devsched.schedulers.agentic.guard import TwinView, guard, hinted_probe
+from langgraph_devsched.schedulers.agentic.guard import (
+    MeasuredVerdict,
+    TwinView,
+    guard,
+    hinted_probe,
+    measured_guard,
+)
 from langgraph_devsched.schedulers.agentic.model import ChannelState, openai_model
 from langgraph_devsched.schedulers.agentic.modes import Mode, Step, make_mode
+from langgraph_devsched.schedulers.agentic.observations import outcomes_of
 from langgraph_devsched.schedulers.agentic.record import AgenticDecision, ConsultationRecord
 from langgraph_devsched.schedulers.agentic.slots import ConsultationSlots
 from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerBase
@@ -304,19 +311,26 @@ class AgenticScheduler(SchedulerBase):
 
     def _lookup(self, step: _Prepared) -> Decision | None:
         """The cached decision for the step's key, its options carried over to the new call
-        ids by occurrence; a cached failure answered by the fallback."""
+        ids by occurrence; a cached failure answered by the fallback. A cached answer whose
+        mapping has since measured slower than the fastest of its shape (`measured_guard`)
+        is no hit: that measurement is an observation the model is asked about."""
         batch = step.batch
         entry = self._cache.lookup(step.key, estimates(step.obs, batch.shape))
         if entry is None:
             return None
+        where = dict(zip(batch.call_ids, occurrences(batch), strict=True))
+        answer = ParsedAnswer({c: entry.options[where[c]] for c in batch.call_ids}
+                              if entry.failure is None else {})
+        if entry.failure is None and not entry.fallback_mapping:
+            measured = self._measured_verdict(step, answer.options)
+            if measured is not None and measured.rejected:
+                return None
         with self._lock:
             self.cache_hits += 1
         record = ConsultationRecord(cached=True, cause=entry.failure, mode=self.mode)
         if entry.failure is not None:
             return self._whole_fallback(step, entry.failure, "not consulted again yet", record,
                                         cached=True)
-        where = dict(zip(batch.call_ids, occurrences(batch), strict=True))
-        answer = ParsedAnswer({c: entry.options[where[c]] for c in batch.call_ids})
         prior = {c: entry.causes[where[c]] for c in batch.call_ids if where[c] in entry.causes}
         return self._finish(step, answer, f"agentic (cached): {entry.reason}", record,
                             prior=prior, fit_vram=not entry.fallback_mapping)[0]
@@ -388,6 +402,12 @@ class AgenticScheduler(SchedulerBase):
             fit_vram=not outcome.unguarded,  # the fallback's own mapping: its twin fitted it
         )
         extra: dict[str, Any] = {}
+        measured = self._measured_verdict(step, mapping)
+        if measured is not None and measured.rejected and not outcome.unguarded:
+            rejected = replace(record, cause="guarded", detail=measured.text(),
+                               guard_answer_ms=measured.answer_ms,
+                               guard_best_ms=measured.fastest_ms, guard_by="measured")
+            return self._failed(step, "guarded", measured.text(), rejected)
         if self.guard_ratio is not None and step.twin_view is not None:
             verdict = guard(step.twin_view, mapping, ratio=self.guard_ratio)
             extra = {"guard_answer_ms": verdict.answer_ms, "guard_best_ms": verdict.best_ms}
@@ -408,6 +428,14 @@ class AgenticScheduler(SchedulerBase):
             fallback_mapping=outcome.unguarded,
         ))
         return decision
+
+    def _measured_verdict(
+        self, step: _Prepared, mapping: Mapping[str, str]
+    ) -> MeasuredVerdict | None:
+        """Measurement's verdict on ``mapping`` (None: it never ran, or the guard is off)."""
+        if self.guard_ratio is None:
+            return None
+        return measured_guard(outcomes_of(step.obs, step.batch), step.batch, mapping)
 
     def _failed(
         self, step: _Prepared, cause: AgenticCause, detail: str, record: ConsultationRecord

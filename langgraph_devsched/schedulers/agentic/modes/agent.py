@@ -71,6 +71,12 @@ def executed_key(obs: Mapping[str, Any], batch: Batch) -> tuple[Any, ...]:
     return tuple(sorted(str(o.get("placement")) for o in outcomes_of(obs, batch)))
 
 
+def fastest_measured(obs: Mapping[str, Any], batch: Batch) -> float | None:
+    """The lowest mean makespan measured for ``batch``'s shape, None before any."""
+    spans = [float(o.get("makespan_ms") or 0.0) for o in outcomes_of(obs, batch)]
+    return min(spans) if spans else None
+
+
 class AgentMode:
     """The default mode (``inline=True``: the observations inline, ``one_shot``)."""
 
@@ -89,7 +95,8 @@ class AgentMode:
         consultation = Consultation(
             model=step.model,
             batch=batch,
-            messages=agent_prompt(batch, tools, rules, step.policy, inline_outputs=self.inline),
+            messages=agent_prompt(batch, tools, rules, step.policy, inline_outputs=self.inline,
+                                  fastest_ms=fastest_measured(step.obs, batch)),
             observations=tools,
             channel=self.channel,
             max_turns=1 if self.inline else step.max_turns,
