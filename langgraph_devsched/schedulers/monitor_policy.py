@@ -411,6 +411,10 @@ class MonitorPolicy(SchedulerBase):
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
         self._changes.observe(record)
+        # a GPU load seen is what evicting that model costs later steps, whichever batch
+        # comes next (a decision learns only its own batch's models' load times)
+        self._recent.learn({c.model: c.load_ms for c in record.calls
+                            if c.loaded and c.model and c.on_gpu and c.load_ms > 0})
         measured = tuple(h.loser for h in hedge_outcomes(record) if h.complete)
         if measured:  # a hedge (or an idle run) measured a side: its tools' decisions move
             self._changes.observe(StepRecord(measured, 0.0))
