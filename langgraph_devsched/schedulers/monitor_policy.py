@@ -232,6 +232,10 @@ class MonitorPolicy(SchedulerBase):
                           blind=_blind(c.tool, c.spec, obs) or _gpu_untried(c.tool, c.spec, obs))
             for c in batch.calls
         ]
+        if any(c.spec.idempotent for c in batch.calls):  # a side a hedge is to measure
+            censored = getattr(self.monitor, "censored", None)
+            choices = [self._hedge.narrowed(c, ch, obs, device, censored)
+                       for c, ch in zip(batch.calls, choices, strict=True)]
         specs = {c.tool: c.spec for c in batch.calls}
         outcomes = obs.outcomes_for(tuple(tools))
         budget = self.max_decision_ms
