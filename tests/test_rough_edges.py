@@ -18,6 +18,7 @@ from langchain_core.tracers.context import collect_runs
 from langgraph.graph import START, MessagesState, StateGraph
 from typer.testing import CliRunner
 
+import langgraph_devsched as devsched_package
 from langgraph_devsched import (
     DeviceToolNode,
     InjectedDevice,
@@ -221,7 +222,8 @@ def test_tracing_with_langsmith_unreachable_says_so_once_and_queues_nothing(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH", "LANGCHAIN"))
            and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
     env.update(LANGSMITH_TRACING="true", LANGSMITH_API_KEY="not-a-key",
-               LANGSMITH_ENDPOINT=url)
+               LANGSMITH_ENDPOINT=url,  # and the package under test, not the one installed
+               PYTHONPATH=str(Path(devsched_package.__file__).resolve().parents[1]))
     done = subprocess.run([sys.executable, "traced_app.py"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
