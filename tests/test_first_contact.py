@@ -87,6 +87,7 @@ def test_documented_sequence_profile_hints_out_then_node_in_a_graph(tmp_path: Pa
     pytest.importorskip("torch")
     folder = write_app(tmp_path / "my_app", "tools", TORCH_TOOLS)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(Path(langgraph_devsched.__file__).resolve().parents[1])  # this one
     done = subprocess.run(
         [str(DEVSCHED), "profile", "--suite", "tools:TOOLS", "--devices", "cpu",
          "--repeats", "2", "--warmup", "0", "--example-args", '{"score": {"n": 3}}',

@@ -19,11 +19,13 @@ from langchain_core.messages import AIMessage
 from langchain_core.tracers.context import collect_runs
 from langgraph.graph import START, MessagesState, StateGraph
 
+import langgraph_devsched
 from langgraph_devsched import DeviceToolNode
 from langgraph_devsched.profiling import simulated_gpu
 from langgraph_devsched.tracing import decision_runs
 
 DEVSCHED = Path(sys.executable).with_name("devsched")
+PACKAGE_ROOT = str(Path(langgraph_devsched.__file__).resolve().parents[1])
 
 APP = '''
 import time
@@ -85,6 +87,9 @@ TOOLS = [sharpen, word_stats, encode]
 def devsched(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if k != "PYTHONPATH" and not k.startswith(("LANGSMITH", "LANGCHAIN"))}
+    # the package under test, not whichever one the environment installed (a checkout
+    # beside the one the virtual environment was made from ran the other one's code)
+    env["PYTHONPATH"] = PACKAGE_ROOT
     env["COLUMNS"] = "80"
     return subprocess.run([str(DEVSCHED), *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600, check=False)

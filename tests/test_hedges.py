@@ -318,3 +318,17 @@ def test_the_hedge_tables_are_bounded():
         assert dict(decided.hedges) == {f"c{i}": "cpu"}
         censored.note(f"t{i}", "cpu", 10.0)
     assert len(rule) == 2 and len(censored) == 2
+
+
+def test_a_side_a_hedge_is_to_measure_is_not_run_on_a_guess():
+    """Old (`--declare none`, the built-ins side-effect free): the captioner's CPU side, never
+    measured, was guessed at 4x its GPU side; a probe's mapping moved it there and the step
+    took 2.6 s (23x). Now such a side is left to a hedge, which measures it at its bound."""
+    from tests.builtin_bench import run_builtin
+
+    scenario = run_builtin("memory_diffusion_and_friends", declare="none")
+    monitor = scenario.results["monitor"]
+    worst = max(monitor.round_makespans_ms)
+    assert worst < 1.5 * scenario.optimal_makespan_ms, monitor.round_makespans_ms
+    assert monitor.regret_ms < 1_000, monitor.regret_ms
+    assert monitor.hedges >= 3  # the captioner's CPU side hedged too

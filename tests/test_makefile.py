@@ -35,3 +35,16 @@ def test_left_empty_pip_uses_its_configured_index(tmp_path: Path) -> None:
     lines = torch_lines(tmp_path)
     assert len(lines) == 2 and not any("--index-url" in line for line in lines), lines
     assert any(line.endswith("torch==2.13.0; \\") for line in lines)
+
+
+def test_the_readme_says_how_to_get_the_cpu_build(tmp_path: Path) -> None:
+    """Point 8: README and quickstart give the command, with the variable the Makefile reads
+    and the PyTorch CPU wheel index, and no longer call the default install a CPU build."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quickstart = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    command = f"make setup TORCH_INDEX_URL={CPU_INDEX}"
+    assert command in readme and command in quickstart
+    words = " ".join(readme.split())
+    assert "(a CPU build)" not in words and "CPU torch pinned" not in words
+    lines = torch_lines(tmp_path, f"TORCH_INDEX_URL={CPU_INDEX}")  # the command does that
+    assert all(CPU_INDEX in line for line in lines)

@@ -6,7 +6,10 @@ whole load (seen: `residency_visual_suite` with noisy profiles reloaded a diffus
 every step, 2.2x the optimum, because its VQA call was 100 ms faster on the GPU). The
 policy therefore charges each mapping the GPU load time of every resident model it evicts
 that a recent step used (`RELOAD_HORIZON` decisions): the model is likely needed again and
-will pay that load then. A model no recent step used costs nothing to evict.
+will pay that load then. A model no recent step used costs nothing to evict. A load time is
+learned where it is seen (the policy feeds every GPU load of an executed step), not only
+when its model's batch is decided: with nothing declared, two alternating shapes each saw
+the other's model as free to evict (its load unknown when that batch was decided).
 
 >>> use = RecentModels(horizon=2)
 >>> use.note(["sd"]); use.learn({"sd": 2900.0})
@@ -56,9 +59,10 @@ class RecentModels:
             self._load.pop(self._last.popitem(last=False)[0], None)
 
     def learn(self, load_gpu_ms: Mapping[str, float]) -> None:
-        """The current GPU load time estimates of remembered models."""
+        """The current GPU load time estimates of remembered models (0, no estimate yet,
+        keeps one learned before: a load seen on an earlier step)."""
         for model, ms in load_gpu_ms.items():
-            if model in self._last:
+            if model in self._last and (ms > 0 or model not in self._load):
                 self._load[model] = max(0.0, float(ms))
 
     def reload_ms(self, evicted: Iterable[str]) -> float:

@@ -169,6 +169,42 @@ class HedgeRule:
             reason=f"{decision.reason}; hedged (side never measured): {sides}, the loser "
                    f"cancelled at {self.bound:g}x the winner's time")
 
+    def narrowed(
+        self, call: CallRequest, choices: tuple[DeviceOption, ...], obs: Observations,
+        device: DeviceState, censored: CensoredTimes | None = None,
+    ) -> tuple[DeviceOption, ...]:
+        """``choices`` without the side a hedge of this call is still to measure (at least
+        one option kept). A side never measured is priced at a guess (`UNKNOWN_FACTOR`
+        times the other): a mapping that ran the call there, a probe's in particular, paid
+        what the side really takes, unbounded (a captioner's CPU side 23x its GPU side, for
+        2 s); a hedge of the call on its known side measures it at a bound."""
+        if not self._active(call, device):
+            return choices
+        keep = tuple(o for o in choices if not self._awaits(call, _side(o), obs, device,
+                                                            censored))
+        return keep or choices
+
+    def _active(self, call: CallRequest, device: DeviceState) -> bool:
+        return (device.gpu_available and self.max_per_step > 0 and call.spec.idempotent
+                and call.spec.pinned is None)
+
+    def _awaits(
+        self, call: CallRequest, side: str, obs: Observations, device: DeviceState,
+        censored: CensoredTimes | None,
+    ) -> bool:
+        """Whether a hedge of the call may still measure ``side`` (as `hedges` would
+        start it from the other side: never a GPU load, a host load only beside a load)."""
+        if _known(call, side, obs) or (self._tries.get((call.tool, side)) or 0) >= (
+                self.max_tries) or (censored is not None and censored.count(call.tool, side)):
+            return False
+        if side == "gpu":
+            other = _other(call, "cpu", device)
+            return other is not None and not _would_load(call, other, device)
+        home = _other(call, "cpu", device)
+        if home is None or "cpu" not in call.spec.allowed_options():
+            return False
+        return not _would_load(call, "cpu", device) or _would_load(call, home, device)
+
     def hedges(
         self, batch: Batch, mapping: Mapping[str, DeviceOption], obs: Observations,
         device: DeviceState, censored: CensoredTimes | None = None,

@@ -232,6 +232,10 @@ class MonitorPolicy(SchedulerBase):
                           blind=_blind(c.tool, c.spec, obs) or _gpu_untried(c.tool, c.spec, obs))
             for c in batch.calls
         ]
+        if any(c.spec.idempotent for c in batch.calls):  # a side a hedge is to measure
+            censored = getattr(self.monitor, "censored", None)
+            choices = [self._hedge.narrowed(c, ch, obs, device, censored)
+                       for c, ch in zip(batch.calls, choices, strict=True)]
         specs = {c.tool: c.spec for c in batch.calls}
         outcomes = obs.outcomes_for(tuple(tools))
         budget = self.max_decision_ms
@@ -411,6 +415,10 @@ class MonitorPolicy(SchedulerBase):
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
         self._changes.observe(record)
+        # a GPU load seen is what evicting that model costs later steps, whichever batch
+        # comes next (a decision learns only its own batch's models' load times)
+        self._recent.learn({c.model: c.load_ms for c in record.calls
+                            if c.loaded and c.model and c.on_gpu and c.load_ms > 0})
         measured = tuple(h.loser for h in hedge_outcomes(record) if h.complete)
         if measured:  # a hedge (or an idle run) measured a side: its tools' decisions move
             self._changes.observe(StepRecord(measured, 0.0))
