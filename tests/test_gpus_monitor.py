@@ -1,7 +1,8 @@
-"""The monitor policy (the default scheduler) on several GPUs: it names the GPU of every
-GPU-placed call from a twin of every GPU (`schedulers/gpu_placement.py`), reuses it with the
-decision, learns shares where the calls ran (`schedulers/gpu_fit.py`), pools samples of GPUs
-of different speeds, and on one GPU names none (the path it always took)."""
+"""The monitor policy (the default scheduler) on several GPUs: optimal on the four built-ins
+where the GPU decides; it names the GPU of every GPU-placed call from a twin of every GPU
+(`schedulers/gpu_placement.py`), reuses it with the decision, learns shares where the calls
+ran and tries once a placement that tells an unknown share (`schedulers/gpu_fit.py`), pools
+samples of GPUs of different speeds, and on one GPU names none (the path it always took)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from langgraph_devsched.bench.scenario import builtin_by_name, load_scenario
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor.monitor import RuntimeMonitor
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerView
+from langgraph_devsched.schedulers.gpu_fit import PlacedRuns
 from langgraph_devsched.schedulers.gpu_placement import gpus_twin, max_evals, place
 from langgraph_devsched.schedulers.registry import make_scheduler
 from langgraph_devsched.testbed import GpuSpec, SimulatedTestbed, ToolParams
@@ -32,8 +34,8 @@ def spec(name: str) -> ToolDeviceSpec:
                                               transfer_ms=p.transfer_ms))
 
 
-@pytest.mark.parametrize("name", ["gpus_embed_beside_large_model", "gpus_llm_server_two_24gb",
-                                  "gpus_visual_suite_4x24gb"])
+@pytest.mark.parametrize("name", ["gpus_embed_beside_large_model", "gpus_fast_80gb_slow_24gb",
+                                  "gpus_llm_server_two_24gb", "gpus_visual_suite_4x24gb"])
 def test_the_monitor_finds_the_optimum_where_the_gpu_decides(name: str) -> None:
     scenario = load_scenario(builtin_by_name(name)[0])
     result = run_scenario(scenario, ["monitor"], decision_cost="none",
@@ -93,3 +95,17 @@ def test_a_sample_on_a_faster_gpu_counts_as_on_a_gpu_of_speed_one() -> None:
     mon.record_step(batch, Decision({"c1": "gpu_now"}, gpus={"c1": 1}), record,
                     bed.device_state())
     assert mon.snapshot().estimate("ocr", "gpu_now").run_ms == 110.0
+
+
+def test_runs_are_kept_per_gpu_placement_and_bounded() -> None:
+    bed = SimulatedTestbed(TOOLS, gpus=[GpuSpec(vram_mb=24000), GpuSpec(vram_mb=24000)])
+    runs = PlacedRuns(max_shapes=2)
+    calls = [("a", "ocr", "gpu_now"), ("b", "ocr", "gpu_now")]
+    runs.add(bed.run_step(calls, gpus={"a": 0, "b": 0}))  # together on GPU 0: they share
+    runs.add(bed.run_step(calls, gpus={"a": 0, "b": 1}))  # the same options, apart
+    apart, together = sorted(runs.replays(["ocr", "ocr"]), key=lambda r: max(r.seen_ms))
+    assert apart.gpus == {"c0": 0, "c1": 1} and together.gpus == {"c0": 0, "c1": 0}
+    assert max(together.seen_ms) > max(apart.seen_ms)  # 0.6 + 0.6 of one GPU: slower
+    for shape in (["llm"], ["llm", "ocr"], ["ocr"]):
+        runs.add(bed.run_step([(f"c{i}", t, "gpu_queued") for i, t in enumerate(shape)]))
+    assert len(runs) == 2 and runs.replays(["ocr", "ocr"]) == []

@@ -2,13 +2,13 @@
 
 The one-GPU fit (`monitor_model.fit_contention`) replays executed placements on one GPU; on
 several it would read two calls that ran on different GPUs as sharing one. Here each
-executed placement is replayed where it ran: the policy remembers the GPUs it gave each
-placement (`PlacedGpus`, bounded), and `fit_gpu_shares` sets each GPU tool's share, one tool
-at a time over `GRID`, to the value whose replay in the twin of every GPU
+executed placement is replayed where it ran: the policy keeps the runs of each placement
+with its GPUs (`PlacedRuns`, bounded), and `fit_gpu_shares` sets each GPU tool's share, one
+tool at a time over `GRID`, to the value whose replay in the twin of every GPU
 (`gpu_placement.gpus_twin`) comes closest to the observed run times (relative squared
 error, weighted by the runs, as the one-GPU fit; of equal losses the value nearest the
-current one). Only a tool that ran beside another call on the same GPU is fitted; the others
-keep their declared share.
+declared one). Only a tool that ran beside another call on the same GPU is fitted; the
+others keep their declared share.
 
 >>> from langgraph_devsched.testbed import GpuSpec, SimulatedTestbed, ToolParams
 >>> truth = {"a": ToolParams(cpu_ms=900, gpu_ms=100, gpu_share=0.5),
@@ -25,11 +25,13 @@ keep their declared share.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from langgraph_devsched.gpus import gpu_index
 from langgraph_devsched.options import DeviceOption, is_gpu
-from langgraph_devsched.schedulers.gpu_placement import gpus_twin
+from langgraph_devsched.records import StepRecord
+from langgraph_devsched.schedulers.gpu_placement import Spot, gpus_twin
 from langgraph_devsched.schedulers.monitor_model import ContentionModel
 from langgraph_devsched.schedulers.tables import LruTable
 from langgraph_devsched.telemetry import DeviceState
@@ -40,7 +42,7 @@ GRID: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 MAX_REPLAYS = 4
 """The executed placements replayed per fit (the most run first)."""
 
-Key = tuple[tuple[str, str], ...]
+Spots = tuple[tuple[str, DeviceOption, int | None], ...]
 
 
 @dataclass(frozen=True)
@@ -54,25 +56,76 @@ class Replay:
     weight: float
 
 
-class PlacedGpus:
-    """The GPUs the policy gave each placement it decided, by the placement's sorted (tool,
-    option) pairs, in that order (as the monitor orders an outcome's calls); bounded."""
+class PlacedRuns:
+    """Per shape, the placements that ran on the GPUs (each call's tool, option and GPU),
+    each call's mean run time there without its model's load (what `Replay` needs, which the
+    monitor's outcomes, by option only, cannot tell apart) and their mean makespan. Bounded: the
+    ``max_shapes`` most recent shapes, the `MAX_REPLAYS` most recent placements of each."""
 
-    def __init__(self, max_entries: int) -> None:
-        self._table: LruTable[tuple[tuple[str, ...], Key], tuple[int | None, ...]] = LruTable(
-            max_entries)
+    def __init__(self, max_shapes: int) -> None:
+        self._table: LruTable[tuple[str, ...], dict[Spots, tuple[int, list[float], float]]] = (
+            LruTable(max_shapes))
 
     def __len__(self) -> int:
         return len(self._table)
 
-    def note(self, tools: Sequence[str], options: Sequence[DeviceOption],
-             gpus: Sequence[int | None]) -> None:
-        rows = sorted(zip(tools, options, gpus, strict=True), key=lambda r: (r[0], r[1]))
-        key = tuple((str(t), str(o)) for t, o, _ in rows)
-        self._table[(tuple(sorted(tools)), key)] = tuple(g for _, _, g in rows)
+    def add(self, record: StepRecord) -> None:
+        """Take one step's runs (none of a step with an error or a fallback: not a
+        placement that ran as placed)."""
+        calls = record.calls
+        if not calls or any(c.error is not None or c.fell_back for c in calls):
+            return
+        rows = sorted(((c.tool, c.option, gpu_index(c.device), c.run_ms - c.load_ms)
+                       for c in calls), key=lambda r: _order(r[:3]))
+        key = tuple((t, o, g) for t, o, g, _ in rows)
+        shape = tuple(sorted(c.tool for c in calls))
+        kept = self._table.get(shape)
+        if kept is None:
+            kept = self._table[shape] = {}
+        count, means, span = kept.pop(key, (0, [0.0] * len(rows), 0.0))
+        count += 1
+        kept[key] = (count, [m + (r[3] - m) / count for m, r in zip(means, rows, strict=True)],
+                     span + (record.makespan_ms - span) / count)
+        while len(kept) > MAX_REPLAYS:
+            kept.pop(next(iter(kept)))
 
-    def get(self, tools: Sequence[str], placement: Key) -> tuple[int | None, ...] | None:
-        return self._table.get((tuple(sorted(tools)), placement))
+    def observed(self, tools: Sequence[str]) -> Callable[[Sequence[Spot]], float | None]:
+        """The mean makespan of a placement (per call in ``tools`` order: option and GPU)
+        where it ran, else None."""
+        kept = self._table.get(tuple(sorted(tools))) or {}
+
+        def mean(placement: Sequence[Spot]) -> float | None:
+            key = tuple(sorted(((t, o, g) for t, (o, g) in zip(tools, placement, strict=True)),
+                               key=_order))
+            hit = kept.get(key)
+            return None if hit is None else hit[2]
+
+        return mean
+
+    def shared(self, tools: Sequence[str]) -> set[str]:
+        """The tools of the shape seen starting at once (``gpu_now``) beside another such
+        call on the same GPU: whose share its runs can tell."""
+        out: set[str] = set()
+        for key in self._table.get(tuple(sorted(tools))) or {}:
+            now = [(t, g) for t, o, g in key if o == "gpu_now" and g is not None]
+            out.update(t for i, (t, g) in enumerate(now)
+                       if any(h == g for j, (_, h) in enumerate(now) if j != i))
+        return out
+
+    def replays(self, tools: Sequence[str]) -> list[Replay]:
+        """The shape's placements as replays, the most run first."""
+        kept = self._table.get(tuple(sorted(tools))) or {}
+        out = []
+        for key, (count, means, _) in sorted(kept.items(), key=lambda kv: -kv[1][0]):
+            calls = [(f"c{k}", t, o) for k, (t, o, _) in enumerate(key)]
+            gpus = {f"c{k}": g for k, (_, _, g) in enumerate(key) if g is not None}
+            out.append(Replay(calls, gpus, tuple(means), float(min(count, 5))))
+        return out
+
+
+def _order(row: tuple[str, DeviceOption, int | None]) -> tuple[str, str, int]:
+    """How a placement's calls are ordered in its key: tool, option, GPU (the CPU first)."""
+    return row[0], row[1], -1 if row[2] is None else row[2]
 
 
 def fit_gpu_shares(

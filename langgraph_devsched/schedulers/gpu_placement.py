@@ -25,7 +25,7 @@ With one GPU none of this runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_devsched.options import DeviceOption
@@ -88,6 +88,8 @@ class Placed:
     placement: Placement
     span_ms: float
     evals: int
+    tried: Mapping[Placement, float] = field(default_factory=dict, compare=False)
+    """Every placement simulated, with its twin makespan."""
 
     def options(self) -> tuple[DeviceOption, ...]:
         return tuple(o for o, _ in self.placement)
@@ -101,16 +103,21 @@ def place(
     spots: Sequence[Sequence[Spot]], starts: Sequence[Placement], *,
     fixed_options: bool = False, evals: int | None = None,
     spent: Callable[[], bool] = lambda: False,
+    observed: Callable[[Placement], float | None] | None = None,
 ) -> Placed:
     """The best placement found from ``starts`` (the first always simulated) by moving one
     call at a time to another of its ``spots`` (only to another GPU: ``fixed_options``),
     within ``evals`` simulations (default `max_evals`) and, past `MIN_EVALS` of them, until
-    ``spent``."""
+    ``spent``. A placement that ran scores its ``observed`` mean makespan instead (the twin
+    was wrong there, or right: either way the runs say it)."""
     limit = max_evals(len(call_ids)) if evals is None else evals
     alike = _interchangeable(bed)
     spans: dict[Placement, float] = {}
 
     def span(p: Placement) -> float:
+        seen = None if observed is None or p in spans else observed(p)
+        if seen is not None:
+            spans[p] = seen
         if p not in spans:
             gpus = {c: g for c, (_, g) in zip(call_ids, p, strict=True) if g is not None}
             spans[p] = bed.makespan(list(zip(call_ids, tools, (o for o, _ in p), strict=True)),
@@ -143,7 +150,7 @@ def place(
                 s = span(moved)
                 if s < best_span - _tol(best_span):
                     best, best_span, improved = moved, s, True
-    return Placed(best, best_span, len(spans))
+    return Placed(best, best_span, len(spans), spans)
 
 
 def _tol(span_ms: float) -> float:

@@ -70,7 +70,7 @@ from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.schedulers.dmda import DmdaScheduler
 from langgraph_devsched.schedulers.eviction_cost import RecentModels
-from langgraph_devsched.schedulers.gpu_fit import MAX_REPLAYS, PlacedGpus, Replay, fit_gpu_shares
+from langgraph_devsched.schedulers.gpu_fit import PlacedRuns, fit_gpu_shares
 from langgraph_devsched.schedulers.gpu_placement import Placed, Placement, gpus_twin, place
 from langgraph_devsched.schedulers.gpu_workers import allowed_gpus
 from langgraph_devsched.schedulers.hedge import HedgeRule
@@ -167,7 +167,8 @@ class MonitorPolicy(SchedulerBase):
         self._contact = FirstContact(max_shapes)
         self._near_ties = NearTies(max_shapes)
         self._recent = RecentModels()
-        self._placed = PlacedGpus(4 * max_shapes)
+        self._runs = PlacedRuns(max_shapes)
+        self._gpu_trials: LruTable[tuple[str, ...], bool] = LruTable(max_shapes)
         self._gpu_fits: LruTable[tuple[str, ...], tuple[object, dict[str, float]]] = LruTable(
             max_shapes)
         self._heft = HeftScheduler()
@@ -179,8 +180,8 @@ class MonitorPolicy(SchedulerBase):
         return {"fits": len(self._fits), "last_decisions": len(self._last),
                 "change_keys": len(self._changes), "first_contacts": len(self._contact),
                 "recent_models": len(self._recent), "hedged_sides": len(self._hedge),
-                "near_ties": len(self._near_ties), "placed_gpus": len(self._placed),
-                "gpu_fits": len(self._gpu_fits)}
+                "near_ties": len(self._near_ties), "gpu_runs": len(self._runs),
+                "gpu_trials": len(self._gpu_trials), "gpu_fits": len(self._gpu_fits)}
 
     # -- protocol --------------------------------------------------------------------------
 
@@ -322,10 +323,15 @@ class MonitorPolicy(SchedulerBase):
             shape, tools, scores, best, low + tie, seen=model.seen)
         chosen = probe[0] if probe else near or best
         on_gpus: Placed | None = None
+        trial: tuple[str, float] | None = None
         if len(device.devices) > 1:  # several GPUs: where each call runs, in their twin
             gbed = gpus_twin(params, device, oom_ms=oom_detect_ms(obs, params), model=fit.model)
             on_gpus = self._on_gpus(batch, gbed, device, chosen, scores, heuristics, choices,
                                     fixed=bool(probe or near), spent=deadline(1.0))
+            young = sum(o.count for o in outcomes) < NEAR_TIES_UNTIL and sum(
+                o.probes for o in outcomes) < getattr(self.monitor, "probe_budget", 0)
+            if not (probe or near) and young:
+                on_gpus, trial = self._gpu_trial(shape, tools, batch, on_gpus)
             chosen = on_gpus.options()
         placed = canon(zip(tools, chosen, strict=True))
         if placed not in model.seen and _all_known(batch, obs, chosen):
@@ -354,14 +360,17 @@ class MonitorPolicy(SchedulerBase):
         if model.reloads.get(chosen):
             reason += (f" (with {model.reloads[chosen]:.0f} ms to reload the models it "
                        "evicts)")
+        if trial is not None:
+            reason = (f"probe: `{trial[0]}` never ran beside another call on one GPU (its "
+                      f"share is a guess); predicted {on_gpus.span_ms if on_gpus else 0:.1f} "
+                      f"ms vs best {trial[1]:.1f} ms")
         gpus: dict[str, int] = {}
         if on_gpus is not None:
             gpus = on_gpus.gpus(batch.call_ids)
-            self._placed.note(tools, chosen, [g for _, g in on_gpus.placement])
             reason += (f"; on {len(device.devices)} GPUs {on_gpus.span_ms:.1f} ms, best of "
                        f"{on_gpus.evals} placements in their twin")
         decision = self._decision(mapping, reason, predicted_ms=predicted,
-                                  probe=bool(probe or near), gpus=gpus)
+                                  probe=bool(probe or near or trial), gpus=gpus)
         # settled: the fit is done (no screen half way), and past the runs after each of
         # which it is refitted, or the mapping is stable while the fit still learns: the
         # last decision's mapping chosen again, neither of the two a probe, no near-tie
@@ -411,29 +420,45 @@ class MonitorPolicy(SchedulerBase):
                 options = d.options_for(batch)
                 if all(o in c for o, c in zip(options, choices, strict=True)):
                     starts.append(start(options, d.gpus))
-        return place(bed, batch.call_ids, [c.tool for c in calls], spots, starts,
-                     fixed_options=fixed, spent=spent)
+        tools = [c.tool for c in calls]
+        return place(bed, batch.call_ids, tools, spots, starts, fixed_options=fixed,
+                     spent=spent, observed=self._runs.observed(tools))
+
+    def _gpu_trial(
+        self, shape: tuple[str, ...], tools: list[str], batch: Batch, placed: Placed,
+    ) -> tuple[Placed, tuple[str, float] | None]:
+        """Several GPUs, a shape's first runs: once per shape, the twin's best placement
+        that starts a tool whose share no run could tell (`PlacedRuns.shared`) at once
+        beside another call on its GPU, when it costs at most ``max_probe_cost`` more than
+        the best (the fit then learns that share from its runs); else ``placed``."""
+        if shape in self._gpu_trials:
+            return placed, None
+        gpu_tools = {c.tool for c in batch.calls if any(is_gpu(o) for o in
+                                                          c.spec.allowed_options())}
+        told = self._runs.shared(tools) | _started_beside(tools, placed.placement)
+        if gpu_tools <= told:
+            return placed, None
+        limit = placed.span_ms * (1.0 + self.max_probe_cost)
+        for p, span in sorted(placed.tried.items(), key=lambda kv: (kv[1], kv[0])):
+            if span > limit:
+                break
+            new = sorted((_started_beside(tools, p) & gpu_tools) - told)
+            if new:
+                self._gpu_trials[shape] = True
+                return Placed(p, span, placed.evals, placed.tried), (new[0], placed.span_ms)
+        return placed, None
 
     def _gpu_shares(
         self, tools: list[str], specs: dict[str, ToolDeviceSpec], obs: Observations,
         device: DeviceState, outcomes: Sequence[PlacementOutcome],
     ) -> dict[str, float]:
-        """Several GPUs: the shares that replay the shape's executed placements on the GPUs
-        the policy gave them (`gpu_fit`); refitted when that evidence moved."""
-        replays = []
-        for o in sorted(outcomes, key=lambda o: (-o.count, o.steps_since)):
-            gpus = self._placed.get(tools, canon(o.placement))
-            if not o.count or len(o.run_ms) != len(tools) or gpus is None:
-                continue
-            calls = [(f"c{k}", t, opt) for k, (t, opt) in enumerate(o.placement)]
-            replays.append(Replay(calls, {f"c{k}": g for k, g in enumerate(gpus) if g is not None},
-                                  o.run_ms, min(o.count, 5)))
-            if len(replays) == MAX_REPLAYS:
-                break
+        """Several GPUs: the shares that replay the shape's placements on the GPUs they ran
+        on (`gpu_fit`); refitted when that evidence moved."""
+        replays = self._runs.replays(tools)
         shape = tuple(sorted(tools))
         seen = sum(o.count for o in outcomes)
-        evidence = (tuple((tuple(r.calls), tuple(sorted(r.gpus.items())), r.weight)
-                          for r in replays),
+        evidence = (tuple((tuple(r.calls), tuple(sorted(r.gpus.items())),
+                           min(r.weight, RESAMPLE_BELOW)) for r in replays),
                     seen if seen < EVERY_RUN_UNTIL else int(math.log2(seen)))
         cached = self._gpu_fits.get(shape)
         if cached is not None and cached[0] == evidence:
@@ -514,6 +539,8 @@ class MonitorPolicy(SchedulerBase):
             self._changes.observe(StepRecord(measured, 0.0))
         if self._private and self._device is not None:
             self.monitor.record_step(batch, decision, record, self._device)
+        if self._device is not None and len(self._device.devices) > 1:
+            self._runs.add(record)
 
     # -- search ----------------------------------------------------------------------------
 
@@ -665,6 +692,14 @@ _ROOM = 128
 PROBE_CALLS = 4096
 """A decision weighs the hints (best expected gain first) whose probe mappings, times the
 batch's calls, add up to at most this many (at least one hint)."""
+
+
+def _started_beside(tools: Sequence[str], placement: Placement) -> set[str]:
+    """The tools a placement starts at once (``gpu_now``) beside another such call on the
+    same GPU."""
+    now = [(t, g) for t, (o, g) in zip(tools, placement, strict=True) if o == "gpu_now"]
+    return {t for i, (t, g) in enumerate(now)
+            if any(h == g for j, (_, h) in enumerate(now) if j != i)}
 
 
 def _all_known(batch: Batch, obs: Observations, mapping: Mapping_) -> bool:
