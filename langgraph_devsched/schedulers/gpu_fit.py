@@ -7,8 +7,9 @@ with its GPUs (`PlacedRuns`, bounded), and `fit_gpu_shares` sets each GPU tool's
 tool at a time over `GRID`, to the value whose replay in the twin of every GPU
 (`gpu_placement.gpus_twin`) comes closest to the observed run times (relative squared
 error, weighted by the runs, as the one-GPU fit; of equal losses the value nearest the
-declared one). Only a tool that ran beside another call on the same GPU is fitted; the
-others keep their declared share.
+current one: the declared share, then the last fit's), at most `MAX_SIMS` replays a fit.
+Only a tool that ran beside another call on the same GPU is fitted; the others keep their
+declared share.
 
 >>> from langgraph_devsched.testbed import GpuSpec, SimulatedTestbed, ToolParams
 >>> truth = {"a": ToolParams(cpu_ms=900, gpu_ms=100, gpu_share=0.5),
@@ -40,7 +41,10 @@ from langgraph_devsched.testbed import ToolParams
 GRID: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 """The shares tried per tool (the one-GPU fit's grid, coarser: each value is a replay)."""
 MAX_REPLAYS = 4
-"""The executed placements replayed per fit (the most run first)."""
+"""The executed placements kept (and replayed) per shape."""
+MAX_SIMS = 72
+"""Replays simulated per fit at most (one tool over `GRID` with `MAX_REPLAYS` placements
+takes 36); a refit goes on with the tools the last one left."""
 
 Spots = tuple[tuple[str, DeviceOption, int | None], ...]
 
@@ -131,18 +135,27 @@ def _order(row: tuple[str, DeviceOption, int | None]) -> tuple[str, str, int]:
 def fit_gpu_shares(
     params: Mapping[str, ToolParams], device: DeviceState, replays: Sequence[Replay], *,
     oom_ms: float, model: ContentionModel | None = None,
+    start: Mapping[str, float] | None = None, max_sims: int = MAX_SIMS,
 ) -> dict[str, float]:
     """The share of each GPU tool that shared a GPU in ``replays`` (see the module
-    docstring), one pass over the tools in name order."""
-    shared = sorted({t for r in replays for cid, t, o in r.calls
-                     if is_gpu(o) and _beside(r, cid)})
-    current = {t: p for t, p in params.items()}
-    fitted: dict[str, float] = {}
-    if not shared:
-        return fitted
-    for tool in shared:
+    docstring), one pass over the tools from the shares of ``start`` (a previous fit's
+    answer): the tools it did not fit first, by name, then in its order (the ones it left
+    first), while at most ``max_sims`` replays are simulated; the tools left keep their
+    ``start`` share."""
+    shared = {t for r in replays for cid, t, o in r.calls if is_gpu(o) and _beside(r, cid)}
+    before = dict(start or {})
+    current = {t: p if t not in before else p.model_copy(update={"gpu_share": before[t]})
+               for t, p in params.items()}
+    fitted = {t: v for t, v in before.items() if t in shared}
+    per_tool, sims, refit = len(GRID) * len(replays), 0, []
+    order = sorted(t for t in shared if t not in before) + [t for t in before if t in shared]
+    for tool in order:
+        if sims and sims + per_tool > max_sims:
+            break
+        sims += per_tool
+        refit.append(tool)
         best: tuple[float, float] | None = None
-        here = current[tool].gpu_share  # of equal losses, the value nearest the declared one
+        here = current[tool].gpu_share  # of equal losses, the one nearest the current value
         for value in sorted(GRID, key=lambda v: (abs(v - here), -v)):
             trial = {**current, tool: current[tool].model_copy(update={"gpu_share": value})}
             loss = _loss(trial, device, replays, oom_ms, model)
@@ -151,7 +164,9 @@ def fit_gpu_shares(
         assert best is not None
         fitted[tool] = best[1]
         current[tool] = current[tool].model_copy(update={"gpu_share": best[1]})
-    return fitted
+    # the tools refitted now go last: the next refit starts with those it left
+    return {**{t: v for t, v in fitted.items() if t not in refit},
+            **{t: fitted[t] for t in refit}}
 
 
 def _beside(replay: Replay, call_id: str) -> bool:

@@ -328,8 +328,6 @@ class MonitorPolicy(SchedulerBase):
             gbed = gpus_twin(params, device, oom_ms=oom_detect_ms(obs, params), model=fit.model)
             on_gpus = self._on_gpus(batch, gbed, device, chosen, scores, heuristics, choices,
                                     fixed=bool(probe or near), spent=deadline(1.0))
-            young = sum(o.count for o in outcomes) < NEAR_TIES_UNTIL and sum(
-                o.probes for o in outcomes) < getattr(self.monitor, "probe_budget", 0)
             if not (probe or near) and young:
                 on_gpus, trial = self._gpu_trial(shape, tools, batch, on_gpus)
             chosen = on_gpus.options()
@@ -465,7 +463,8 @@ class MonitorPolicy(SchedulerBase):
             return cached[1]
         base = {t: estimate_params(t, s, obs, bg_share=device.gpu_utilization)
                 for t, s in specs.items()}
-        shares = fit_gpu_shares(base, device, replays, oom_ms=oom_detect_ms(obs, base))
+        shares = fit_gpu_shares(base, device, replays, oom_ms=oom_detect_ms(obs, base),
+                                start=cached[1] if cached is not None else None)
         self._gpu_fits[shape] = (evidence, shares)
         return shares
 
