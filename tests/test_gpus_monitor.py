@@ -109,3 +109,12 @@ def test_runs_are_kept_per_gpu_placement_and_bounded() -> None:
     for shape in (["llm"], ["llm", "ocr"], ["ocr"]):
         runs.add(bed.run_step([(f"c{i}", t, "gpu_queued") for i, t in enumerate(shape)]))
     assert len(runs) == 2 and runs.replays(["ocr", "ocr"]) == []
+
+
+def test_perf_times_decisions_on_several_gpus() -> None:
+    from langgraph_devsched.perf.decisions import measure_decisions, workload
+
+    bed, _ = workload(4, gpus=4)
+    assert [(g.vram_mb, g.speed) for g in bed.gpus] == [(24000, 1.0), (12000, 2.0)] * 2
+    (row,) = measure_decisions(["monitor"], sizes=[4], samples=1, warmup=1, gpus=4)
+    assert row["error"] is None and row["fresh_p50_ms"] > 0
