@@ -49,6 +49,11 @@ class NeverFitsError(VramOverBudgetError):
     (never evicted for another model) leave it no room. Refused at once, never queued."""
 
 
+class ForeignReservationError(ValueError):
+    """A release of a reservation this ledger never granted (another GPU's): refused, the
+    ledger unchanged. Give a reservation back with `Reservation.release` (its own ledger)."""
+
+
 class QueueTimeoutError(TimeoutError):
     """A queued reservation was not admitted within its timeout."""
 
@@ -64,7 +69,8 @@ class WeightsNeed:
 
 @dataclass(eq=False)
 class Reservation:
-    """One admitted reservation; give it back with `VramLedger.release` (idempotent)."""
+    """One admitted reservation; give it back with `release` (to the ledger that granted
+    it; idempotent). A ledger refuses to release one it never granted."""
 
     mb: float
     share: float
@@ -79,6 +85,13 @@ class Reservation:
     call: bool = True
     """A call's reservation (counted as active, against ``max_active``); False for weights
     alone (`try_hold_weights`)."""
+    ledger: VramLedger | None = field(default=None, repr=False)
+    """The ledger that granted it (on a machine with several GPUs: that GPU's)."""
+
+    def release(self) -> None:
+        """Give it back to the ledger that granted it (idempotent)."""
+        if self.ledger is not None:
+            self.ledger.release(self)
 
 
 @dataclass(eq=False)
@@ -288,7 +301,7 @@ class VramLedger:
         self._peak_mb = max(self._peak_mb, self._in_use_mb)
         return Reservation(mb=mb, share=share, ticket=next(self._tickets),
                            model=None if need is None else need.model, loaded=loaded,
-                           evicted=evicted, call=call)
+                           evicted=evicted, call=call, ledger=self)
 
     def _admit_queue_locked(self) -> None:
         while self._queue:
@@ -385,6 +398,10 @@ class VramLedger:
                 self._admit_queue_locked()
 
     def _release_locked(self, reservation: Reservation) -> None:
+        if reservation.ledger is not None and reservation.ledger is not self:
+            raise ForeignReservationError(
+                f"a reservation of {reservation.mb:.0f} MB granted by another ledger: "
+                "release it with Reservation.release (its own ledger)")
         if reservation.released:
             return
         reservation.released = True
@@ -455,7 +472,8 @@ class VramLedger:
             return idle
 
     def release(self, reservation: Reservation) -> None:
-        """Give a reservation back (idempotent) and admit queued waiters that now fit."""
+        """Give a reservation back (idempotent) and admit queued waiters that now fit; one
+        another ledger granted is refused (`ForeignReservationError`), this one unchanged."""
         with self._lock:
             self._release_locked(reservation)
 

@@ -224,9 +224,8 @@ class ModelCache:
         """The call of ``record`` has really ended (its thread returned) and its GPU
         reservation is given back: its instances are no longer in use, its pins of
         undeclared models go back, and weights without an instance are settled."""
-        if self.ledger is not None:
-            for res in record.extra:
-                self.ledger.release(res)
+        for res in record.extra:  # each to the ledger (GPU) that pinned it
+            res.release()
         record.extra.clear()
         with self._lock:
             record.ended = True
@@ -376,8 +375,8 @@ class ModelCache:
                 over = self._over_bound()
                 if self._cleared != cleared:  # closed while it loaded: goes once unused
                     self._closing.add(key)
-            if pin is not None and self.ledger is not None:
-                self.ledger.release(pin)
+            if pin is not None:
+                pin.release()
             if record is not None:
                 record.loaded = True
                 record.load_ms += load_ms
@@ -418,7 +417,7 @@ class ModelCache:
         it (unless a call still pins them: that call's end settles them)."""
         if pin is None or self.ledger is None:
             return
-        self.ledger.release(pin)
+        pin.release()
         if not self.holds(name, "gpu"):
             self.ledger.evict(name)
 

@@ -474,8 +474,7 @@ class _LocalStep(BookedStep):
         return max(0, lanes[index].ledger.active - 1)
 
     def _held(self, call: PlannedCall, res: Reservation | None) -> _Held:
-        lane = self._lane(call)
-        return _Held(self._b, res, None if lane is None else lane.ledger)
+        return _Held(self._b, res)
 
     # -- running ---------------------------------------------------------------------------
     def _end(self, call: PlannedCall, run: _Run) -> None:
@@ -596,14 +595,12 @@ def _merged(runs: list[CallModels]) -> CallModels | None:
 
 
 class _Held:
-    """A call's GPU reservation and CPU slot, each given back once."""
+    """A call's GPU reservation and CPU slot, each given back once, the reservation to the
+    ledger that granted it (its GPU's), never one looked up again at release."""
 
-    def __init__(
-        self, backend: LocalBackend, gpu: Reservation | None, ledger: VramLedger | None = None
-    ) -> None:
+    def __init__(self, backend: LocalBackend, gpu: Reservation | None) -> None:
         self._b = backend
         self._gpu = gpu
-        self._ledger = ledger
         self._cpu: Reservation | None = None
 
     @property
@@ -629,12 +626,12 @@ class _Held:
                 raise deadline.error() from None
 
     def release_gpu(self) -> None:
-        if self._gpu is not None and self._ledger is not None:
-            self._ledger.release(self._gpu)
+        if self._gpu is not None:
+            self._gpu.release()
         self._gpu = None
 
     def release_all(self) -> None:
         self.release_gpu()
-        if self._cpu is not None and self._b.cpu_slots is not None:
-            self._b.cpu_slots.release(self._cpu)
+        if self._cpu is not None:
+            self._cpu.release()
         self._cpu = None

@@ -387,7 +387,7 @@ class _RayStep(BookedStep):
     @staticmethod
     def _release(held: tuple[GpuSlot, Reservation] | None) -> None:
         if held is not None:
-            held[0].ledger.release(held[1])
+            held[1].release()  # to the ledger that granted it
 
     # -- after an attempt: done, CPU after OOM, or placed again after a lost task -------------
     def _retry_lost(self, call: PlannedCall, attempt: int) -> bool:

@@ -156,6 +156,10 @@ class RuntimeMonitor:
                 declared_gpu_ms=profile.gpu_ms if profile else None,
             ))
         last_calls = []
+        speeds = {d.device: d.speed for d in device_state.devices} if len(
+            device_state.devices) > 1 else {}
+        transfers = {c.tool: c.spec.profile.transfer_ms for c in getattr(batch, "calls", ())
+                     if c.spec.profile is not None}
         hedges = hedge_outcomes(step_record)
         for h in hedges:
             if h.censored and h.own_ms > 0:  # cut during its load: nothing learnt
@@ -169,13 +173,16 @@ class RuntimeMonitor:
             if rec.load_ms > 0:  # a cold start: its load is kept apart from the tool's time
                 tables.put_load(rec.tool, device, rec.load_ms)
             ks = tables.get_stat(rec.tool, rec.option, ctx) or KeyStats()
-            run = ks.run.add(_warm(rec.run_ms, rec), step=st.step, time=now)
+            own = _unit_speed(_warm(rec.run_ms, rec), speeds.get(rec.device, 1.0),
+                              transfers.get(rec.tool, 0.0))
+            run = ks.run.add(own, step=st.step, time=now)
             if run.count < ks.run.count:  # the outlier rule restarted it: the regime changed
                 st.resets += 1
                 st.last_reset_step = st.step
             tables.put_stat(rec.tool, rec.option, ctx, KeyStats(
                 run=run,
-                latency=ks.latency.add(_warm(rec.latency_ms, rec), step=st.step, time=now),
+                latency=ks.latency.add(_warm(rec.latency_ms, rec) - _warm(rec.run_ms, rec) + own,
+                                       step=st.step, time=now),
                 device=device,
                 fallbacks=ks.fallbacks + (1 if rec.fell_back else 0),
             ))
@@ -185,7 +192,7 @@ class RuntimeMonitor:
                 continue
             last_calls.append(
                 LastCall(tool=rec.tool, option=rec.option, device=device, context=ctx,
-                         run_ms=_warm(rec.run_ms, rec),
+                         run_ms=own,
                          wait_ms=max(0.0, rec.latency_ms - rec.run_ms))
             )
         if not step_record.calls or not _finite(
@@ -354,6 +361,16 @@ class RuntimeMonitor:
     def load_from_store(cls, store: Any, **kwargs: Any) -> RuntimeMonitor:
         """A monitor with the stats kept in ``store``; cold (with a warning) if unusable."""
         return cls(state=load_store(store), **kwargs)
+
+
+def _unit_speed(ms: float, speed: float, transfer_ms: float) -> float:
+    """A GPU run's time as on a GPU of speed 1 (several GPUs: a GPU's declared ``speed``
+    divides its compute, not the declared copy time), so that samples of one tool on GPUs
+    of different speeds pool; speed 1 (one GPU, the CPU): unchanged."""
+    if speed == 1.0 or speed <= 0:
+        return ms
+    copy = min(ms, transfer_ms)
+    return copy + (ms - copy) * speed
 
 
 def _warm(ms: float, rec: Any) -> float:

@@ -37,6 +37,7 @@ def run_perf(
     quality: int = 0,
     seed: int = 0,
     say: Any = None,
+    gpus: int = 1,
 ) -> dict[str, Any]:
     """Measure and return the JSON document (see the module docstring)."""
     from langgraph_devsched.bench.runner import default_schedulers, validate_scheduler_names
@@ -51,12 +52,12 @@ def run_perf(
         "config": {
             "schedulers": names, "sizes": list(sizes), "samples": samples, "warmup": warmup,
             "steps": steps, "every": every, "overhead": overhead, "quality": quality,
-            "seed": seed,
+            "seed": seed, "gpus": gpus,
             "python": platform.python_version(), "machine": platform.machine(),
         },
     }
     doc["decisions"] = measure_decisions(
-        names, sizes=sizes, samples=samples, warmup=warmup, seed=seed,
+        names, sizes=sizes, samples=samples, warmup=warmup, seed=seed, gpus=gpus,
         on_row=lambda r: note(f"decisions: {r['scheduler']} n={r['n']}"),
     )
     doc["steps"] = measure_steps(
@@ -165,6 +166,9 @@ def perf_command(
                           "oracle (0: skip)")
     ] = 0,
     seed: Annotated[int, typer.Option(help="seed of the generated tools and scenarios")] = 0,
+    gpus: Annotated[int, typer.Option(min=1, max=8, help="GPUs of the decisions' simulated "
+                                      "machine (several: alternately 24 GB at speed 1 and "
+                                      "12 GB at speed 2)")] = 1,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write the results as JSON here")
     ] = None,
@@ -181,7 +185,7 @@ def perf_command(
         size_list = [int(x) for x in sizes.split(",") if x.strip()]
         doc = run_perf(
             schedulers=names, sizes=size_list, samples=samples, warmup=warmup, steps=steps,
-            every=every, overhead=overhead, quality=quality, seed=seed,
+            every=every, overhead=overhead, quality=quality, seed=seed, gpus=gpus,
             say=lambda text: console.log(text, highlight=False),
         )
     except ValueError as exc:

@@ -323,7 +323,7 @@ def twin(
     running the contention ``model`` (default: processor sharing)."""
     budget = max(device.vram_budget_mb, device.vram_used_mb, 1.0)
     background = min(device.vram_used_mb, budget)
-    tools = _one_model_each(params) if residency else {
+    tools = one_model_each(params) if residency else {
         t: p.model_copy(update={"weights_mb": 0.0}) for t, p in params.items()}
     resident: dict[str, list[Any]] = {"gpu": [], "cpu": []}
     model = model or ContentionModel()
@@ -357,7 +357,7 @@ def twin(
     )
 
 
-def _one_model_each(params: Mapping[str, ToolParams]) -> dict[str, ToolParams]:
+def one_model_each(params: Mapping[str, ToolParams]) -> dict[str, ToolParams]:
     """The parameters with every tool of one model agreeing on its weights and load times
     (the first tool's), as the testbed requires."""
     first: dict[str, ToolParams] = {}

@@ -59,6 +59,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from langgraph_devsched.gpus import GpuCall, default_gpus
 from langgraph_devsched.hedging import hedge_outcomes
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.hints import ExplorationHint
@@ -69,6 +70,9 @@ from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.schedulers.dmda import DmdaScheduler
 from langgraph_devsched.schedulers.eviction_cost import RecentModels
+from langgraph_devsched.schedulers.gpu_fit import PlacedRuns, fit_gpu_shares
+from langgraph_devsched.schedulers.gpu_placement import Placed, Placement, gpus_twin, place
+from langgraph_devsched.schedulers.gpu_workers import allowed_gpus
 from langgraph_devsched.schedulers.hedge import HedgeRule
 from langgraph_devsched.schedulers.heft import HeftScheduler
 from langgraph_devsched.schedulers.monitor_model import (
@@ -102,6 +106,7 @@ from langgraph_devsched.schedulers.twin_scores import (
     observed_makespan,
 )
 from langgraph_devsched.telemetry import DeviceState
+from langgraph_devsched.testbed import SimulatedTestbed
 
 Mapping_ = tuple[DeviceOption, ...]
 PROBE_KINDS = ("unknown", "symmetric", "sparse", "swap", "shared", "queued")
@@ -111,6 +116,8 @@ MAX_DECISION_MS = 100.0
 """Default time budget of one decision's search (and contention fit), in ms."""
 MAX_SHAPES = 1024
 """Default number of batch shapes whose fits and last decisions are kept."""
+GPU_STARTS = 3
+"""Several GPUs: the search's best mappings placed on them besides the chosen one."""
 EVERY_RUN_UNTIL = 20
 """A shape's contention fit is refitted after each of its first runs, then when they double."""
 
@@ -160,6 +167,10 @@ class MonitorPolicy(SchedulerBase):
         self._contact = FirstContact(max_shapes)
         self._near_ties = NearTies(max_shapes)
         self._recent = RecentModels()
+        self._runs = PlacedRuns(max_shapes)
+        self._gpu_trials: LruTable[tuple[str, ...], bool] = LruTable(max_shapes)
+        self._gpu_fits: LruTable[tuple[str, ...], tuple[object, dict[str, float]]] = LruTable(
+            max_shapes)
         self._heft = HeftScheduler()
         self._hedge = HedgeRule() if hedge else HedgeRule(max_per_step=0)
         self._dmda = DmdaScheduler()
@@ -169,7 +180,8 @@ class MonitorPolicy(SchedulerBase):
         return {"fits": len(self._fits), "last_decisions": len(self._last),
                 "change_keys": len(self._changes), "first_contacts": len(self._contact),
                 "recent_models": len(self._recent), "hedged_sides": len(self._hedge),
-                "near_ties": len(self._near_ties)}
+                "near_ties": len(self._near_ties), "gpu_runs": len(self._runs),
+                "gpu_trials": len(self._gpu_trials), "gpu_fits": len(self._gpu_fits)}
 
     # -- protocol --------------------------------------------------------------------------
 
@@ -204,10 +216,12 @@ class MonitorPolicy(SchedulerBase):
         ids = batch.call_ids
         predicted = dict(zip(ids, (old.predicted_ms.get(c, 0.0) for c in old.mapping),
                              strict=True))
+        gpus = {new: old.gpus[was] for new, was in zip(ids, old.mapping, strict=True)
+                if was in old.gpus}
         return Decision(
             mapping=dict(zip(ids, last.options, strict=True)),  # type: ignore[arg-type]
             reason=f"reused: nothing changed ({old.reason})", predicted_ms=predicted,
-            scheduler=self.name, reused=True,
+            scheduler=self.name, reused=True, gpus=gpus,
         )
 
     def _observations(self, batch: Batch, view: SchedulerView) -> Observations:
@@ -249,7 +263,10 @@ class MonitorPolicy(SchedulerBase):
         # a batch enumerated exactly needs little of the budget: the fit may take most of it
         cheap = count_mappings(choices) <= self.exact_limit
         previous = self._fits.get(tuple(sorted(tools)))
-        fit = self._fit(tools, specs, obs, device, outcomes, deadline(0.8 if cheap else 0.5))
+        # several GPUs: each executed placement replayed on the GPUs it ran on (`gpu_fit`)
+        fit = ContentionFit(shares=self._gpu_shares(tools, specs, obs, device, outcomes)) if len(
+            device.devices) > 1 else self._fit(tools, specs, obs, device, outcomes,
+                                               deadline(0.8 if cheap else 0.5))
         if previous is not None and previous[1].model != fit.model:
             # a new contention model is a new twin: the old one's first-contact misses do
             # not say how far this one is to be trusted
@@ -280,7 +297,8 @@ class MonitorPolicy(SchedulerBase):
             self._contact.settle(
                 shape, {canon(o.placement): (observed_makespan(o), o.count) for o in outcomes
                         if o.count}, noise=model.noise)
-        seeds = self._seeds(batch, view, tools, outcomes, last)
+        heuristics = [h.decide(batch, view) for h in (self._heft, self._dmda)]
+        seeds = self._seeds(tools, outcomes, last, [d.options_for(batch) for d in heuristics])
         remaining = None if budget is None else max(
             0.0, budget - (self.clock() - started) * 1000.0)
         result = search_mappings(
@@ -308,14 +326,24 @@ class MonitorPolicy(SchedulerBase):
         near = None if probe or best != twin_best or not young else self._near_ties.trial(
             shape, tools, scores, best, low + tie, seen=model.seen)
         chosen = probe[0] if probe else near or best
+        on_gpus: Placed | None = None
+        trial: tuple[str, float] | None = None
+        if len(device.devices) > 1:  # several GPUs: where each call runs, in their twin
+            gbed = gpus_twin(params, device, oom_ms=oom_detect_ms(obs, params), model=fit.model)
+            on_gpus = self._on_gpus(batch, gbed, device, chosen, scores, heuristics, choices,
+                                    fixed=bool(probe or near), spent=deadline(1.0))
+            if not (probe or near) and young:
+                on_gpus, trial = self._gpu_trial(shape, tools, batch, on_gpus)
+            chosen = on_gpus.options()
         placed = canon(zip(tools, chosen, strict=True))
         if placed not in model.seen and _all_known(batch, obs, chosen):
-            self._contact.expect(shape, placed, model.makespan(chosen))
+            self._contact.expect(shape, placed, model.makespan(chosen) if on_gpus is None
+                                 else on_gpus.span_ms)
         mapping = dict(zip(batch.call_ids, chosen, strict=True))
-        predicted = {
-            c.call_id: c.end_ms
-            for c in bed.simulate(list(zip(batch.call_ids, tools, chosen, strict=True))).calls
-        }
+        run = list(zip(batch.call_ids, tools, chosen, strict=True))
+        predicted = {c.call_id: c.end_ms for c in (
+            bed.simulate(run) if on_gpus is None
+            else gbed.simulate(run, gpus=on_gpus.gpus(batch.call_ids))).calls}
         how = {"exact": "over all", "bound": "bounded search,",
                "local": "local search,"}[result.method]
         if probe:
@@ -334,8 +362,17 @@ class MonitorPolicy(SchedulerBase):
         if model.reloads.get(chosen):
             reason += (f" (with {model.reloads[chosen]:.0f} ms to reload the models it "
                        "evicts)")
+        if trial is not None:
+            reason = (f"probe: `{trial[0]}` never ran beside another call on one GPU (its "
+                      f"share is a guess); predicted {on_gpus.span_ms if on_gpus else 0:.1f} "
+                      f"ms vs best {trial[1]:.1f} ms")
+        gpus: dict[str, int] = {}
+        if on_gpus is not None:
+            gpus = on_gpus.gpus(batch.call_ids)
+            reason += (f"; on {len(device.devices)} GPUs {on_gpus.span_ms:.1f} ms, best of "
+                       f"{on_gpus.evals} placements in their twin")
         decision = self._decision(mapping, reason, predicted_ms=predicted,
-                                  probe=bool(probe or near))
+                                  probe=bool(probe or near or trial), gpus=gpus)
         # settled: the fit is done (no screen half way), and past the runs after each of
         # which it is refitted, or the mapping is stable while the fit still learns: the
         # last decision's mapping chosen again, neither of the two a probe, no near-tie
@@ -349,9 +386,95 @@ class MonitorPolicy(SchedulerBase):
         )
         return decision, fit.complete and (stable or not learning)
 
+    def _on_gpus(
+        self, batch: Batch, bed: SimulatedTestbed, device: DeviceState, chosen: Mapping_,
+        scores: Mapping[Mapping_, float], heuristics: Sequence[Decision],
+        choices: Sequence[tuple[DeviceOption, ...]], *, fixed: bool, spent: Callable[[], bool],
+    ) -> Placed:
+        """Several GPUs: the chosen mapping placed on them (`gpu_placement`), starting also,
+        unless the options are ``fixed`` (a probe), from the search's next best mappings,
+        the heuristics' placements and all-queued."""
+        devices = device.devices
+        calls = batch.calls
+        allowed = [[d.index for d in allowed_gpus(c.call_id, c.spec, devices)] for c in calls]
+        spots = [[(o, g) for o in options for g in ((None,) if o == "cpu" else gs)]
+                 for options, gs in zip(choices, allowed, strict=True)]
+
+        def start(options: Mapping_, named: Mapping[str, int] | None = None) -> Placement:
+            gpu_calls = []
+            for c, o, ok in zip(calls, options, allowed, strict=True):
+                g = (named or {}).get(c.call_id)
+                if o != "cpu":
+                    gpu_calls.append(GpuCall(c.call_id, c.spec.model_name(c.tool), c.spec.vram_mb,
+                                             c.spec.weights_mb, g if g in ok else None,
+                                             c.spec.gpus))
+            rule = default_gpus(gpu_calls, devices)
+            return tuple((o, None if o == "cpu" else rule[c.call_id])
+                         for c, o in zip(calls, options, strict=True))
+
+        starts = [start(chosen)]
+        if not fixed:
+            ranked = sorted(scores, key=lambda m: (scores[m], demand(m)))
+            starts += [start(m) for m in ranked[:GPU_STARTS] if m != chosen]
+            queued = tuple("gpu_queued" if "gpu_queued" in c else c[0] for c in choices)
+            starts.append(start(queued))
+            for d in heuristics:
+                options = d.options_for(batch)
+                if all(o in c for o, c in zip(options, choices, strict=True)):
+                    starts.append(start(options, d.gpus))
+        tools = [c.tool for c in calls]
+        return place(bed, batch.call_ids, tools, spots, starts, fixed_options=fixed,
+                     spent=spent, observed=self._runs.observed(tools))
+
+    def _gpu_trial(
+        self, shape: tuple[str, ...], tools: list[str], batch: Batch, placed: Placed,
+    ) -> tuple[Placed, tuple[str, float] | None]:
+        """Several GPUs, a shape's first runs: once per shape, the twin's best placement
+        that starts a tool whose share no run could tell (`PlacedRuns.shared`) at once
+        beside another call on its GPU, when it costs at most ``max_probe_cost`` more than
+        the best (the fit then learns that share from its runs); else ``placed``."""
+        if shape in self._gpu_trials:
+            return placed, None
+        gpu_tools = {c.tool for c in batch.calls if any(is_gpu(o) for o in
+                                                          c.spec.allowed_options())}
+        told = self._runs.shared(tools) | _started_beside(tools, placed.placement)
+        if gpu_tools <= told:
+            return placed, None
+        limit = placed.span_ms * (1.0 + self.max_probe_cost)
+        for p, span in sorted(placed.tried.items(), key=lambda kv: (kv[1], kv[0])):
+            if span > limit:
+                break
+            new = sorted((_started_beside(tools, p) & gpu_tools) - told)
+            if new:
+                self._gpu_trials[shape] = True
+                return Placed(p, span, placed.evals, placed.tried), (new[0], placed.span_ms)
+        return placed, None
+
+    def _gpu_shares(
+        self, tools: list[str], specs: dict[str, ToolDeviceSpec], obs: Observations,
+        device: DeviceState, outcomes: Sequence[PlacementOutcome],
+    ) -> dict[str, float]:
+        """Several GPUs: the shares that replay the shape's placements on the GPUs they ran
+        on (`gpu_fit`); refitted when that evidence moved."""
+        replays = self._runs.replays(tools)
+        shape = tuple(sorted(tools))
+        seen = sum(o.count for o in outcomes)
+        evidence = (tuple((tuple(r.calls), tuple(sorted(r.gpus.items())),
+                           min(r.weight, RESAMPLE_BELOW)) for r in replays),
+                    seen if seen < EVERY_RUN_UNTIL else int(math.log2(seen)))
+        cached = self._gpu_fits.get(shape)
+        if cached is not None and cached[0] == evidence:
+            return cached[1]
+        base = {t: estimate_params(t, s, obs, bg_share=device.gpu_utilization)
+                for t, s in specs.items()}
+        shares = fit_gpu_shares(base, device, replays, oom_ms=oom_detect_ms(obs, base),
+                                start=cached[1] if cached is not None else None)
+        self._gpu_fits[shape] = (evidence, shares)
+        return shares
+
     def _seeds(
-        self, batch: Batch, view: SchedulerView, tools: list[str],
-        outcomes: Sequence[PlacementOutcome], last: LastDecision | None,
+        self, tools: list[str], outcomes: Sequence[PlacementOutcome],
+        last: LastDecision | None, heuristics: Sequence[Mapping_],
     ) -> list[Mapping_]:
         """Where a search starts: the last mapping, the executed placements, the classical
         heuristics' mappings, all-CPU and all-queued."""
@@ -362,8 +485,7 @@ class MonitorPolicy(SchedulerBase):
             m = _in_call_order(tools, outcome)
             if m is not None:
                 seeds.append(m)
-        for heuristic in (self._heft, self._dmda):
-            seeds.append(heuristic.decide(batch, view).options_for(batch))
+        seeds.extend(heuristics)
         seeds.append(tuple("cpu" for _ in tools))
         seeds.append(tuple("gpu_queued" for _ in tools))
         return seeds
@@ -424,6 +546,8 @@ class MonitorPolicy(SchedulerBase):
             self._changes.observe(StepRecord(measured, 0.0))
         if self._private and self._device is not None:
             self.monitor.record_step(batch, decision, record, self._device)
+        if self._device is not None and len(self._device.devices) > 1:
+            self._runs.add(record)
 
     # -- search ----------------------------------------------------------------------------
 
@@ -575,6 +699,14 @@ _ROOM = 128
 PROBE_CALLS = 4096
 """A decision weighs the hints (best expected gain first) whose probe mappings, times the
 batch's calls, add up to at most this many (at least one hint)."""
+
+
+def _started_beside(tools: Sequence[str], placement: Placement) -> set[str]:
+    """The tools a placement starts at once (``gpu_now``) beside another such call on the
+    same GPU."""
+    now = [(t, g) for t, (o, g) in zip(tools, placement, strict=True) if o == "gpu_now"]
+    return {t for i, (t, g) in enumerate(now)
+            if any(h == g for j, (_, h) in enumerate(now) if j != i)}
 
 
 def _all_known(batch: Batch, obs: Observations, mapping: Mapping_) -> bool:

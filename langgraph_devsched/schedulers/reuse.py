@@ -50,14 +50,21 @@ UTIL_BUCKET = 0.1
 
 def telemetry_bucket(device: DeviceState) -> tuple[object, ...]:
     """The telemetry a decision depends on, coarsened so that jitter does not count, and
-    which models are warm on each side (a load or an eviction changes what a mapping costs)."""
+    which models are warm on each side (a load or an eviction changes what a mapping costs);
+    on several GPUs, each GPU's too."""
     budget = max(device.vram_budget_mb, 1.0)
-    return (
+    flat = (
         device.gpu_available, round(device.vram_budget_mb), device.cpu_cores,
         math.floor(device.vram_used_mb / budget / VRAM_BUCKET),
         math.floor(device.gpu_utilization / UTIL_BUCKET),
         frozenset((w.model, w.side) for w in device.resident),
     )
+    if len(device.gpus) <= 1:
+        return flat
+    return flat + tuple(  # several GPUs: each one's load and warm models
+        (round(d.budget_mb), math.floor(d.used_mb / max(d.budget_mb, 1.0) / VRAM_BUCKET),
+         math.floor(d.utilization / UTIL_BUCKET), frozenset(w.model for w in d.resident))
+        for d in device.gpus)
 
 
 @dataclass
