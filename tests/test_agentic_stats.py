@@ -88,7 +88,9 @@ def test_merge_of_two_runs_is_the_summary_of_all_their_decisions() -> None:
              decided(cause="timeout", latency_ms=30000), decided(cached=True)]
     second = [decided(via="text", latency_ms=1200, agrees=False, guard_waived="swap",
                       deviation=Deviation(twin_won_ms=-12.5)),
-              decided(cause="guarded", latency_ms=800), decided(skipped="probe")]
+              decided(cause="guarded", latency_ms=800),
+              decided(cause="guarded", latency_ms=700, guard_by="measured"),
+              decided(skipped="probe")]
     stats = [AgenticStats(), AgenticStats(), AgenticStats()]
     for d in first:
         stats[0].add(d)
@@ -98,5 +100,7 @@ def test_merge_of_two_runs_is_the_summary_of_all_their_decisions() -> None:
         stats[2].add(d)
     merged = merge([stats[0].summary(), None, stats[1].summary()])
     assert merged is not None and merged == stats[2].summary()
-    assert merged.fallbacks == {"timeout": 1, "guarded": 1} and merged.deviations_lost == 1
+    assert merged.fallbacks == {"timeout": 1, "guarded": 2} and merged.deviations_lost == 1
     assert merged.skipped == {"probe": 1} and merged.agreement_rate == 0.5
+    assert merged.guarded_measured == 1
+    assert "1 guarded by measurement" in format_agentic("agentic", merged)

@@ -65,6 +65,9 @@ class AgenticSummary(BaseModel):
     deviations_measured: int = Field(
         0, description="deviations judged by measurement (both mappings ran), else the twin")
     guard_waived: int = Field(0, description="answers the guard let through as hinted probes")
+    guarded_measured: int = Field(
+        0, description="guarded answers judged by measurement (their mapping ran slower than "
+                       "the fastest measured one of the shape), not by the twin")
     latencies_ms: list[float] = Field(
         default_factory=list, description="each consultation's latency, in order"
     )
@@ -127,6 +130,8 @@ class AgenticStats:
             deviation_won_ms=sum(won),
             deviations_measured=sum(1 for d in devs if d.by == "measured"),
             guard_waived=sum(1 for r in valid if getattr(r, "guard_waived", None)),
+            guarded_measured=sum(1 for r in asked if r.cause == "guarded"
+                                 and getattr(r, "guard_by", "twin") == "measured"),
             latencies_ms=[float(r.latency_ms) for r in asked],
         )
 
@@ -204,4 +209,6 @@ def format_agentic(name: str, s: AgenticSummary) -> str:
         )
     if s.guard_waived:
         parts.append(f"{s.guard_waived} hinted probes past the guard")
+    if s.guarded_measured:
+        parts.append(f"{s.guarded_measured} guarded by measurement")
     return ", ".join(parts)
