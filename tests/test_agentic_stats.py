@@ -103,4 +103,14 @@ def test_merge_of_two_runs_is_the_summary_of_all_their_decisions() -> None:
     assert merged.fallbacks == {"timeout": 1, "guarded": 2} and merged.deviations_lost == 1
     assert merged.skipped == {"probe": 1} and merged.agreement_rate == 0.5
     assert merged.guarded_measured == 1
-    assert "1 guarded by measurement" in format_agentic("agentic", merged)
+    line = format_agentic("agentic", merged)
+    assert "1 guarded by measurement" in line
+    assert merged.answered == 2  # the guarded records there carry no answer (via)
+    both = AgenticStats()
+    both.add(decided(via="text", latency_ms=900))
+    both.add(decided(via="text", cause="guarded", guard_by="measured", latency_ms=900))
+    both.add(decided(cause="timeout", latency_ms=30000))
+    s = both.summary()
+    assert s is not None and (s.valid_answers, s.answered, s.consultations) == (1, 2, 3)
+    assert format_agentic("agentic", s).startswith(
+        "agentic: 1/3 valid answers (33%), answered by the model 2/3 (67%, the guard overrode 1)")

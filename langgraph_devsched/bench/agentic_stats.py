@@ -44,6 +44,10 @@ class AgenticSummary(BaseModel):
     )
     valid_answers: int = Field(description="consultations whose answer was parsed and used")
     valid_rate: float | None = Field(description="valid_answers / consultations")
+    answered: int = Field(
+        0, description="consultations the model answered validly: its answer used, or "
+                       "overridden by the guard (the guard's verdict is the scheduler's)")
+    answered_rate: float | None = Field(None, description="answered / consultations")
     fallbacks: dict[str, int] = Field(description="whole-step fallbacks by cause")
     repaired: int = Field(description="used answers that needed per-call repairs")
     llm_calls: int
@@ -115,6 +119,7 @@ class AgenticStats:
             skipped=dict(Counter(str(r.skipped) for r in self.records
                                  if r.skipped is not None and not r.cached)),
             valid_answers=len(valid),
+            answered=sum(1 for r in asked if getattr(r, "answered", r.valid)),
             fallbacks=dict(Counter(str(r.cause) for r in asked if r.cause is not None)),
             repaired=self.repaired,
             llm_calls=sum(int(r.llm_calls) for r in asked),
@@ -136,7 +141,8 @@ class AgenticStats:
         )
 
 
-_RATES = ("valid_rate", "latency_p50_ms", "latency_p95_ms", "cache_hit_rate", "agreement_rate")
+_RATES = ("valid_rate", "answered_rate", "latency_p50_ms", "latency_p95_ms", "cache_hit_rate",
+          "agreement_rate")
 
 
 def _with_rates(**counts: Any) -> AgenticSummary:
@@ -145,6 +151,7 @@ def _with_rates(**counts: Any) -> AgenticSummary:
     return AgenticSummary(
         **{**counts, "deviation_won_ms": round(counts["deviation_won_ms"], 3)},
         valid_rate=counts["valid_answers"] / asked if asked else None,
+        answered_rate=counts["answered"] / asked if asked else None,
         latency_p50_ms=_percentile(counts["latencies_ms"], 0.5),
         latency_p95_ms=_percentile(counts["latencies_ms"], 0.95),
         cache_hit_rate=counts["cached_tokens"] / prompt if prompt else None,
@@ -191,6 +198,10 @@ def format_agentic(name: str, s: AgenticSummary) -> str:
         f"{name}: {s.valid_answers}/{s.consultations} valid answers{rate}",
         f"fallbacks {kv(s.fallbacks)}",
     ]
+    if s.answered != s.valid_answers:
+        parts.insert(1, f"answered by the model {s.answered}/{s.consultations} "
+                        f"({s.answered_rate or 0:.0%}, the guard overrode "
+                        f"{s.answered - s.valid_answers})")
     if s.repaired:
         parts.append(f"{s.repaired} repaired")
     parts.append(f"{s.cached_decisions} cached")

@@ -96,6 +96,11 @@ class ConsultationRecord:
         return self.via is not None and self.cause is None and not self.cached
 
     @property
+    def answered(self) -> bool:
+        """The model gave a parsed answer: used (`valid`), or overridden by the guard."""
+        return self.via is not None and self.cause in (None, "guarded") and not self.cached
+
+    @property
     def asked(self) -> bool:
         """The model was consulted for this decision (not a cached reuse, not skipped)."""
         return not self.cached and self.skipped is None
