@@ -351,13 +351,21 @@ class Runner:
     timeout_s: float
     clock: Callable[[], float] = time.monotonic
 
-    def late(self, consultation: Consultation, cause: AgenticCause) -> Outcome:
+    def late(self, tally: Tally, cause: AgenticCause) -> Outcome:
         detail = (
             f"no answer within {self.timeout_s:g} s" if cause == "timeout"
             else f"all {self.slots.size} consultation threads are held by model calls "
             "still running"
         )
-        return Outcome(failure=cause, detail=detail, tally=consultation.tally)
+        return Outcome(failure=cause, detail=detail, tally=tally)
+
+    def full(self, model: BaseChatModel, *, asynchronous: bool) -> bool:
+        """Whether a consultation of ``model`` would find every slot held now (a natively
+        async model under `arun` needs none): the step falls back at once, before the
+        consultation is even built."""
+        if asynchronous and _native_async(model):
+            return False
+        return self.slots.in_use >= self.slots.size
 
     def _left(self, consultation: Consultation) -> float:
         return max(0.0, consultation.deadline - self.clock())
@@ -366,11 +374,11 @@ class Runner:
         cfg = child_config(config)
         future = self.slots.start(lambda: consultation.invoke(cfg))
         if future is None:
-            return self.late(consultation, "busy")
+            return self.late(consultation.tally, "busy")
         try:
             return future.result(timeout=self._left(consultation))
         except FutureTimeout:
-            return self.late(consultation, "timeout")
+            return self.late(consultation.tally, "timeout")
 
     async def arun(self, consultation: Consultation, config: RunnableConfig | None) -> Outcome:
         cfg = child_config(config)
@@ -379,9 +387,9 @@ class Runner:
         else:
             future = self.slots.start(lambda: consultation.invoke(cfg))
             if future is None:
-                return self.late(consultation, "busy")
+                return self.late(consultation.tally, "busy")
             work = asyncio.wrap_future(future)
         try:
             return await asyncio.wait_for(work, self._left(consultation))
         except asyncio.TimeoutError:
-            return self.late(consultation, "timeout")
+            return self.late(consultation.tally, "timeout")

@@ -234,7 +234,7 @@ class AgenticScheduler(SchedulerBase):
     # -- protocol ------------------------------------------------------------------------------
 
     def decide(self, batch: Batch, view: View, *, config: RunnableConfig | None = None) -> Decision:
-        step = self._prepare(batch, view)
+        step = self._prepare(batch, view, asynchronous=False)
         if isinstance(step, Decision):
             return step
         outcome = step.consultation.skip() or self._runner.run(step.consultation, config)
@@ -245,7 +245,7 @@ class AgenticScheduler(SchedulerBase):
     ) -> Decision:
         """`decide` without blocking the event loop: a natively async model runs on the loop
         and is cancelled at the deadline; any other runs in a consultation thread."""
-        step = self._prepare(batch, view)
+        step = self._prepare(batch, view, asynchronous=True)
         if isinstance(step, Decision):
             return step
         outcome = step.consultation.skip() or await self._runner.arun(step.consultation, config)
@@ -293,15 +293,17 @@ class AgenticScheduler(SchedulerBase):
         with self._lock:
             self.llm_calls += 1
 
-    def _prepare(self, batch: Batch, view: View) -> _Prepared | Decision:
-        """The decision made without the model (a probe, a cached answer), else the step
-        with its consultation built."""
+    def _prepare(self, batch: Batch, view: View, *, asynchronous: bool) -> _Prepared | Decision:
+        """The decision made without the model (a probe, a cached answer, every consultation
+        thread held: ``busy``), else the step with its consultation built."""
         step = self._step(batch, self._with_observations(batch, view))
         if step.lead is not None and step.lead.probe:
             return self._probe(step, step.lead)
         cached = self._lookup(step)
         if cached is not None:
             return cached
+        if self._runner.full(self.model, asynchronous=asynchronous):
+            return self._conclude(step, self._runner.late(Tally(mode=self.mode), "busy"))
         try:
             step.twin_view = TwinView.build(batch, step.view.device, step.view.observations)
         except Exception as exc:  # the twin is advice: never let it break a step
