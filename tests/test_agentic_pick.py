@@ -59,7 +59,7 @@ def picker(script: list[AIMessage], **kw: Any) -> tuple[AgenticScheduler, ToolSc
 
 def shown(sched: AgenticScheduler, batch: Batch = BATCH) -> list[Any]:
     """The candidates a pick consultation of ``batch`` shows (lead first)."""
-    step = sched._prepare(batch, VIEW)
+    step = sched._prepare(batch, VIEW, asynchronous=False)
     return step.consultation.candidates  # type: ignore[union-attr]
 
 
