@@ -7,6 +7,7 @@ compiled graph with `RayBackend`; the actors are read back through their public 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -229,5 +230,18 @@ def test_a_dead_actors_call_is_answered_once(two_gpus: Any, tmp_path: Path,
         assert msg.status == "error" and "was lost on the Ray cluster" in str(msg.content)
         assert record.error is not None and record.error.startswith("lost: ActorDiedError")
         assert backend.slots()[0].ledger.in_use_mb == 0
+    node.close()
+    assert all(s.ledger.in_use_mb == 0 for s in backend.slots())
+
+
+def test_async_steps_reach_the_same_actor_and_find_the_model_warm(two_gpus: Any) -> None:
+    backend, reports = RayBackend(), []
+    node = make(backend, reports, scheduler=OnGpu({"embed": 1}))
+    app = graph(node)
+    first = answers(asyncio.run(app.ainvoke(step(("embed", "a1")))))["a1"]
+    second = answers(asyncio.run(app.ainvoke(step(("embed", "a2")))))["a2"]
+    assert first["pid"] == second["pid"] and second["device"] == "cuda:1"
+    loaded = [r.record.calls[0].loaded for r in reports]  # type: ignore[union-attr]
+    assert loaded == [True, False]
     node.close()
     assert all(s.ledger.in_use_mb == 0 for s in backend.slots())

@@ -27,6 +27,7 @@ cold) or answered with an error; `close` kills the actors and empties the ledger
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -302,7 +303,8 @@ class _Dispatch:
         except ray.exceptions.RayError as exc:
             raise self._lost(exc) from exc
         except BaseException:
-            ray.cancel(ref)
+            with contextlib.suppress(Exception):  # an actor's running call: not interruptible
+                ray.cancel(ref)
             raise
         return self._answer(answer)
 
