@@ -77,8 +77,8 @@ class GpuModelHost:
     def run(self, tool: Any, tool_input: Any, config: dict[str, Any], placement: Placement,
             use_async: bool) -> ActorAnswer:
         """Free the models the admission evicted, then run the call in the cache's scope."""
-        if placement.evicted:
-            self.cache.drop(placement.evicted)
+        if placement.evicted:  # an instance a running call uses stays (a later call's load)
+            self.cache.drop(placement.evicted, idle_only=True)
         declared = placement.model
         with self.cache.scope(placement.device, declared, placement.evicted,
                               cold=placement.warm is False) as used:
