@@ -245,3 +245,17 @@ def test_async_steps_reach_the_same_actor_and_find_the_model_warm(two_gpus: Any)
     assert loaded == [True, False]
     node.close()
     assert all(s.ledger.in_use_mb == 0 for s in backend.slots())
+
+
+def test_calls_of_one_model_in_one_step_share_the_actors_single_load(two_gpus: Any) -> None:
+    """Two calls of the tiny model at once on GPU 0: the actor runs them side by side and
+    loads the model once (its cache's load gate); both records name the model, one loaded."""
+    backend, reports = RayBackend(), []
+    node = make(backend, reports, scheduler=OnGpu({"embed": 0}))
+    out = answers(graph(node).invoke(step(("embed", "p"), ("embed", "q"))))
+    assert out["p"]["pid"] == out["q"]["pid"] and out["p"]["device"] == "cuda:0"
+    calls = reports[0].record.calls  # type: ignore[union-attr]
+    assert sorted(c.loaded for c in calls) == [False, True]
+    assert (stats(backend)[0].loads, stats(backend)[0].hits) == (1, 1)
+    assert backend.slots()[0].ledger.in_use_mb == 3000  # the weights, once; no working memory
+    node.close()

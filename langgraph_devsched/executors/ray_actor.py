@@ -80,8 +80,10 @@ class GpuModelHost:
         if placement.evicted:  # an instance a running call uses stays (a later call's load)
             self.cache.drop(placement.evicted, idle_only=True)
         declared = placement.model
-        with self.cache.scope(placement.device, declared, placement.evicted,
-                              cold=placement.warm is False) as used:
+        # not ``cold``: calls reach a threaded actor in any order, so a call the ledger
+        # admitted cold may come after a later one that loaded the model (reloading would
+        # free that call's instance); the evictions travel with the calls instead
+        with self.cache.scope(placement.device, declared, placement.evicted) as used:
             ok, value, where = invoke_tool(tool, tool_input, config, placement, use_async)
         where = Where(where.node_id, where.node_ip, (str(self.index),))
         holds = declared is not None and self.cache.holds(declared, "gpu")
