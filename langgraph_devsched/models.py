@@ -239,12 +239,16 @@ class ModelCache:
         self._settle(record)
         self._free_closing()
 
-    def drop(self, models: Iterable[str], side: ModelSide = "gpu") -> None:
-        """Free the instances of ``models`` on ``side`` (the ledger already evicted them)."""
+    def drop(self, models: Iterable[str], side: ModelSide = "gpu", *,
+             idle_only: bool = False) -> None:
+        """Free the instances of ``models`` on ``side`` (the ledger already evicted them);
+        ``idle_only``: not those a running call uses (a ledger in another process evicted
+        them, and a later call may already have loaded them again)."""
         names = set(models)
         freed = []
         with self._lock:
-            for key in [k for k in self._entries if k[0] in names and side_of(k[1]) == side]:
+            for key in [k for k in self._entries if k[0] in names and side_of(k[1]) == side
+                        and not (idle_only and k in self._users)]:
                 freed.append(self._entries.pop(key))
                 self.evictions += 1
         self._free(freed)

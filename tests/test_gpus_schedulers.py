@@ -16,6 +16,7 @@ from langgraph_devsched.schedulers.dmda import DmdaScheduler
 from langgraph_devsched.schedulers.heft import HeftScheduler
 from langgraph_devsched.schedulers.oracle import OracleScheduler
 from langgraph_devsched.schedulers.static import AllGpuScheduler, StaticHintScheduler
+from langgraph_devsched.schedulers.ucb import UcbScheduler
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
 from langgraph_devsched.testbed import GpuSpec, SimulatedTestbed, ToolParams
 
@@ -96,3 +97,38 @@ def test_the_oracle_over_gpus_refuses_past_its_bound() -> None:
     batch = Batch.of([(f"c{i}", "ocr", ToolDeviceSpec()) for i in range(5)])
     with pytest.raises(ValueError, match=r"59049 placements.*limit of 20000"):
         OracleScheduler(testbed=bed).decide(batch, SchedulerView(bed.device_state()))
+
+
+def test_ucb_arms_name_the_gpu_and_reach_the_oracles_placement_on_two_gpus() -> None:
+    """2 GPUs: each call's choices are cpu and 2 options x 2 GPUs (5), an arm names the GPU
+    of every GPU-placed call, and once every arm was pulled on the testbed (noise-free, the
+    makespan from the same state each step) its best arm is the oracle's placement
+    (``exploration=0``: UCB1 pulls its best mean arm once every arm was tried)."""
+    bed = SimulatedTestbed(PARAMS, gpus=[GpuSpec(vram_mb=24000, resident=("llm",)),
+                                         GpuSpec(vram_mb=24000)])
+    spec = ToolDeviceSpec(profile=SoloProfile(cpu_ms=400, gpu_ms=100), vram_mb=2000)
+    llm = ToolDeviceSpec(profile=SoloProfile(cpu_ms=5000, gpu_ms=200), vram_mb=1000,
+                         weights_mb=16000, load_ms=LoadProfile(gpu_ms=3000))
+    batch = Batch.of([("l", "llm", llm), ("a", "ocr", spec), ("b", "ocr", spec)])
+    two = SchedulerView(bed.device_state())
+    ucb = UcbScheduler(exploration=0.0)
+    first = ucb.decide(batch, two)
+    assert first.gpus["l"] == 0  # the static estimate: the LLM where it is warm
+    assert set(first.gpus) == {c for c, o in first.mapping.items() if o != "cpu"}
+    assert "untried arm (1 of 125)" in first.reason  # (2 x 2 + 1) ** 3 arms
+    decision = first
+    for _ in range(5 ** 3):
+        calls = [(c.call_id, c.tool, decision.mapping[c.call_id]) for c in batch.calls]
+        ucb.observe(batch, decision, bed.simulate(calls, gpus=dict(decision.gpus)))
+        decision = ucb.decide(batch, two)
+    best = OracleScheduler(testbed=bed).decide(batch, two)
+    placed = [(c.call_id, c.tool, decision.mapping[c.call_id]) for c in batch.calls]
+    assert not decision.probe
+    assert bed.makespan(placed, gpus=dict(decision.gpus)) == best.predicted_ms["makespan"]
+
+
+def test_ucb_on_one_gpu_names_no_gpu_and_keeps_its_arms() -> None:
+    ucb = UcbScheduler()
+    batch = Batch.of([("a", "ocr", OCR), ("b", "ocr", OCR)])
+    d = ucb.decide(batch, view(GpuDevice(0, "a", 24000)))
+    assert dict(d.gpus) == {} and "untried arm (1 of 9)" in d.reason

@@ -522,8 +522,9 @@ def test_devsched_bench_runs_with_the_ray_backend(ray_local: Any) -> None:
 def test_a_models_weights_are_reserved_once_per_gpu_and_kept(ray_local: Any) -> None:
     """On Ray the weights live in worker processes the node cannot make free them: the GPU's
     ledger reserves them the first time a call of the model lands there and keeps them, so a
-    second model that does not fit beside them goes to the CPU instead of over-committing."""
-    backend = RayBackend()
+    second model that does not fit beside them goes to the CPU instead of over-committing.
+    (``model_actors=False``: the task path; with the actors, see tests/test_ray_actors.py.)"""
+    backend = RayBackend(model_actors=False)
     reports: list[StepReport] = []
     hints = {"embed": {"vram_mb": 500, "model": "minilm", "weights_mb": 5000,
                        "pinned": "gpu_now"},

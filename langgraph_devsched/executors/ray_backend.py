@@ -16,10 +16,19 @@
 
 Records carry where a call ran: ``device`` is ``"<node ip>/cuda:<id>"`` on a GPU, and
 ``node``/``gpu_type`` name the node and Ray's accelerator type.
+
+A GPU call on a resident model (its ``model`` hint) goes, with ``model_actors`` (default),
+to the long-lived actor of the GPU slot the decision named (``Decision.gpus`` over the
+slots, else `langgraph_devsched.gpus.default_gpus`), which holds that GPU's models
+(`executors.ray_actor`): its second call there is warm. The slot's ledger evicts idle
+models LRU and the actor frees them; a dead actor's call is placed again (a new actor,
+cold) or answered with an error; `close` kills the actors and empties the ledgers.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 import math
 import threading
@@ -39,11 +48,13 @@ from langgraph_devsched.executors.base import (
     PlacementError,
     PlannedCall,
     RunOnce,
+    planned_gpus,
     vram_needed,
     wait_bound,
 )
 from langgraph_devsched.executors.lease import Lease, leased
 from langgraph_devsched.executors.local import is_gpu_oom
+from langgraph_devsched.executors.ray_actor import ActorAnswer, HostRef, SlotHosts
 from langgraph_devsched.executors.ray_cluster import (
     NodeView,
     cluster_device_state,
@@ -59,8 +70,10 @@ from langgraph_devsched.ledger import (
     VramLedger,
     WeightsNeed,
 )
+from langgraph_devsched.models import MAX_MODELS
 from langgraph_devsched.records import CallRecord
-from langgraph_devsched.telemetry import DeviceState
+from langgraph_devsched.residency import WarmModel
+from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
 T = TypeVar("T")
 
@@ -68,7 +81,8 @@ GPU_DEVICE_IN_TASK = "cuda:0"
 """The device a GPU tool is told: Ray sets ``CUDA_VISIBLE_DEVICES`` to the GPU it assigned."""
 
 
-NODE_LOSS_ERRORS = ("TaskUnschedulableError", "NodeDiedError", "LocalRayletDiedError")
+NODE_LOSS_ERRORS = ("TaskUnschedulableError", "NodeDiedError", "LocalRayletDiedError",
+                    "ActorUnschedulableError")
 """Ray errors that mean a GPU call's pinned node is gone: place it elsewhere."""
 
 
@@ -96,7 +110,10 @@ class RayBackend:
     """Run calls as Ray tasks on a cluster (or a local Ray instance).
 
     Connects with ``ray.init(address=address, **init_kwargs)`` on first use unless Ray is
-    already initialised (call ``ray.init`` yourself to control it).
+    already initialised (call ``ray.init`` yourself to control it). ``model_actors`` sends
+    the GPU calls of resident-model tools to one actor per GPU slot (created lazily, at most
+    ``actor_concurrency`` calls at once each, at most ``max_models`` instances each), which
+    keeps their models warm; ``close`` kills the actors.
     """
 
     name = "ray"
@@ -112,6 +129,9 @@ class RayBackend:
         lost_call_retries: int = 1,
         queue_timeout_s: float | None = None,
         shared: bool = False,
+        model_actors: bool = True,
+        actor_concurrency: int = 16,
+        max_models: int = MAX_MODELS,
         init_kwargs: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -134,6 +154,9 @@ class RayBackend:
         self.lost_call_retries = lost_call_retries
         self.queue_timeout_s = queue_timeout_s
         self.shared = shared
+        self.model_actors = model_actors
+        self.hosts = SlotHosts(actor_concurrency, max_models)
+        """The GPU slots' actors (``model_actors``)."""
         self._init_kwargs = dict(init_kwargs or {})
         self._clock = clock
         self._slots: dict[tuple[str, int], GpuSlot] = {}
@@ -176,15 +199,46 @@ class RayBackend:
         return self._nodes.get(node_id)
 
     def device_state(self) -> DeviceState:
-        return cluster_device_state(self.refresh(), self.vram_resource)
+        """The cluster from Ray's view; with ``model_actors``, each GPU slot's resident
+        models (its ledger), and, with several slots, one `GpuDevice` per slot (index: the
+        slot's place in `slots`), so a scheduler can name the GPU."""
+        state = cluster_device_state(self.refresh(), self.vram_resource)
+        slots = self.slots()
+        if not state.gpu_available or not slots or not self.model_actors:
+            return state
+        gpus = slot_devices(slots)
+        flat: tuple[WarmModel, ...] = sum((d.resident for d in gpus), ())
+        if len(slots) == 1:
+            return dataclasses.replace(state, resident=flat)
+        return dataclasses.replace(state, resident=flat, gpus=gpus)
+
+    def close(self) -> None:
+        """Kill the GPU slots' actors (their models go with them) and drop every idle
+        model's weights from the ledgers; weights a running call uses go when it ends."""
+        self.hosts.close()
+        with self._lock:
+            slots = list(self._slots.values())
+        for slot in slots:
+            slot.ledger.clear_weights()
 
     def start_step(self, calls: Sequence[PlannedCall]) -> _RayStep:
         self.refresh()
         return _RayStep(self, calls)
 
 
+def slot_devices(slots: Sequence[GpuSlot]) -> tuple[GpuDevice, ...]:
+    """The GPU slots as a scheduler sees them: index = place in ``slots``, the budget and
+    resident models of each slot's ledger."""
+    return tuple(
+        GpuDevice(i, f"{slot.ip}/cuda:{slot.index}"
+                  + (f" ({slot.gpu_type})" if slot.gpu_type else ""),
+                  slot.ledger.capacity_mb, 0.0, 0.0, slot.ledger.resident())
+        for i, slot in enumerate(slots))
+
+
 class _Dispatch:
-    """Submits one placed call as a Ray task and waits for its answer."""
+    """Submits one placed call as a Ray task (or to its GPU slot's actor) and waits for
+    its answer."""
 
     def __init__(self, step: _RayStep, call: PlannedCall, placement: Placement) -> None:
         self._step = step
@@ -192,8 +246,12 @@ class _Dispatch:
         self._placement = placement
 
     def _submit(self, tool: BaseTool, tool_input: Any, config: RunnableConfig, aio: bool) -> Any:
-        options = self._step.task_options(self._call, self._placement)
         try:
+            if self._placement.on_gpu and self._step.on_actor(self._call):
+                host = self._step.host_for(self._call)
+                return host.handle.run.remote(
+                    tool, tool_input, portable_config(config), self._placement, aio)
+            options = self._step.task_options(self._call, self._placement)
             return (
                 remote_invoke()
                 .options(**options)
@@ -206,8 +264,12 @@ class _Dispatch:
                 "be picklable"
             ) from exc
 
-    def _answer(self, answer: tuple[bool, Any, Where]) -> Any:
-        ok, value, where = answer
+    def _answer(self, answer: tuple[bool, Any, Where] | ActorAnswer) -> Any:
+        if isinstance(answer, ActorAnswer):
+            self._step.answers[self._call.call_id] = answer
+            ok, value, where = answer.ok, answer.value, answer.where
+        else:
+            ok, value, where = answer
         self._step.where[self._call.call_id] = where
         if ok:
             return value
@@ -217,6 +279,7 @@ class _Dispatch:
 
     def _lost(self, exc: BaseException) -> RemoteCallLost:
         why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+        self._step.host_lost(self._call)
         self._step.lost[self._call.call_id] = why
         return RemoteCallLost(
             f"tool {self._call.tool!r} was lost on the Ray cluster ({why}) after "
@@ -240,7 +303,8 @@ class _Dispatch:
         except ray.exceptions.RayError as exc:
             raise self._lost(exc) from exc
         except BaseException:
-            ray.cancel(ref)
+            with contextlib.suppress(Exception):  # an actor's running call: not interruptible
+                ray.cancel(ref)
             raise
         return self._answer(answer)
 
@@ -265,6 +329,52 @@ class _RayStep(BookedStep):
         self.lost: dict[str, str] = {}
         self._avoid: dict[str, set[str]] = {}
         """Per call, nodes not to place it on again (its task was lost with the node)."""
+        self.answers: dict[str, ActorAnswer] = {}
+        """Per call sent to a GPU slot's actor, what that actor answered."""
+        self._host_of: dict[str, HostRef] = {}
+        self._order = backend.slots()
+        self._gpus: dict[str, int] = {}
+        if backend.model_actors and len(self._order) > 1:  # the decision's GPU, else the rule
+            self._gpus = planned_gpus(calls, slot_devices(self._order))
+
+    # -- resident models: the GPU slot's actor ----------------------------------------------
+    def on_actor(self, call: PlannedCall) -> bool:
+        """A call on a resident model runs, on a GPU, in its slot's actor."""
+        return self.backend.model_actors and call.spec.model_name(call.tool) is not None
+
+    def host_for(self, call: PlannedCall) -> HostRef:
+        slot = self._slot_of[call.call_id]
+        host = self.backend.hosts.get(slot.node_id, slot.index)
+        self._host_of[call.call_id] = host
+        return host
+
+    def host_lost(self, call: PlannedCall) -> None:
+        """The call's actor died (or its node): a new actor takes the slot, the models the
+        dead one held leave the ledger (those in use when their calls end: `_settle`)."""
+        host, slot = self._host_of.get(call.call_id), self._slot_of.get(call.call_id)
+        if host is not None and slot is not None and self.backend.hosts.forget(
+                slot.node_id, slot.index, host.generation):
+            slot.ledger.clear_weights()
+
+    def _settle(self, call: PlannedCall) -> None:
+        """After an actor call's reservation went back: weights no actor holds leave the
+        ledger (its actor died or was closed, or the tool's load failed); a declared model
+        the tool never asked the cache for is loaded its own way and kept (as locally)."""
+        host = self._host_of.pop(call.call_id, None)
+        slot = self._slot_of.get(call.call_id)
+        model = call.spec.model_name(call.tool)
+        if host is None or slot is None or model is None:
+            return
+        if not self.backend.hosts.current(slot.node_id, slot.index, host.generation):
+            slot.ledger.evict(model)
+            return
+        answer = self.answers.get(call.call_id)
+        if answer is None or answer.holds or not slot.ledger.is_resident(model):
+            return
+        if answer.asked:
+            slot.ledger.evict(model)
+        else:
+            slot.ledger.keep(model)
 
     # -- the node's hook: run the tool inside a Ray task ------------------------------------
     def remote_tool(self, call_id: str, tool: BaseTool, placement: Placement) -> BaseTool:
@@ -292,14 +402,18 @@ class _RayStep(BookedStep):
             return Placement("cpu", "cpu")
         avoid = self._avoid.get(call.call_id, set())
         slots = [s for s in self.backend.slots() if s.node_id not in avoid]
+        index = self._gpus.get(call.call_id)
+        named = self._order[index] if index is not None and index < len(self._order) else None
         if not slots:
             why = "the Ray cluster has no alive GPU node"
             if avoid:
                 why += " other than the one its task was lost with"
             return self._cpu_or_fail(call, "no_gpu", why)
-        need = _weights(call)
+        need = self._weights(call)
         weights = need.mb if need is not None else 0.0
         big = [s for s in slots if call.spec.vram_mb + weights <= s.ledger.capacity_mb + 1e-9]
+        if named is not None and named in big:
+            return [named]  # an actor call: the GPU the decision (or the default rule) named
         if not big:
             most = max(s.ledger.capacity_mb for s in slots)
             return self._cpu_or_fail(
@@ -309,6 +423,18 @@ class _RayStep(BookedStep):
                 f"cluster has {most:.0f} MB ({self.backend.vram_resource})",
             )
         return sorted(big, key=lambda s: (-s.ledger.free_mb, s.key))
+
+    def _weights(self, call: PlannedCall) -> WeightsNeed | None:
+        """A call's model weights on a Ray GPU. In a slot's actor (``model_actors``) they
+        are the actor's cache entry: evicted LRU as on one machine (unless ``keep_warm``).
+        In a task they live in Ray worker processes, which the node cannot make free them:
+        reserved on that GPU's ledger the first time a call of the model lands there and
+        kept (``keep_warm``), never evicted for another model."""
+        model = call.spec.model_name(call.tool)
+        if model is None:
+            return None
+        keep = call.spec.keep_warm if self.on_actor(call) else True
+        return WeightsNeed(model, call.spec.weights_mb, keep_warm=keep)
 
     def _free_in_ray(self, slot: GpuSlot, call: PlannedCall) -> bool:
         """With ``shared``: Ray's view of the node also has room (other drivers' use)."""
@@ -327,6 +453,9 @@ class _RayStep(BookedStep):
         in_use = sum(s.ledger.in_use_mb for s in self.backend.slots())
         self._peak = max(self._peak, in_use)
         warm = None if res.model is None else not res.loaded
+        if self.on_actor(call):  # the actor sees its node's GPUs: its own is cuda:<index>
+            return Placement(call.option, f"cuda:{slot.index}", None, res.mb, res.model, warm,
+                             res.evicted)
         return Placement(call.option, GPU_DEVICE_IN_TASK, None, res.mb, res.model, warm)
 
     def _now(
@@ -335,7 +464,8 @@ class _RayStep(BookedStep):
         for slot in slots:
             if not self._free_in_ray(slot, call):
                 continue
-            res = slot.ledger.try_reserve(call.spec.vram_mb, call.spec.gpu_share, _weights(call))
+            res = slot.ledger.try_reserve(call.spec.vram_mb, call.spec.gpu_share,
+                                          self._weights(call))
             if res is not None:
                 return self._granted(call, slot, res), (slot, res)
         free = max(s.ledger.free_mb for s in slots)
@@ -345,7 +475,7 @@ class _RayStep(BookedStep):
     def _queue_slot(self, call: PlannedCall, slots: list[GpuSlot]) -> GpuSlot:
         for slot in slots:
             if slot.ledger.queued == 0 and slot.ledger.admissible(
-                call.spec.vram_mb, call.spec.gpu_share, _weights(call)
+                call.spec.vram_mb, call.spec.gpu_share, self._weights(call)
             ):
                 return slot
         return min(slots, key=lambda s: (s.ledger.queued, s.ledger.active, s.key))
@@ -362,7 +492,7 @@ class _RayStep(BookedStep):
         wait, by_deadline = wait_bound(deadline, self.backend.queue_timeout_s)
         try:
             res = slot.ledger.reserve(
-                call.spec.vram_mb, call.spec.gpu_share, wait, _weights(call),
+                call.spec.vram_mb, call.spec.gpu_share, wait, self._weights(call),
             )
         except (QueueTimeoutError, NeverFitsError) as exc:
             return self._queue_refused(call, exc, deadline if by_deadline else None), None
@@ -378,7 +508,7 @@ class _RayStep(BookedStep):
         wait, by_deadline = wait_bound(deadline, self.backend.queue_timeout_s)
         try:
             res = await slot.ledger.areserve(
-                call.spec.vram_mb, call.spec.gpu_share, wait, _weights(call),
+                call.spec.vram_mb, call.spec.gpu_share, wait, self._weights(call),
             )
         except (QueueTimeoutError, NeverFitsError) as exc:
             return self._queue_refused(call, exc, deadline if by_deadline else None), None
@@ -417,6 +547,12 @@ class _RayStep(BookedStep):
         slot = self._slot_of.get(call.call_id) if placement.on_gpu else None
         lost = self.lost.get(call.call_id)
         node = where.node_ip if where is not None and where.node_ip else None
+        answer = self.answers.get(call.call_id)
+        model = call.spec.model_name(call.tool)
+        loaded, load_ms, evicted = placement.warm is False, 0.0, placement.evicted
+        if answer is not None:  # what the GPU slot's actor's cache did
+            loaded, load_ms, evicted = answer.loaded, answer.load_ms, answer.evicted
+            model = answer.model or model
         self._book.add(
             CallRecord(
                 call_id=call.call_id,
@@ -431,8 +567,10 @@ class _RayStep(BookedStep):
                 error=f"lost: {lost}" if lost else None,
                 node=node or (slot.ip if slot is not None else None),
                 gpu_type=slot.gpu_type if slot is not None else None,
-                model=call.spec.model_name(call.tool),
-                loaded=placement.warm is False,
+                model=model,
+                loaded=loaded,
+                load_ms=load_ms,
+                evicted=evicted,
             )
         )
 
@@ -443,6 +581,7 @@ class _RayStep(BookedStep):
     def _end(self, call: PlannedCall, run: _RayRun) -> None:
         self._release(run.held)
         run.held = None
+        self._settle(call)
         self._record(call, run.placement, run.start, run.peers)
 
     def run_sync(self, call_id: str, run: RunOnce[T], deadline: Deadline | None = None) -> T:
@@ -467,6 +606,7 @@ class _RayStep(BookedStep):
                     raise exc if exc is not None else AssertionError("outlived without error")
                 self._release(state.held)
                 state.held = None
+                self._settle(call)
                 if self._retry_lost(call, attempt):
                     state.placement, state.held = self._place(call, deadline)
                     state.peers = max(state.peers, self._peers(state.held))
@@ -506,6 +646,7 @@ class _RayStep(BookedStep):
                     raise exc if exc is not None else AssertionError("outlived without error")
                 self._release(state.held)
                 state.held = None
+                self._settle(call)
                 if self._retry_lost(call, attempt):
                     state.placement, state.held = await self._aplace(call, deadline)
                     state.peers = max(state.peers, self._peers(state.held))
@@ -522,12 +663,3 @@ class _RayStep(BookedStep):
             lease.end(lambda: self._end(call, state))
 
 
-def _weights(call: PlannedCall) -> WeightsNeed | None:
-    """A call's model weights on a Ray GPU: reserved on that GPU's ledger the first time a
-    call of the model lands there, and kept (``keep_warm``): they live in Ray worker
-    processes, which the node cannot make free them, so they are never evicted for
-    another model."""
-    model = call.spec.model_name(call.tool)
-    if model is None:
-        return None
-    return WeightsNeed(model, call.spec.weights_mb, keep_warm=True)

@@ -68,6 +68,8 @@ def _where() -> Where:
     try:
         import ray
 
+        if not ray.is_initialized():  # outside Ray: asking would start a local instance
+            return Where()
         ctx = ray.get_runtime_context()
         gpu_ids = tuple(str(g) for g in ctx.get_accelerator_ids().get("GPU", []))
         return Where(ctx.get_node_id(), ray.util.get_node_ip_address(), gpu_ids)

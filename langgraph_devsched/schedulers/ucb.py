@@ -7,6 +7,15 @@ declared VRAM does not fit counted as CPU), so the likely good ones come early. 
 arm has been tried, the arm with the best ``-mean_ms / worst_mean_ms + sqrt(2 ln N / n_arm)``
 is pulled. It explores whole mappings, so it reaches the optimum only after paying for many probes.
 
+On a machine with several GPUs (``SchedulerView.devices``) an arm also names the GPU of each
+GPU-placed call: a call's choices are ``cpu`` and each GPU option on each GPU its ``gpus``
+hint allows (2k + 1 with k GPUs), and the static estimate takes each GPU apart (its calls'
+declared GPU time over its declared ``speed``, plus their model's declared load where it is
+cold there, a ``gpu_now`` counted as CPU where it does not fit that GPU's free VRAM; of arms
+alike in that estimate, the one with less work in all, loads included, first). The decision
+names the arm's GPUs (``Decision.gpus``). One GPU: the arms and the decisions of
+before, exactly (no GPU named).
+
 Bounded: up to ``enumerate_limit`` mappings the arms are every mapping, sorted by the static
 estimate; beyond that they are built incrementally, best first (from the HEFT mapping, each
 new arm the best-estimated single-call change of one already built), so 3^n is never
@@ -35,10 +44,13 @@ from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.schedulers.costs import declared_cost
+from langgraph_devsched.schedulers.gpu_workers import allowed_gpus, gpu_load_cost
 from langgraph_devsched.schedulers.heft import HeftScheduler
 from langgraph_devsched.schedulers.tables import LruTable
 
-Arm = tuple[DeviceOption, ...]
+Choice = tuple[DeviceOption, int | None]
+"""One call's option and, on a machine with several GPUs, the GPU of a GPU option."""
+Arm = tuple[Choice, ...]
 ENUMERATE_LIMIT = 6561
 """Up to this many mappings (3^8) the arms are all enumerated and sorted."""
 MAX_ARMS = 256
@@ -56,6 +68,8 @@ class _Bandit:
     """How many mappings the shape has."""
     pulls: dict[Arm, int] = field(default_factory=dict)
     total_ms: dict[Arm, float] = field(default_factory=dict)
+    gpus: int = 1
+    """How many GPUs the arms place on (more than one: they name the GPU)."""
 
     @property
     def n(self) -> int:
@@ -81,7 +95,8 @@ class _Bandit:
 
 
 def _best_first(
-    root: Arm, choices: list[tuple[DeviceOption, ...]], estimate: Callable[[Arm], float]
+    root: Arm, choices: list[tuple[Choice, ...]],
+    estimate: Callable[[Arm], tuple[float, float]]
 ) -> Iterator[Arm]:
     """Arms in (roughly) increasing estimate: the root, then repeatedly the best-estimated
     single-call change of an arm already given. The frontier is bounded."""
@@ -135,7 +150,7 @@ class UcbScheduler(SchedulerBase):
     def _bandit(self, batch: Batch, view: SchedulerView) -> _Bandit:
         shape = batch.shape
         bandit = self._bandits.get(shape)
-        if bandit is None:
+        if bandit is None or bandit.gpus != max(1, len(view.devices)):  # GPUs came or went
             bandit = self._new_bandit(batch, view)
             self._bandits[shape] = bandit
         return bandit
@@ -144,27 +159,47 @@ class UcbScheduler(SchedulerBase):
         order = self._order(batch)
         calls = [batch.calls[i] for i in order]
         gpu_ok = view.device.gpu_available
-        choices = []
+        devices = view.devices if len(view.devices) > 1 else ()
+        by_index = {d.index: d for d in devices}
+        choices: list[tuple[Choice, ...]] = []
         for c in calls:
             allowed = c.spec.allowed_options()
-            choices.append(("cpu",) if not gpu_ok and "cpu" in allowed else tuple(allowed))
+            options = ("cpu",) if not gpu_ok and "cpu" in allowed else tuple(allowed)
+            gpus: list[int | None] = [None]  # one GPU: the arms name none
+            if devices:
+                gpus = [d.index for d in allowed_gpus(c.call_id, c.spec, devices)]
+            choices.append(tuple((o, None if o == "cpu" else g) for o in options
+                                 for g in ([None] if o == "cpu" else gpus)))
         cores = max(1, view.device.cpu_cores)
         gpu = [declared_cost(c.spec, "gpu", gpu_ok) for c in calls]
         cpu = [declared_cost(c.spec, "cpu", gpu_ok) for c in calls]
         vram = [c.spec.vram_mb for c in calls]
         free_mb = view.device.vram_budget_mb - view.device.vram_used_mb
 
-        def estimate(arm: Arm) -> float:
-            on_gpu, cpu_ms, held = 0.0, [], 0.0
-            for g, x, mb, o in zip(gpu, cpu, vram, arm, strict=True):
-                if o == "gpu_now" and held + mb > free_mb:
+        def estimate(arm: Arm) -> tuple[float, float]:
+            cpu_ms: list[float] = []
+            on_gpu: dict[int | None, float] = {}
+            held: dict[int | None, float] = {}
+            loaded: set[tuple[str, int]] = set()
+            for c, g, x, mb, (o, k) in zip(calls, gpu, cpu, vram, arm, strict=True):
+                device = by_index.get(k) if k is not None else None
+                free = free_mb if device is None else device.free_mb
+                if o == "gpu_now" and held.get(k, 0.0) + mb > free:
                     cpu_ms.append(x)  # declared VRAM does not fit: expect OOM, then CPU
                 elif o != "cpu":
-                    on_gpu += g
-                    held += mb if o == "gpu_now" else 0.0
+                    if device is not None:  # several GPUs: its speed, a cold model's load
+                        g = g / device.speed + gpu_load_cost(c.spec, c.tool, device, loaded)
+                        model = c.spec.model_name(c.tool)
+                        if model is not None:
+                            loaded.add((model, device.index))
+                    on_gpu[k] = on_gpu.get(k, 0.0) + g
+                    held[k] = held.get(k, 0.0) + (mb if o == "gpu_now" else 0.0)
                 else:
                     cpu_ms.append(x)
-            return max(on_gpu, max(cpu_ms, default=0.0), sum(cpu_ms) / cores)
+            span = max(max(on_gpu.values(), default=0.0), max(cpu_ms, default=0.0),
+                       sum(cpu_ms) / cores)
+            # several GPUs: of arms alike in span (the slowest resource), less work first
+            return span, (sum(on_gpu.values()) + sum(cpu_ms)) if devices else 0.0
 
         total = math.prod(len(c) for c in choices)
         source: Iterator[Arm]
@@ -173,13 +208,15 @@ class UcbScheduler(SchedulerBase):
             ranked = sorted(range(len(arms)), key=lambda k: (estimate(arms[k]), k))
             source = iter([arms[k] for k in ranked])
         else:
-            heft = HeftScheduler().decide(batch, view).mapping
+            heft = HeftScheduler().decide(batch, view)
             root = tuple(
-                heft[c.call_id] if heft[c.call_id] in opts else opts[0]
+                pick if (pick := (heft.mapping[c.call_id], heft.gpus.get(c.call_id)
+                                  if devices and heft.mapping[c.call_id] != "cpu" else None))
+                in opts else opts[0]
                 for c, opts in zip(calls, choices, strict=True)
             )
             source = _best_first(root, choices, estimate)
-        return _Bandit(source, self.max_arms, total=total)
+        return _Bandit(source, self.max_arms, total=total, gpus=max(1, len(devices)))
 
     def decide(self, batch: Batch, view: SchedulerView) -> Decision:
         bandit = self._bandit(batch, view)
@@ -202,16 +239,22 @@ class UcbScheduler(SchedulerBase):
             probe = arms[best_mean] != arm
             reason = f"UCB1: best upper bound, mean {bandit.mean(arm):.1f} ms"
         order = self._order(batch)
-        mapping = {batch.calls[i].call_id: o for i, o in zip(order, arm, strict=True)}
+        mapping = {batch.calls[i].call_id: o for i, (o, _) in zip(order, arm, strict=True)}
         mapping = {cid: mapping[cid] for cid in batch.call_ids}
-        return self._decision(mapping, reason, probe=probe)
+        gpus = {batch.calls[i].call_id: k for i, (_, k) in zip(order, arm, strict=True)
+                if k is not None}
+        return self._decision(mapping, reason, probe=probe, gpus=gpus)
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
         bandit = self._bandits.get(batch.shape)
         if bandit is None:
             return
         order = self._order(batch)
-        arm = tuple(decision.mapping[batch.calls[i].call_id] for i in order)
+        several = bandit.gpus > 1
+        arm = tuple(
+            (o, decision.gpus.get(cid) if several and o != "cpu" else None)
+            for cid, o in ((batch.calls[i].call_id, decision.mapping[batch.calls[i].call_id])
+                           for i in order))
         if arm not in bandit.pulls and (arm not in bandit.arms or (
                 len(bandit.pulls) >= bandit.max_arms)):
             return
