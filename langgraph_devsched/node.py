@@ -443,13 +443,10 @@ class DeviceToolNode(ToolNode):
         call_id = request.tool_call.get("id")
         if step is None or call_id not in step.planned or request.tool is None:
             return super()._execute_tool_sync(request, input_type, config)
-        if step.plain:  # a lean step nobody observes: run as ToolNode runs it, booked
-            try:
-                return step.execution.run_plain(  # type: ignore[attr-defined]
-                    call_id, lambda: ToolNode._execute_tool_sync(self, request, input_type,
-                                                                 config))
-            finally:
-                self.planner.close(step)
+        if step.plain:  # a lean step nobody observes: run as ToolNode runs it, booked;
+            # the step is this invocation's alone: `_close_own` closes it
+            return step.execution.run_plain(  # type: ignore[attr-defined]
+                call_id, lambda: ToolNode._execute_tool_sync(self, request, input_type, config))
         return self.run_planned(
             step,
             request,
@@ -529,7 +526,10 @@ class DeviceToolNode(ToolNode):
         self, tool_call: ToolCall, tool_runtime: ToolRuntime, tool: BaseTool | None = None
     ) -> ToolCall:
         injected = super()._inject_tool_args(tool_call, tool_runtime, tool)
-        names = self.device_args(tool_call["name"], tool)
+        name = tool_call["name"]
+        names = self._device_args.get(name, ())
+        if tool is not None and tool is not self.tools_by_name.get(name):
+            names = self.device_args(name, tool)  # swapped in at run time: inspected
         if not names:
             return injected
         from langgraph_devsched.device import current_device

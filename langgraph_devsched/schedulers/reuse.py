@@ -93,15 +93,18 @@ class ChangeDetector:
         self._counter = itertools.count(1)
 
     def observe(self, record: StepRecord) -> None:
+        samples, stats = self._samples, self._stats
         for call in record.calls:
             if call.error is not None:
                 continue
-            key = (call.tool, call.option, call.device, call.gpu_peers, call.fallback)
-            self._samples[call.tool] = (self._samples.get(call.tool, 0) or 0) + 1
-            stat = self._stats.setdefault_with(key, _Welford)
-            if stat.surprising(call.run_ms, self.sigmas, self.floor):
-                self._versions[call.tool] = next(self._counter)
-            stat.add(call.run_ms)
+            tool = call.tool
+            key = (tool, call.option, call.device, call.gpu_peers, call.fallback)
+            samples[tool] = (samples.get(tool, 0) or 0) + 1
+            stat = stats.setdefault_with(key, _Welford)
+            run_ms = call.end_ms - call.start_ms
+            if stat.surprising(run_ms, self.sigmas, self.floor):
+                self._versions[tool] = next(self._counter)
+            stat.add(run_ms)
 
     def versions(self, tools: Iterable[str]) -> tuple[int, ...]:
         """Each tool's version, sorted by tool name (0: never seen, or forgotten)."""
