@@ -96,15 +96,16 @@ class LeanExecution:
         self._started.add(call_id)
         scope = CallScope(self._models, "cpu")
         error: str | None = None
-        start = self._clock()
+        clock = self._clock
+        start = clock()
         with placed(CPU), scope:
             try:
                 return run()
             except BaseException as failed:
                 error = describe_failure(failed)
                 raise
-            finally:
-                self._book(call_id, start, error, scope.record)
+            finally:  # booked inline (a retried call: its last run)
+                self._ended[call_id] = ("cpu", start, clock(), error, scope.record)
 
     def run_sync(self, call_id: str, run: RunOnce[T], deadline: Deadline | None = None) -> T:
         return self.run_plain(call_id, lambda: run(CPU)[0])

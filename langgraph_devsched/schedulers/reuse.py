@@ -78,6 +78,12 @@ class _Welford:
         self.mean += delta / self.count
         self.m2 += delta * (x - self.mean)
 
+    def take(self, x: float, sigmas: float, floor: float) -> bool:
+        """`add` ``x``; whether it was `surprising` before (one call a sample)."""
+        news = self.surprising(x, sigmas, floor)
+        self.add(x)
+        return news
+
 
 class ChangeDetector:
     """Per tool, a version that moves when one of its samples is news."""
@@ -98,13 +104,11 @@ class ChangeDetector:
             if call.error is not None:
                 continue
             tool = call.tool
-            key = (tool, call.option, call.device, call.gpu_peers, call.fallback)
             samples[tool] = (samples.get(tool, 0) or 0) + 1
-            stat = stats.setdefault_with(key, _Welford)
-            run_ms = call.end_ms - call.start_ms
-            if stat.surprising(run_ms, self.sigmas, self.floor):
+            stat = stats.setdefault_with(
+                (tool, call.option, call.device, call.gpu_peers, call.fallback), _Welford)
+            if stat.take(call.end_ms - call.start_ms, self.sigmas, self.floor):
                 self._versions[tool] = next(self._counter)
-            stat.add(run_ms)
 
     def versions(self, tools: Iterable[str]) -> tuple[int, ...]:
         """Each tool's version, sorted by tool name (0: never seen, or forgotten)."""
