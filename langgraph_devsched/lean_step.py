@@ -6,10 +6,14 @@ only allowed option, it names no resident model, has no timeout, no CPU/GPU vari
 `LocalBackend` without a CPU-slot limit and has no node-wide ``call_timeout_s``, there is
 nothing to reserve, wait for or fall back from: `LeanExecution` runs each call where it is
 (the CPU, under the backend's resident-model scope, so `ResidentModel.get` answers from the
-same cache) and books one `CallRecord` per call, as the local backend would (device
+same cache) and gives one `CallRecord` per call, as the local backend would (device
 ``cpu``, no VRAM, no peers, the error text of a raised call). The step is still decided
 (forced), recorded, observed and reported like any other; only the per-call placement,
 lease and ledger work of the general path is skipped (issue 25: the unhinted overhead).
+When no callback or tracer would see the runs, the node hands each call to `run_plain`,
+which books its start, end and error (the records are built once, when the step's record
+is read), and a call's model scope costs nothing until the tool asks for a model
+(`models.CallScope`).
 
 >>> from langgraph_devsched.executors.base import PlannedCall
 >>> from langgraph_devsched.executors.local import LocalBackend
@@ -23,13 +27,12 @@ lease and ledger work of the general path is skipped (issue 25: the unhinted ove
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TypeVar
 
-from langgraph_devsched.device import Placement
+from langgraph_devsched.device import Placement, placed
 from langgraph_devsched.executors.base import (
     ARunOnce,
-    BookedStep,
     Deadline,
     PlannedCall,
     RunOnce,
@@ -37,8 +40,8 @@ from langgraph_devsched.executors.base import (
 )
 from langgraph_devsched.executors.local import LocalBackend
 from langgraph_devsched.hints import ToolDeviceSpec
-from langgraph_devsched.models import CallModels
-from langgraph_devsched.records import CallRecord
+from langgraph_devsched.models import CallModels, CallScope
+from langgraph_devsched.records import CallRecord, StepRecord
 
 T = TypeVar("T")
 
@@ -65,54 +68,102 @@ def lean_backend(backend: object, call_timeout_s: float | None) -> bool:
             and call_timeout_s is None)
 
 
-class LeanExecution(BookedStep):
-    """A `StepExecution` of plain calls on the local CPU (see the module docstring)."""
+class LeanExecution:
+    """A `StepExecution` of plain calls on the local CPU (see the module docstring).
+
+    A call books what it needs to be recorded (start, end, error, what it did with resident
+    models); its `CallRecord` is built when the step's record is read, once."""
 
     def __init__(self, calls: Sequence[PlannedCall], backend: LocalBackend) -> None:
-        super().__init__(calls, backend._clock)
+        self._calls = {c.call_id: c for c in calls}
+        self._clock = backend._clock
         self._models = backend.models
+        self._t0 = self._clock()
+        self._ended: dict[str, tuple[str, float, float, str | None, CallModels | None]] = {}
+        """Per call id: its device (``cpu``; ``none``: it never started), start, end,
+        error, and what it did with resident models (None: nothing)."""
+        self._started: set[str] = set()
 
-    def _book_run(self, call: PlannedCall, start: float, used: CallModels,
-                  error: str | None) -> None:
-        end = self._clock()
-        self._book.add(CallRecord(
-            call.call_id, call.tool, call.option, "cpu", None, (start - self._t0) * 1000.0,
-            (end - self._t0) * 1000.0, 0.0, 0, error, model=used.model, load_ms=used.load_ms,
-            loaded=used.loaded, evicted=used.evicted,
-        ))
+    def _book(self, call_id: str, start: float, error: str | None,
+              used: CallModels | None) -> None:
+        self._ended[call_id] = ("cpu", start, self._clock(), error, used)  # a retry: its last
 
-    def run_sync(self, call_id: str, run: RunOnce[T], deadline: Deadline | None = None) -> T:
-        call = self._start(call_id)
-        start = self._clock()
+    def run_plain(self, call_id: str, run: Callable[[], T]) -> T:
+        """Run ``run()`` as the plain call ``call_id``, on the CPU (`current_placement` and
+        the backend's model cache answer inside), and book it."""
+        if call_id not in self._calls:
+            raise KeyError(call_id)
+        self._started.add(call_id)
+        scope = CallScope(self._models, "cpu")
         error: str | None = None
-        with self._models.scope("cpu") as used:
+        clock = self._clock
+        start = clock()
+        with placed(CPU), scope:
             try:
-                return run(CPU)[0]
+                return run()
             except BaseException as failed:
                 error = describe_failure(failed)
                 raise
-            finally:
-                self._book_run(call, start, used, error)
+            finally:  # booked inline (a retried call: its last run)
+                self._ended[call_id] = ("cpu", start, clock(), error, scope.record)
+
+    def run_sync(self, call_id: str, run: RunOnce[T], deadline: Deadline | None = None) -> T:
+        return self.run_plain(call_id, lambda: run(CPU)[0])
 
     async def run_async(
         self, call_id: str, run: ARunOnce[T], deadline: Deadline | None = None
     ) -> T:
-        call = self._start(call_id)
-        start = self._clock()
+        if call_id not in self._calls:
+            raise KeyError(call_id)
+        self._started.add(call_id)
+        scope = CallScope(self._models, "cpu")
         error: str | None = None
-        with self._models.scope("cpu") as used:
+        start = self._clock()
+        with scope:
             try:
                 return (await run(CPU))[0]
             except BaseException as failed:
                 error = describe_failure(failed)
                 raise
             finally:
-                self._book_run(call, start, used, error)
+                self._book(call_id, start, error, scope.record)
+
+    def close_unstarted(self, call_ids: Sequence[str], why: str) -> None:
+        if len(self._ended) == len(self._calls):
+            return  # every call ended: none is unstarted
+        now = self._clock()
+        for call_id in call_ids:
+            if call_id in self._calls and call_id not in self._started:
+                self._ended.setdefault(call_id, ("none", now, now, why, None))
+
+    def observed_ms(self, call_id: str) -> float | None:
+        return None  # measured when the call ends; see CallRecord
+
+    @property
+    def done(self) -> bool:
+        return len(self._ended) == len(self._calls)  # only planned calls are booked
+
+    def record(self) -> StepRecord:
+        """One `CallRecord` a booked call (device ``cpu``, no VRAM, no peers; ``none`` for
+        a call that never started), in the order the calls were planned."""
+        t0 = self._t0
+        calls: list[CallRecord] = []
+        for call_id, call in self._calls.items():
+            ended = self._ended.get(call_id)
+            if ended is None:
+                continue
+            device, start, end, error, used = ended
+            start_ms, end_ms = (start - t0) * 1000.0, (end - t0) * 1000.0
+            if used is None:
+                calls.append(CallRecord(call_id, call.tool, call.option, device, None,
+                                        start_ms, end_ms, 0.0, 0, error))
+            else:
+                calls.append(CallRecord(
+                    call_id, call.tool, call.option, device, None, start_ms, end_ms, 0.0, 0,
+                    error, model=used.model, load_ms=used.load_ms, loaded=used.loaded,
+                    evicted=used.evicted))
+        makespan = max((c.end_ms for c in calls), default=0.0)
+        return StepRecord(calls=tuple(calls), makespan_ms=makespan)
 
 
-def lean_run(execution: Any) -> bool:
-    """True when ``execution`` is a lean step's (the node then runs its calls directly)."""
-    return isinstance(execution, LeanExecution)
-
-
-__all__ = ["LeanExecution", "lean_backend", "lean_run", "plain_tools"]
+__all__ = ["LeanExecution", "lean_backend", "plain_tools"]

@@ -149,7 +149,35 @@ class _Scope:
         return self.cache.instance(handle, device or self.record.device, self.record)
 
 
-_SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
+class CallScope:
+    """`ModelCache.scope` for a call that declares no model (a plain CPU call): its
+    `CallModels` record is made only when the tool asks for a model, and ``finish`` runs
+    only then (a class, not a generator: it runs on every lean call)."""
+
+    __slots__ = ("_token", "cache", "device", "record")
+
+    def __init__(self, cache: ModelCache, device: str) -> None:
+        self.cache = cache
+        self.device = device
+        self.record: CallModels | None = None
+        """None until the call asked for a model: then what it did with it."""
+
+    def instance(self, handle: ResidentModel[M], device: str | None) -> M:
+        if self.record is None:
+            self.record = CallModels(self.device)
+        return self.cache.instance(handle, device or self.device, self.record)
+
+    def __enter__(self) -> CallScope:
+        self._token = _SCOPE.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _SCOPE.reset(self._token)
+        if self.record is not None:
+            self.cache.finish(self.record)
+
+
+_SCOPE: contextvars.ContextVar[_Scope | CallScope | None] = contextvars.ContextVar(
     "devsched_models", default=None
 )
 
@@ -219,6 +247,11 @@ class ModelCache:
             _SCOPE.reset(token)
             if not until_finish:
                 self.finish(record)
+
+    def call_scope(self, device: str) -> CallScope:
+        """`scope` for a call on ``device`` that declares no model, its record made only if
+        the tool asks for one (`CallScope`; the lean path of plain calls)."""
+        return CallScope(self, device)
 
     def finish(self, record: CallModels) -> None:
         """The call of ``record`` has really ended (its thread returned) and its GPU

@@ -35,7 +35,7 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 from langgraph_devsched.aio import threaded_wrapper
-from langgraph_devsched.call_runner import CallRunner, is_sync_only, step_observed
+from langgraph_devsched.call_runner import CallRunner, is_sync_only
 from langgraph_devsched.device import injected_device_args, placed
 from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.hedge_race import race
@@ -43,7 +43,7 @@ from langgraph_devsched.hedging import hedge_id
 from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
 from langgraph_devsched.idle import IdleCalibration
 from langgraph_devsched.langsmith_check import check_langsmith
-from langgraph_devsched.lean_step import CPU, lean_backend, lean_run, plain_tools
+from langgraph_devsched.lean_step import CPU, lean_backend, plain_tools
 from langgraph_devsched.node_checks import check_testbed_covers, node_backend, warn_never_fitting
 from langgraph_devsched.planning import (
     PlannedStep,
@@ -56,6 +56,7 @@ from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Scheduler
 from langgraph_devsched.schedulers.registry import make_scheduler
 from langgraph_devsched.testbed import SimulatedTestbed
+from langgraph_devsched.tracing import has_observers
 
 __all__ = ["DeviceToolNode", "StepReport", "pending_step_calls"]
 
@@ -269,13 +270,20 @@ class DeviceToolNode(ToolNode):
         key = shared_step_key(batch, config) if shared and batch.calls else None
         return batch, key, [c.get("id") or "" for c in tool_calls]
 
-    def _lean_step(self, batch: Batch, key: StepKey | None) -> PlannedStep | None:
+    def _lean_step(
+        self, batch: Batch, key: StepKey | None, config: RunnableConfig
+    ) -> PlannedStep | None:
         """The step run lean (`lean_step`) when it is its caller's alone and every call is
-        plain; else None (planned as usual)."""
+        plain; else None (planned as usual). Its calls skip the node's per-call work
+        (``step.plain``) unless a callback or tracer would see their runs (then they take
+        the general path, which gives each run its decision metadata)."""
         if key is not None or not self._plain or not all(
                 c.tool in self._plain for c in batch.calls):
             return None
-        return self.planner.plan_lean(batch)
+        step = self.planner.plan_lean(batch)
+        if step is not None:
+            step.plain = not has_observers(config)
+        return step
 
     def plan_calls(
         self, calls: list[ToolCall], config: RunnableConfig | None = None
@@ -341,7 +349,7 @@ class DeviceToolNode(ToolNode):
         runtime: Runtime,
     ) -> Any:
         batch, key, own = self._own_step(input, config)
-        step = (self._lean_step(batch, key) or self.planner.plan(batch, config, key)
+        step = (self._lean_step(batch, key, config) or self.planner.plan(batch, config, key)
                 if batch.calls else None)
         token = _STEP.set(step)
         try:
@@ -359,8 +367,8 @@ class DeviceToolNode(ToolNode):
         if self.idle is not None:  # a step arrived: the idle run stops first
             await self.idle.stop()
         batch, key, own = self._own_step(input, config)
-        step = (self._lean_step(batch, key) or await self.planner.aplan(batch, config, key)
-                if batch.calls else None)
+        step = (self._lean_step(batch, key, config)
+                or await self.planner.aplan(batch, config, key) if batch.calls else None)
         token = _STEP.set(step)
         limit = config.get("max_concurrency")
         limit_token = _LIMIT.set(asyncio.Semaphore(limit) if limit else None)
@@ -379,7 +387,8 @@ class DeviceToolNode(ToolNode):
         recorded as such, and the step closes if nothing else of it still runs."""
         if step is None:
             return
-        own = own + [hedge_id(c) for c in own if hedge_id(c) in step.planned]  # unraced ones
+        if step.report.decision.hedges:
+            own = own + [hedge_id(c) for c in own if hedge_id(c) in step.planned]  # unraced
         try:
             step.execution.close_unstarted(
                 own, "not run: its invocation ended (cancelled or answered) before it started"
@@ -434,15 +443,10 @@ class DeviceToolNode(ToolNode):
         call_id = request.tool_call.get("id")
         if step is None or call_id not in step.planned or request.tool is None:
             return super()._execute_tool_sync(request, input_type, config)
-        if lean_run(step.execution) and not step_observed(step, config):
-            def run(_: Any) -> tuple[Any, bool]:
-                with placed(CPU):
-                    return ToolNode._execute_tool_sync(self, request, input_type, config), False
-
-            try:
-                return step.execution.run_sync(call_id or "", run)
-            finally:
-                self.planner.close(step)
+        if step.plain:  # a lean step nobody observes: run as ToolNode runs it, booked;
+            # the step is this invocation's alone: `_close_own` closes it
+            return step.execution.run_plain(  # type: ignore[attr-defined]
+                call_id, lambda: ToolNode._execute_tool_sync(self, request, input_type, config))
         return self.run_planned(
             step,
             request,
@@ -457,7 +461,7 @@ class DeviceToolNode(ToolNode):
         call_id = request.tool_call.get("id")
         if step is None or call_id not in step.planned or request.tool is None:
             return await super()._execute_tool_async(request, input_type, config)
-        if lean_run(step.execution) and not step_observed(step, config):
+        if step.plain:  # a lean step nobody observes: run as ToolNode runs it, booked
             async def arun(_: Any) -> tuple[Any, bool]:
                 with placed(CPU):
                     answer = await ToolNode._execute_tool_async(self, request, input_type,
@@ -522,7 +526,10 @@ class DeviceToolNode(ToolNode):
         self, tool_call: ToolCall, tool_runtime: ToolRuntime, tool: BaseTool | None = None
     ) -> ToolCall:
         injected = super()._inject_tool_args(tool_call, tool_runtime, tool)
-        names = self.device_args(tool_call["name"], tool)
+        name = tool_call["name"]
+        names = self._device_args.get(name, ())
+        if tool is not None and tool is not self.tools_by_name.get(name):
+            names = self.device_args(name, tool)  # swapped in at run time: inspected
         if not names:
             return injected
         from langgraph_devsched.device import current_device

@@ -94,6 +94,9 @@ class PlannedStep:
     finished: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     ambient_tracing: bool | None = None
+    plain: bool = False
+    """A lean step (`lean_step`) whose runs nobody observes: the node runs each call as
+    `ToolNode` does and the execution books it (``run_plain``)."""
 
 
 def shared_step_key(batch: Batch, config: RunnableConfig | None) -> StepKey | None:
@@ -433,8 +436,7 @@ class StepPlanner:
         forced = forced_decision(batch, None, self.scheduler.name)
         if forced is None:
             return None
-        planned = {c.call_id: PlannedCall(c.call_id, c.tool, forced.mapping[c.call_id], c.spec)
-                   for c in batch.calls}
+        planned = {c.call_id: PlannedCall(c.call_id, c.tool, "cpu", c.spec) for c in batch.calls}
         execution = LeanExecution(list(planned.values()), self.backend)  # type: ignore[arg-type]
         report = StepReport(batch, forced, self.scheduler.name, {})
         return PlannedStep(report, execution, planned, None)

@@ -25,6 +25,8 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import patch_config
+from langchain_core.tracers import context as _tracer_context
+from langsmith import utils as _ls_utils
 
 from langgraph_devsched.device import Placement
 
@@ -149,18 +151,14 @@ def has_observers(config: RunnableConfig, *, ambient: bool | None = None) -> boo
 def ambient_tracing() -> bool:
     """True when tracing is on for this context: `collect_runs`, `tracing_v2_enabled`, a
     configure hook, or LangSmith's environment (``LANGSMITH_TRACING``)."""
-    from langchain_core.tracers import context
-
-    hooks = getattr(context, "_configure_hooks", [])
-    if any(hook[0].get() is not None for hook in hooks):
+    if _tracer_context.run_collector_var.get() is not None:
         return True
-    if context.run_collector_var.get() is not None:
+    if _tracer_context.tracing_v2_callback_var.get() is not None:
         return True
-    if context.tracing_v2_callback_var.get() is not None:
-        return True
-    from langsmith import utils as ls_utils
-
-    return bool(ls_utils.tracing_is_enabled())
+    for hook in getattr(_tracer_context, "_configure_hooks", ()):
+        if hook[0].get() is not None:
+            return True
+    return bool(_ls_utils.tracing_is_enabled())
 
 
 def with_observed_latency(config: RunnableConfig) -> RunnableConfig:

@@ -112,6 +112,9 @@ def test_a_plain_tool_reads_resident_models_from_the_backend_cache(
     assert lean_steps == [1, 1, 1]
     assert LOADS == ["cpu"]  # loaded once, into the backend's cache
     assert backend.models.holds("m", "cpu")
+    records = [report.record.calls[0] for report in node.history if report.record]
+    assert [(c.model, c.loaded) for c in records] == [("m", True), (None, False), (None, False)]
+    assert records[0].load_ms >= 0.0 and records[1].load_ms == 0.0  # the load: the first's
 
 
 @pytest.mark.parametrize("why", ["hints", "call_timeout_s", "cpu_workers", "testbed"])

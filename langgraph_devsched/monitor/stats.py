@@ -92,8 +92,12 @@ class RunningStat(BaseModel):
                 update={"outliers": self.outliers + 1, "pending": pending,
                         "last_step": step, "last_time": time}
             )
-        updated = self._welford(x)
-        return updated.model_copy(update={"pending": (), "last_step": step, "last_time": time})
+        count = self.count + 1  # Welford's step, inline: `add` runs for every sample
+        delta = x - self.mean
+        mean = self.mean + delta / count
+        m2 = self.m2 + delta * (x - mean)
+        return self.model_copy(update={"count": count, "mean": mean, "m2": max(0.0, m2),
+                                       "pending": (), "last_step": step, "last_time": time})
 
     def _welford(self, x: float) -> RunningStat:
         count = self.count + 1

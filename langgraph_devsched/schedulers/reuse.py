@@ -85,6 +85,12 @@ class _Welford:
         self.mean += delta / self.count
         self.m2 += delta * (x - self.mean)
 
+    def take(self, x: float, sigmas: float, floor: float) -> bool:
+        """`add` ``x``; whether it was `surprising` before (one call a sample)."""
+        news = self.surprising(x, sigmas, floor)
+        self.add(x)
+        return news
+
 
 class ChangeDetector:
     """Per tool, a version that moves when one of its samples is news."""
@@ -100,15 +106,16 @@ class ChangeDetector:
         self._counter = itertools.count(1)
 
     def observe(self, record: StepRecord) -> None:
+        samples, stats = self._samples, self._stats
         for call in record.calls:
             if call.error is not None:
                 continue
-            key = (call.tool, call.option, call.device, call.gpu_peers, call.fallback)
-            self._samples[call.tool] = (self._samples.get(call.tool, 0) or 0) + 1
-            stat = self._stats.setdefault_with(key, _Welford)
-            if stat.surprising(call.run_ms, self.sigmas, self.floor):
-                self._versions[call.tool] = next(self._counter)
-            stat.add(call.run_ms)
+            tool = call.tool
+            samples[tool] = (samples.get(tool, 0) or 0) + 1
+            stat = stats.setdefault_with(
+                (tool, call.option, call.device, call.gpu_peers, call.fallback), _Welford)
+            if stat.take(call.end_ms - call.start_ms, self.sigmas, self.floor):
+                self._versions[tool] = next(self._counter)
 
     def versions(self, tools: Iterable[str]) -> tuple[int, ...]:
         """Each tool's version, sorted by tool name (0: never seen, or forgotten)."""
