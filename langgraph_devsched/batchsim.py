@@ -591,7 +591,9 @@ def _run(
     transfer_row = np.array(transfer, dtype=np.float64)
 
     def start_gpu(rows: Any, j: int) -> None:
-        st.start[rows, j] = st.now[rows]
+        # masked writes (``where=``) into column views: the same values as ``a[rows, j] =``,
+        # without gathering the rows first
+        np.copyto(st.start[:, j], st.now, where=rows)
         if rm is not None:
             st.dev_gpu[rows, j] = True
             pre = np.maximum(0.0, st.gpu_load[rows, j] - st.now[rows])
@@ -605,13 +607,13 @@ def _run(
                     st.gpu_since[rows, j] = np.where(wait, np.inf, st.now[rows])
                 return
         if transfer[j] > 0:
-            st.phase[rows, j] = _TRANSFER
-            st.remaining[rows, j] = transfer[j] * 1.0
+            np.copyto(st.phase[:, j], _TRANSFER, where=rows)
+            np.copyto(st.remaining[:, j], transfer[j] * 1.0, where=rows)
         else:
-            st.phase[rows, j] = _GPU
-            st.remaining[rows, j] = st.gpu_ms[rows, j] * 1.0
+            np.copyto(st.phase[:, j], _GPU, where=rows)
+            np.copyto(st.remaining[:, j], st.gpu_ms[:, j], where=rows)
             if fifo:
-                st.gpu_since[rows, j] = st.now[rows]
+                np.copyto(st.gpu_since[:, j], st.now, where=rows)
 
     def start_cpu(rows: Any, j: int) -> None:
         k = -1 if rm is None else rm.model_index[j]
@@ -629,9 +631,9 @@ def _run(
         st.remaining[rows, j] = np.where(wait, pre, st.cpu_ms[rows, j] * 1.0)
 
     def grant(rows: Any, j: int) -> None:
-        st.in_use[rows] = st.in_use[rows] + vram[j]
-        st.used_share[rows] = st.used_share[rows] + st.share[rows, j]
-        st.active_n[rows] += 1
+        np.add(st.in_use, vram[j], out=st.in_use, where=rows)
+        np.add(st.used_share, st.share[:, j], out=st.used_share, where=rows)
+        st.active_n += rows
 
     # launch: cpu and gpu_now in call order, then gpu_queued in call order, then admission
     for j in range(n):
@@ -663,13 +665,18 @@ def _run(
             st.phase[queued, j] = _QUEUED
 
     vram_arr = np.array(vram, dtype=np.float64)
+    # calls enter the queue only at launch: once no row holds one, admission has nothing left
+    queue = [bool((st.phase == _QUEUED).any())]
 
     def admit() -> None:
+        if not queue[0]:
+            return
         rows_left = np.ones(len(st.rows), dtype=bool)
         while True:
             queued = st.phase == _QUEUED
             has = queued.any(axis=1) & rows_left
             if not has.any():
+                queue[0] = bool(queued.any())
                 return
             head = np.argmax(queued, axis=1)
             ok = (
@@ -689,13 +696,17 @@ def _run(
     admit()
     out = np.zeros(m)
     inf = np.inf
+    # per phase: does it progress (transfer, GPU, CPU, and a load), is it alive (or OOM)
+    progresses = np.zeros(7, dtype=bool)
+    progresses[[_TRANSFER, _GPU, _CPU]] = True
+    progresses[_LOAD] = rm is not None
+    alive = progresses.copy()
+    alive[_OOM] = True
     while True:
         phase = st.phase
-        active = (phase == _TRANSFER) | (phase == _GPU) | (phase == _CPU)
-        if rm is not None:
-            active |= phase == _LOAD
+        active = progresses[phase]
         waiting = phase == _OOM
-        live = (active | waiting).any(axis=1)
+        live = alive[phase].any(axis=1)
         if not live.all():
             dead = ~live
             out[st.rows[dead]] = st.end[dead].max(axis=1)
@@ -752,7 +763,7 @@ def _run(
             ready = waiting & (st.ready_at <= (now + _EPS)[:, None])
             if rm is None or not rm.host_loads:
                 phase[ready] = _CPU
-                remaining = np.where(ready, st.cpu_ms * 1.0, remaining)
+                remaining = np.where(ready, st.cpu_ms, remaining)
             else:  # in call order: the first call to start a host load sets when it ends
                 st.remaining = remaining
                 for j in np.flatnonzero(ready.any(axis=0)):
@@ -761,7 +772,7 @@ def _run(
         finished = active & ~(remaining > (_EPS * np.maximum(1.0, now))[:, None])
         to_gpu = finished & (phase == _TRANSFER)
         phase[to_gpu] = _GPU
-        remaining = np.where(to_gpu, st.gpu_ms * 1.0, remaining)
+        remaining = np.where(to_gpu, st.gpu_ms, remaining)
         if fifo:
             st.gpu_since = np.where(to_gpu, now[:, None], st.gpu_since)
         loaded = None
@@ -775,10 +786,10 @@ def _run(
                 phase[to_compute] = _GPU
                 phase[to_cpu] = _CPU
                 remaining = np.where(to_transfer, transfer_row[None, :] * 1.0, remaining)
-                remaining = np.where(to_compute, st.gpu_ms * 1.0, remaining)
+                remaining = np.where(to_compute, st.gpu_ms, remaining)
                 if fifo:
                     st.gpu_since = np.where(to_compute, now[:, None], st.gpu_since)
-                remaining = np.where(to_cpu, st.cpu_ms * 1.0, remaining)
+                remaining = np.where(to_cpu, st.cpu_ms, remaining)
         st.remaining = remaining
         done = finished & ~to_gpu
         if loaded is not None:
@@ -787,15 +798,17 @@ def _run(
             released = done & in_gpu
             phase[done] = _DONE
             st.end = np.where(done, now[:, None], st.end)
-            for j in np.flatnonzero(released.any(axis=0)):
+            freed = np.flatnonzero(released.any(axis=0))
+            for j in freed:
                 rows = released[:, j]
-                st.in_use[rows] = st.in_use[rows] - vram[j]
-                st.used_share[rows] = st.used_share[rows] - st.share[rows, j]
-                st.active_n[rows] -= 1
+                np.subtract(st.in_use, vram[j], out=st.in_use, where=rows)
+                np.subtract(st.used_share, st.share[:, j], out=st.used_share, where=rows)
+                st.active_n -= rows
                 idle = rows & (st.active_n == 0)
-                st.in_use[idle] = base_mb if rm is None else st.base[idle]
-                st.used_share[idle] = base_share
-            admit()
+                np.copyto(st.in_use, base_mb if rm is None else st.base, where=idle)
+                np.copyto(st.used_share, base_share, where=idle)
+            if len(freed):  # admission only changes when GPU calls release what they held
+                admit()
     return out
 
 
