@@ -665,33 +665,38 @@ def _run(
             st.phase[queued, j] = _QUEUED
 
     vram_arr = np.array(vram, dtype=np.float64)
-    # calls enter the queue only at launch: once no row holds one, admission has nothing left
-    queue = [bool((st.phase == _QUEUED).any())]
+    # calls enter the queue only at launch and leave it by admission: once none is left,
+    # admission has nothing to do
+    queue = [int((st.phase == _QUEUED).sum())]
 
-    def admit() -> None:
+    def admit(rows: Any = None) -> None:
+        """Admit queued calls in the rows ``rows`` (None: all), head of each row's queue
+        first, while they fit; a row that released nothing since its last admission would
+        admit nothing now either. Works on those rows' indices only."""
         if not queue[0]:
             return
-        rows_left = np.ones(len(st.rows), dtype=bool)
-        while True:
-            queued = st.phase == _QUEUED
-            has = queued.any(axis=1) & rows_left
+        idx = np.arange(len(st.rows)) if rows is None else np.flatnonzero(rows)
+        while len(idx):
+            queued = st.phase[idx] == _QUEUED
+            has = queued.any(axis=1)
             if not has.any():
-                queue[0] = bool(queued.any())
                 return
+            idx, queued = idx[has], queued[has]
             head = np.argmax(queued, axis=1)
             ok = (
-                has
-                & (st.in_use + vram_arr[head] <= budget + _EPS)
-                & ((st.active_n == 0)
-                   | (st.used_share + st.share[np.arange(len(head)), head] <= 1.0 + _EPS))
+                (st.in_use[idx] + vram_arr[head] <= budget + _EPS)
+                & ((st.active_n[idx] == 0)
+                   | (st.used_share[idx] + st.share[idx, head] <= 1.0 + _EPS))
             )
             if not ok.any():
                 return
-            rows_left = ok
-            for j in np.unique(head[ok]):
-                rows = ok & (head == j)
-                grant(rows, int(j))
-                start_gpu(rows, int(j))
+            idx, head = idx[ok], head[ok]
+            queue[0] -= len(idx)
+            for j in np.unique(head):
+                admitted = np.zeros(len(st.rows), dtype=bool)
+                admitted[idx[head == j]] = True
+                grant(admitted, int(j))
+                start_gpu(admitted, int(j))
 
     admit()
     out = np.zeros(m)
@@ -807,8 +812,8 @@ def _run(
                 idle = rows & (st.active_n == 0)
                 np.copyto(st.in_use, base_mb if rm is None else st.base, where=idle)
                 np.copyto(st.used_share, base_share, where=idle)
-            if len(freed):  # admission only changes when GPU calls release what they held
-                admit()
+            if len(freed):  # admission only changes where GPU calls released what they held
+                admit(released.any(axis=1))
     return out
 
 
