@@ -704,6 +704,21 @@ def _run(
     # admission has nothing to do
     queue = [int((st.phase == _QUEUED).sum())]
 
+    transfer_on = transfer_row > 0
+
+    def admit_rows(idx: Any, head: Any) -> None:
+        """`grant` and `start_gpu` of call ``head[k]`` in row ``idx[k]`` (one call a row, no
+        resident models): the same operations on those elements."""
+        st.in_use[idx] = st.in_use[idx] + vram_arr[head]
+        st.used_share[idx] = st.used_share[idx] + st.share[idx, head]
+        st.active_n[idx] += 1
+        st.start[idx, head] = st.now[idx]
+        moves = transfer_on[head]
+        st.phase[idx, head] = np.where(moves, _TRANSFER, _GPU)
+        st.remaining[idx, head] = np.where(moves, transfer_row[head], st.gpu_ms[idx, head])
+        if fifo:
+            st.gpu_since[idx, head] = np.where(moves, st.gpu_since[idx, head], st.now[idx])
+
     def admit(rows: Any = None) -> None:
         """Admit queued calls in the rows ``rows`` (None: all), head of each row's queue
         first, while they fit; a row that released nothing since its last admission would
@@ -727,6 +742,9 @@ def _run(
                 return
             idx, head = idx[ok], head[ok]
             queue[0] -= len(idx)
+            if rm is None:  # one call a row: grant and start them all at once
+                admit_rows(idx, head)
+                continue
             for j in np.unique(head):
                 admitted = np.zeros(len(st.rows), dtype=bool)
                 admitted[idx[head == j]] = True
