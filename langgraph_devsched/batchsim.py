@@ -670,8 +670,39 @@ def _run(
         np.add(st.used_share, st.share[:, j], out=st.used_share, where=rows)
         st.active_n += rows
 
+    def launch() -> None:
+        """The launch without resident models, a whole array at a time: only the VRAM and
+        share granted to `gpu_now` calls accumulate in call order (the same additions as
+        `grant`); each call's phase and remaining work as `start_cpu`/`start_gpu` set them
+        (every start time is 0, as ``st.start`` begins)."""
+        now_calls = codes == 0
+        fits = np.zeros((m, n), dtype=bool)
+        for j in range(n):
+            if vram[j] > capacity:
+                continue
+            fits[:, j] = now_calls[:, j] & (st.in_use + vram[j] <= budget + _EPS)
+            np.add(st.in_use, vram[j], out=st.in_use, where=fits[:, j])
+            np.add(st.used_share, st.share[:, j], out=st.used_share, where=fits[:, j])
+        st.active_n += fits.sum(axis=1)
+        moves = transfer_row > 0
+        np.copyto(st.phase, np.where(moves, _TRANSFER, _GPU).astype(np.int8), where=fits)
+        np.copyto(st.remaining, np.where(moves[None, :], transfer_row[None, :], st.gpu_ms),
+                  where=fits)
+        if fifo:
+            np.copyto(st.gpu_since, 0.0, where=fits & ~moves[None, :])
+        oom = now_calls & ~fits
+        np.copyto(st.phase, _OOM, where=oom)
+        np.copyto(st.ready_at, 0.0 + oom_ms, where=oom)
+        queued = codes == 1
+        to_cpu = (codes == 2) | (queued & (np.array(vram) > capacity)[None, :])
+        np.copyto(st.phase, _CPU, where=to_cpu)
+        np.copyto(st.remaining, st.cpu_ms, where=to_cpu)
+        np.copyto(st.phase, _QUEUED, where=queued & ~to_cpu)
+
     # launch: cpu and gpu_now in call order, then gpu_queued in call order, then admission
-    for j in range(n):
+    if rm is None:
+        launch()
+    for j in range(n if rm is not None else 0):
         col = codes[:, j]
         is_cpu = col == 2
         start_cpu(is_cpu, j)
@@ -688,7 +719,7 @@ def _run(
         oom = now_rows & ~fits
         st.phase[oom, j] = _OOM
         st.ready_at[oom, j] = 0.0 + oom_ms
-    for j in range(n):
+    for j in range(n if rm is not None else 0):
         queued = codes[:, j] == 1
         if rm is not None:
             over = queued & (rm.no_room[:, j] | (vram[j] > capacity_rows))
