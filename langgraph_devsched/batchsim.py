@@ -791,12 +791,13 @@ def _run(
     progresses[_LOAD] = rm is not None
     alive = progresses.copy()
     alive[_OOM] = True
+    ended = True  # a row can only end where a call just ended
     while True:
         phase = st.phase
         active = progresses[phase]
         waiting = phase == _OOM
-        live = alive[phase].any(axis=1)
-        if not live.all():
+        live = alive[phase].any(axis=1) if ended else None
+        if live is not None and not live.all():
             dead = ~live
             out[st.rows[dead]] = st.end[dead].max(axis=1)
             if times is not None:
@@ -827,12 +828,10 @@ def _run(
             any_gpu = in_gpu.any(axis=1)
             demand = np.where(any_gpu, base_share + st.share[np.arange(len(head)), head],
                               base_share)
-        over = demand > 1.0
-        gpu_rate = np.where(over, 1.0 / np.where(over, demand, 1.0), 1.0)
+        # 1/D where D > 1, else exactly 1.0 (1.0 / 1.0); the cores alike
+        gpu_rate = 1.0 / np.maximum(demand, 1.0)
         used_threads = (np.where(on_cpu, st.threads, 0)).sum(axis=1)
-        cpu_rate = np.where(
-            used_threads > free_cores, free_cores / np.maximum(used_threads, 1), 1.0
-        )
+        cpu_rate = free_cores / np.maximum(used_threads, free_cores)
         rate = np.where(in_gpu, gpu_rate[:, None], np.where(on_cpu, cpu_rate[:, None], 1.0))
         remaining = st.remaining
         if head is None:
@@ -842,13 +841,14 @@ def _run(
             rate = np.where(stalled, 0.0, rate)
             dt = np.where(active & ~stalled, remaining / np.where(stalled, 1.0, rate),
                           inf).min(axis=1)
-        if waiting.any():
+        any_waiting = bool(waiting.any())
+        if any_waiting:
             dt = np.minimum(dt, np.where(waiting, st.ready_at - now[:, None], inf).min(axis=1))
         dt = np.maximum(dt, 0.0)
         now = now + dt
         st.now = now
         remaining = np.where(active, remaining - rate * dt[:, None], remaining)
-        if waiting.any():
+        if any_waiting:
             ready = waiting & (st.ready_at <= (now + _EPS)[:, None])
             if rm is None or not rm.host_loads:
                 phase[ready] = _CPU
@@ -883,7 +883,8 @@ def _run(
         done = finished & ~to_gpu
         if loaded is not None:
             done &= ~loaded
-        if done.any():
+        ended = bool(done.any())
+        if ended:
             released = done & in_gpu
             phase[done] = _DONE
             st.end = np.where(done, now[:, None], st.end)
