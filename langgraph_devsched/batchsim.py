@@ -750,6 +750,24 @@ def _run(
         if fifo:
             st.gpu_since[idx, head] = np.where(moves, st.gpu_since[idx, head], st.now[idx])
 
+    def release(rows: Any, cols: Any) -> None:
+        """Give back what call ``cols[k]`` held in row ``rows[k]`` (pairs in row order,
+        calls in call order within a row): per row, call by call in call order, the VRAM
+        and share subtracted and, once no call computes, reset to the ledger's base."""
+        first = np.ones(len(rows), dtype=bool)
+        first[1:] = rows[1:] != rows[:-1]
+        rank = np.arange(len(rows))
+        rank -= np.maximum.accumulate(np.where(first, rank, 0))
+        for level in range(int(rank.max()) + 1):  # a row's first call, then its second...
+            at = rank == level
+            r, c = rows[at], cols[at]
+            st.in_use[r] = st.in_use[r] - vram_arr[c]
+            st.used_share[r] = st.used_share[r] - st.share[r, c]
+            st.active_n[r] -= 1
+            idle = r[st.active_n[r] == 0]
+            st.in_use[idle] = base_mb if rm is None else st.base[idle]
+            st.used_share[idle] = base_share
+
     def admit(rows: Any = None) -> None:
         """Admit queued calls in the rows ``rows`` (None: all), head of each row's queue
         first, while they fit; a row that released nothing since its last admission would
@@ -888,16 +906,10 @@ def _run(
             released = done & in_gpu
             phase[done] = _DONE
             st.end = np.where(done, now[:, None], st.end)
-            freed = np.flatnonzero(released.any(axis=0))
-            for j in freed:
-                rows = released[:, j]
-                np.subtract(st.in_use, vram[j], out=st.in_use, where=rows)
-                np.subtract(st.used_share, st.share[:, j], out=st.used_share, where=rows)
-                st.active_n -= rows
-                idle = rows & (st.active_n == 0)
-                np.copyto(st.in_use, base_mb if rm is None else st.base, where=idle)
-                np.copyto(st.used_share, base_share, where=idle)
-            if len(freed):  # admission only changes where GPU calls released what they held
+            rel_rows, rel_cols = np.nonzero(released)  # row by row, calls in call order
+            if len(rel_rows):
+                release(rel_rows, rel_cols)
+                # admission only changes where GPU calls released what they held
                 admit(released.any(axis=1))
     return out
 
