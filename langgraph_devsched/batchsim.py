@@ -733,7 +733,8 @@ def _run(
     vram_arr = np.array(vram, dtype=np.float64)
     # calls enter the queue only at launch and leave it by admission: once none is left,
     # admission has nothing to do
-    queue = [int((st.phase == _QUEUED).sum())]
+    st.extend(queued_n=(st.phase == _QUEUED).sum(axis=1))  # per row
+    queue = [int(st.queued_n.sum())]
 
     transfer_on = transfer_row > 0
 
@@ -775,13 +776,9 @@ def _run(
         if not queue[0]:
             return
         idx = np.arange(len(st.rows)) if rows is None else np.flatnonzero(rows)
+        idx = idx[st.queued_n[idx] > 0]
         while len(idx):
-            queued = st.phase[idx] == _QUEUED
-            has = queued.any(axis=1)
-            if not has.any():
-                return
-            idx, queued = idx[has], queued[has]
-            head = np.argmax(queued, axis=1)
+            head = np.argmax(st.phase[idx] == _QUEUED, axis=1)
             ok = (
                 (st.in_use[idx] + vram_arr[head] <= budget + _EPS)
                 & ((st.active_n[idx] == 0)
@@ -791,14 +788,16 @@ def _run(
                 return
             idx, head = idx[ok], head[ok]
             queue[0] -= len(idx)
+            st.queued_n[idx] -= 1
             if rm is None:  # one call a row: grant and start them all at once
                 admit_rows(idx, head)
-                continue
-            for j in np.unique(head):
-                admitted = np.zeros(len(st.rows), dtype=bool)
-                admitted[idx[head == j]] = True
-                grant(admitted, int(j))
-                start_gpu(admitted, int(j))
+            else:
+                for j in np.unique(head):
+                    admitted = np.zeros(len(st.rows), dtype=bool)
+                    admitted[idx[head == j]] = True
+                    grant(admitted, int(j))
+                    start_gpu(admitted, int(j))
+            idx = idx[st.queued_n[idx] > 0]
 
     admit()
     out = np.zeros(m)
@@ -938,6 +937,7 @@ class _State:
         self.dev_gpu: Any = None
         self.host_end: Any = None
         self.gpu_since: Any = None
+        self.queued_n: Any = None
 
     def extend(self, **fields: Any) -> None:
         """Per-row fields of the resident-model rule, dropped with their rows too."""
