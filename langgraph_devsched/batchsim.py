@@ -526,11 +526,46 @@ def call_times(
     unknown = set(rows or {}) - set(ROW_FIELDS)
     if unknown:
         raise ValueError(f"unknown row fields {sorted(unknown)}; valid: {', '.join(ROW_FIELDS)}")
+    first, inverse = _distinct_rows(np, codes, rows) if rows else (None, None)
+    if first is not None and rows:  # each distinct row simulated once (rows independent)
+        codes = codes[first]
+        rows = {f: np.asarray(v).reshape(-1, codes.shape[1])[first] for f, v in rows.items()}
     times = (np.zeros(codes.shape), np.zeros(codes.shape))
     _run(np, params, codes, float(vram_budget_mb), cpu_cores, background,
          float(oom_detect_ms), rows=rows, times=times, residency=residency,
          contention=contention)
+    if inverse is not None:
+        return times[0][inverse], times[1][inverse]
     return times
+
+
+_DISTINCT_FROM = 32
+"""`call_times` looks for repeated rows from this many rows on."""
+
+
+def _distinct_rows(np: Any, codes: Any, rows: dict[str, Any]) -> tuple[Any, Any]:
+    """The first of each group of rows that simulate alike and every row's group, or
+    (None, None) when all differ (or there are few rows). Rows simulate alike when their
+    codes and row fields are the same bytes, a `cpu` call's GPU fields aside (never read:
+    the call never reaches the GPU) — e.g. a contention fit's variants of a share of a tool
+    that an executed placement ran on the CPU."""
+    m, n = codes.shape
+    if m < _DISTINCT_FROM:
+        return None, None
+    parts = [codes.astype(np.float64)]
+    on_cpu = codes == 2
+    for f in ROW_FIELDS:
+        if f in rows:
+            part = np.array(np.asarray(rows[f], dtype=np.float64).reshape(m, n))
+            if f in ("gpu_ms", "gpu_share"):
+                part[on_cpu] = 0.0
+            parts.append(part)
+    key = np.ascontiguousarray(np.concatenate(parts, axis=1))
+    _, first, inverse = np.unique(key.view(np.dtype((np.void, key.itemsize * key.shape[1])))
+                                  .reshape(m), return_index=True, return_inverse=True)
+    if len(first) == m:
+        return None, None
+    return first, inverse.reshape(-1)
 
 
 def _run(
@@ -591,7 +626,9 @@ def _run(
     transfer_row = np.array(transfer, dtype=np.float64)
 
     def start_gpu(rows: Any, j: int) -> None:
-        st.start[rows, j] = st.now[rows]
+        # masked writes (``where=``) into column views: the same values as ``a[rows, j] =``,
+        # without gathering the rows first
+        np.copyto(st.start[:, j], st.now, where=rows)
         if rm is not None:
             st.dev_gpu[rows, j] = True
             pre = np.maximum(0.0, st.gpu_load[rows, j] - st.now[rows])
@@ -605,13 +642,13 @@ def _run(
                     st.gpu_since[rows, j] = np.where(wait, np.inf, st.now[rows])
                 return
         if transfer[j] > 0:
-            st.phase[rows, j] = _TRANSFER
-            st.remaining[rows, j] = transfer[j] * 1.0
+            np.copyto(st.phase[:, j], _TRANSFER, where=rows)
+            np.copyto(st.remaining[:, j], transfer[j] * 1.0, where=rows)
         else:
-            st.phase[rows, j] = _GPU
-            st.remaining[rows, j] = st.gpu_ms[rows, j] * 1.0
+            np.copyto(st.phase[:, j], _GPU, where=rows)
+            np.copyto(st.remaining[:, j], st.gpu_ms[:, j], where=rows)
             if fifo:
-                st.gpu_since[rows, j] = st.now[rows]
+                np.copyto(st.gpu_since[:, j], st.now, where=rows)
 
     def start_cpu(rows: Any, j: int) -> None:
         k = -1 if rm is None else rm.model_index[j]
@@ -629,12 +666,43 @@ def _run(
         st.remaining[rows, j] = np.where(wait, pre, st.cpu_ms[rows, j] * 1.0)
 
     def grant(rows: Any, j: int) -> None:
-        st.in_use[rows] = st.in_use[rows] + vram[j]
-        st.used_share[rows] = st.used_share[rows] + st.share[rows, j]
-        st.active_n[rows] += 1
+        np.add(st.in_use, vram[j], out=st.in_use, where=rows)
+        np.add(st.used_share, st.share[:, j], out=st.used_share, where=rows)
+        st.active_n += rows
+
+    def launch() -> None:
+        """The launch without resident models, a whole array at a time: only the VRAM and
+        share granted to `gpu_now` calls accumulate in call order (the same additions as
+        `grant`); each call's phase and remaining work as `start_cpu`/`start_gpu` set them
+        (every start time is 0, as ``st.start`` begins)."""
+        now_calls = codes == 0
+        fits = np.zeros((m, n), dtype=bool)
+        for j in range(n):
+            if vram[j] > capacity:
+                continue
+            fits[:, j] = now_calls[:, j] & (st.in_use + vram[j] <= budget + _EPS)
+            np.add(st.in_use, vram[j], out=st.in_use, where=fits[:, j])
+            np.add(st.used_share, st.share[:, j], out=st.used_share, where=fits[:, j])
+        st.active_n += fits.sum(axis=1)
+        moves = transfer_row > 0
+        np.copyto(st.phase, np.where(moves, _TRANSFER, _GPU).astype(np.int8), where=fits)
+        np.copyto(st.remaining, np.where(moves[None, :], transfer_row[None, :], st.gpu_ms),
+                  where=fits)
+        if fifo:
+            np.copyto(st.gpu_since, 0.0, where=fits & ~moves[None, :])
+        oom = now_calls & ~fits
+        np.copyto(st.phase, _OOM, where=oom)
+        np.copyto(st.ready_at, 0.0 + oom_ms, where=oom)
+        queued = codes == 1
+        to_cpu = (codes == 2) | (queued & (np.array(vram) > capacity)[None, :])
+        np.copyto(st.phase, _CPU, where=to_cpu)
+        np.copyto(st.remaining, st.cpu_ms, where=to_cpu)
+        np.copyto(st.phase, _QUEUED, where=queued & ~to_cpu)
 
     # launch: cpu and gpu_now in call order, then gpu_queued in call order, then admission
-    for j in range(n):
+    if rm is None:
+        launch()
+    for j in range(n if rm is not None else 0):
         col = codes[:, j]
         is_cpu = col == 2
         start_cpu(is_cpu, j)
@@ -651,7 +719,7 @@ def _run(
         oom = now_rows & ~fits
         st.phase[oom, j] = _OOM
         st.ready_at[oom, j] = 0.0 + oom_ms
-    for j in range(n):
+    for j in range(n if rm is not None else 0):
         queued = codes[:, j] == 1
         if rm is not None:
             over = queued & (rm.no_room[:, j] | (vram[j] > capacity_rows))
@@ -663,40 +731,90 @@ def _run(
             st.phase[queued, j] = _QUEUED
 
     vram_arr = np.array(vram, dtype=np.float64)
+    # calls enter the queue only at launch and leave it by admission: once none is left,
+    # admission has nothing to do
+    st.extend(queued_n=(st.phase == _QUEUED).sum(axis=1))  # per row
+    queue = [int(st.queued_n.sum())]
 
-    def admit() -> None:
-        rows_left = np.ones(len(st.rows), dtype=bool)
-        while True:
-            queued = st.phase == _QUEUED
-            has = queued.any(axis=1) & rows_left
-            if not has.any():
-                return
-            head = np.argmax(queued, axis=1)
+    transfer_on = transfer_row > 0
+
+    def admit_rows(idx: Any, head: Any) -> None:
+        """`grant` and `start_gpu` of call ``head[k]`` in row ``idx[k]`` (one call a row, no
+        resident models): the same operations on those elements."""
+        st.in_use[idx] = st.in_use[idx] + vram_arr[head]
+        st.used_share[idx] = st.used_share[idx] + st.share[idx, head]
+        st.active_n[idx] += 1
+        st.start[idx, head] = st.now[idx]
+        moves = transfer_on[head]
+        st.phase[idx, head] = np.where(moves, _TRANSFER, _GPU)
+        st.remaining[idx, head] = np.where(moves, transfer_row[head], st.gpu_ms[idx, head])
+        if fifo:
+            st.gpu_since[idx, head] = np.where(moves, st.gpu_since[idx, head], st.now[idx])
+
+    def release(rows: Any, cols: Any) -> None:
+        """Give back what call ``cols[k]`` held in row ``rows[k]`` (pairs in row order,
+        calls in call order within a row): per row, call by call in call order, the VRAM
+        and share subtracted and, once no call computes, reset to the ledger's base."""
+        first = np.ones(len(rows), dtype=bool)
+        first[1:] = rows[1:] != rows[:-1]
+        rank = np.arange(len(rows))
+        rank -= np.maximum.accumulate(np.where(first, rank, 0))
+        for level in range(int(rank.max()) + 1):  # a row's first call, then its second...
+            at = rank == level
+            r, c = rows[at], cols[at]
+            st.in_use[r] = st.in_use[r] - vram_arr[c]
+            st.used_share[r] = st.used_share[r] - st.share[r, c]
+            st.active_n[r] -= 1
+            idle = r[st.active_n[r] == 0]
+            st.in_use[idle] = base_mb if rm is None else st.base[idle]
+            st.used_share[idle] = base_share
+
+    def admit(rows: Any = None) -> None:
+        """Admit queued calls in the rows ``rows`` (None: all), head of each row's queue
+        first, while they fit; a row that released nothing since its last admission would
+        admit nothing now either. Works on those rows' indices only."""
+        if not queue[0]:
+            return
+        idx = np.arange(len(st.rows)) if rows is None else np.flatnonzero(rows)
+        idx = idx[st.queued_n[idx] > 0]
+        while len(idx):
+            head = np.argmax(st.phase[idx] == _QUEUED, axis=1)
             ok = (
-                has
-                & (st.in_use + vram_arr[head] <= budget + _EPS)
-                & ((st.active_n == 0)
-                   | (st.used_share + st.share[np.arange(len(head)), head] <= 1.0 + _EPS))
+                (st.in_use[idx] + vram_arr[head] <= budget + _EPS)
+                & ((st.active_n[idx] == 0)
+                   | (st.used_share[idx] + st.share[idx, head] <= 1.0 + _EPS))
             )
             if not ok.any():
                 return
-            rows_left = ok
-            for j in np.unique(head[ok]):
-                rows = ok & (head == j)
-                grant(rows, int(j))
-                start_gpu(rows, int(j))
+            idx, head = idx[ok], head[ok]
+            queue[0] -= len(idx)
+            st.queued_n[idx] -= 1
+            if rm is None:  # one call a row: grant and start them all at once
+                admit_rows(idx, head)
+            else:
+                for j in np.unique(head):
+                    admitted = np.zeros(len(st.rows), dtype=bool)
+                    admitted[idx[head == j]] = True
+                    grant(admitted, int(j))
+                    start_gpu(admitted, int(j))
+            idx = idx[st.queued_n[idx] > 0]
 
     admit()
     out = np.zeros(m)
     inf = np.inf
+    # per phase: does it progress (transfer, GPU, CPU, and a load), is it alive (or OOM)
+    progresses = np.zeros(7, dtype=bool)
+    progresses[[_TRANSFER, _GPU, _CPU]] = True
+    progresses[_LOAD] = rm is not None
+    alive = progresses.copy()
+    alive[_OOM] = True
+    ended = True  # a row can only end where a call just ended
     while True:
         phase = st.phase
-        active = (phase == _TRANSFER) | (phase == _GPU) | (phase == _CPU)
-        if rm is not None:
-            active |= phase == _LOAD
+        active = progresses[phase]
         waiting = phase == _OOM
-        live = (active | waiting).any(axis=1)
-        if not live.all():
+        live = alive[phase].any(axis=1) if ended else None
+        if live is not None and not live.all():
             dead = ~live
             out[st.rows[dead]] = st.end[dead].max(axis=1)
             if times is not None:
@@ -727,12 +845,10 @@ def _run(
             any_gpu = in_gpu.any(axis=1)
             demand = np.where(any_gpu, base_share + st.share[np.arange(len(head)), head],
                               base_share)
-        over = demand > 1.0
-        gpu_rate = np.where(over, 1.0 / np.where(over, demand, 1.0), 1.0)
+        # 1/D where D > 1, else exactly 1.0 (1.0 / 1.0); the cores alike
+        gpu_rate = 1.0 / np.maximum(demand, 1.0)
         used_threads = (np.where(on_cpu, st.threads, 0)).sum(axis=1)
-        cpu_rate = np.where(
-            used_threads > free_cores, free_cores / np.maximum(used_threads, 1), 1.0
-        )
+        cpu_rate = free_cores / np.maximum(used_threads, free_cores)
         rate = np.where(in_gpu, gpu_rate[:, None], np.where(on_cpu, cpu_rate[:, None], 1.0))
         remaining = st.remaining
         if head is None:
@@ -742,17 +858,18 @@ def _run(
             rate = np.where(stalled, 0.0, rate)
             dt = np.where(active & ~stalled, remaining / np.where(stalled, 1.0, rate),
                           inf).min(axis=1)
-        if waiting.any():
+        any_waiting = bool(waiting.any())
+        if any_waiting:
             dt = np.minimum(dt, np.where(waiting, st.ready_at - now[:, None], inf).min(axis=1))
         dt = np.maximum(dt, 0.0)
         now = now + dt
         st.now = now
         remaining = np.where(active, remaining - rate * dt[:, None], remaining)
-        if waiting.any():
+        if any_waiting:
             ready = waiting & (st.ready_at <= (now + _EPS)[:, None])
             if rm is None or not rm.host_loads:
                 phase[ready] = _CPU
-                remaining = np.where(ready, st.cpu_ms * 1.0, remaining)
+                remaining = np.where(ready, st.cpu_ms, remaining)
             else:  # in call order: the first call to start a host load sets when it ends
                 st.remaining = remaining
                 for j in np.flatnonzero(ready.any(axis=0)):
@@ -761,7 +878,7 @@ def _run(
         finished = active & ~(remaining > (_EPS * np.maximum(1.0, now))[:, None])
         to_gpu = finished & (phase == _TRANSFER)
         phase[to_gpu] = _GPU
-        remaining = np.where(to_gpu, st.gpu_ms * 1.0, remaining)
+        remaining = np.where(to_gpu, st.gpu_ms, remaining)
         if fifo:
             st.gpu_since = np.where(to_gpu, now[:, None], st.gpu_since)
         loaded = None
@@ -775,27 +892,24 @@ def _run(
                 phase[to_compute] = _GPU
                 phase[to_cpu] = _CPU
                 remaining = np.where(to_transfer, transfer_row[None, :] * 1.0, remaining)
-                remaining = np.where(to_compute, st.gpu_ms * 1.0, remaining)
+                remaining = np.where(to_compute, st.gpu_ms, remaining)
                 if fifo:
                     st.gpu_since = np.where(to_compute, now[:, None], st.gpu_since)
-                remaining = np.where(to_cpu, st.cpu_ms * 1.0, remaining)
+                remaining = np.where(to_cpu, st.cpu_ms, remaining)
         st.remaining = remaining
         done = finished & ~to_gpu
         if loaded is not None:
             done &= ~loaded
-        if done.any():
+        ended = bool(done.any())
+        if ended:
             released = done & in_gpu
             phase[done] = _DONE
             st.end = np.where(done, now[:, None], st.end)
-            for j in np.flatnonzero(released.any(axis=0)):
-                rows = released[:, j]
-                st.in_use[rows] = st.in_use[rows] - vram[j]
-                st.used_share[rows] = st.used_share[rows] - st.share[rows, j]
-                st.active_n[rows] -= 1
-                idle = rows & (st.active_n == 0)
-                st.in_use[idle] = base_mb if rm is None else st.base[idle]
-                st.used_share[idle] = base_share
-            admit()
+            rel_rows, rel_cols = np.nonzero(released)  # row by row, calls in call order
+            if len(rel_rows):
+                release(rel_rows, rel_cols)
+                # admission only changes where GPU calls released what they held
+                admit(released.any(axis=1))
     return out
 
 
@@ -823,6 +937,7 @@ class _State:
         self.dev_gpu: Any = None
         self.host_end: Any = None
         self.gpu_since: Any = None
+        self.queued_n: Any = None
 
     def extend(self, **fields: Any) -> None:
         """Per-row fields of the resident-model rule, dropped with their rows too."""

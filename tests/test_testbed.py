@@ -152,3 +152,32 @@ def test_call_times_per_row_overrides_match_a_testbed_with_those_parameters() ->
         assert starts[r].tolist() == [c.start_ms for c in rec.calls]
         assert ends[r].tolist() == [c.end_ms for c in rec.calls]
     assert ends[0].tolist() != ends[1].tolist()  # the share mattered
+
+
+def test_call_times_repeated_rows_simulated_once_match_each_row_alone() -> None:
+    import numpy as np
+
+    from langgraph_devsched import batchsim
+    from langgraph_devsched.batchsim import mapping_codes
+
+    params = {"a": ToolParams(cpu_ms=90, gpu_ms=40, vram_mb=500, gpu_share=0.7),
+              "b": ToolParams(cpu_ms=60, gpu_ms=30, transfer_ms=5, vram_mb=800, gpu_share=0.6),
+              "c": ToolParams(cpu_ms=50, gpu_ms=20, vram_mb=900, cpu_threads=2)}
+    tools = ["a", "b", "c"]
+    mappings = [("gpu_now", "gpu_queued", "cpu"), ("cpu", "gpu_now", "gpu_now"),
+                ("gpu_queued", "gpu_queued", "gpu_queued")]
+    shares = [0.2, 0.5, 0.9]
+    codes = np.tile(mapping_codes(mappings, 3), (len(shares) * 12, 1))  # 108 rows
+    share = np.repeat(np.tile(shares, 12), len(mappings))
+    rows = {"gpu_share": np.column_stack([np.full(len(share), 0.7), np.full(len(share), 0.6),
+                                          share]),
+            "cpu_threads": np.tile([1, 2, 2], (len(share), 1))}
+    first, _ = batchsim._distinct_rows(np, codes, rows)
+    # `c` on the cpu: its share is never read, those three variants are one row
+    assert first is not None and len(first) == 7
+    b = SimulatedTestbed(params, vram_budget_mb=1800, cpu_cores=2)
+    starts, ends = b.call_times(tools, codes, rows=rows)
+    for r in range(0, len(codes), 7):
+        alone = b.call_times(tools, codes[r:r + 1], rows={f: v[r:r + 1] for f, v in rows.items()})
+        assert starts[r].tobytes() == alone[0][0].tobytes()
+        assert ends[r].tobytes() == alone[1][0].tobytes()

@@ -55,6 +55,7 @@ batch's shape), else ``view.observations``. It never records into a monitor it d
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -638,7 +639,8 @@ class MonitorPolicy(SchedulerBase):
         values = model.values
         plain = sorted(plain_set, key=lambda m: (values[m], m))
         room = sorted(room_set, key=lambda m: (values[m], m))
-        anywhere = [m for m in ranked if _measures(hint, m, tools)][:3]
+        # the first three that measure it (not every ranked mapping tested)
+        anywhere = list(itertools.islice((m for m in ranked if _measures(hint, m, tools)), 3))
         return anywhere + plain + room
 
     @staticmethod

@@ -56,7 +56,7 @@ DEMAND: dict[str, int] = {"cpu": 0, "gpu_queued": 1, "gpu_now": 2}
 
 def demand(m: Mapping_) -> tuple[int, ...]:
     """The tie-break of a mapping: least demanding options first, call by call."""
-    return tuple(DEMAND[o] for o in m)
+    return tuple(map(DEMAND.__getitem__, m))
 
 
 @dataclass

@@ -39,6 +39,7 @@ class TwinScores:
         an override keeps the twin's load and eviction cost on top."""
         self.tools = tools
         self.seen = {canon(o.placement): o for o in outcomes if o.count}
+        self._by_mapping = _by_mapping(tools, self.seen)
         measured = measurement_noise(outcomes, noise)
         self.noise = max(measured, min(noise, MAX_SPREAD_RATIO * measured))
         """The measurement noise: the relative spread of repeated runs of one mapping
@@ -57,7 +58,9 @@ class TwinScores:
         out = []
         for m, pred, base in zip(mappings, preds, warm, strict=True):
             score = pred
-            seen = self.seen.get(canon(zip(self.tools, m, strict=True))) if self.seen else None
+            seen = None if not self.seen else (
+                self._by_mapping.get(m) if self._by_mapping is not None
+                else self.seen.get(canon(zip(self.tools, m, strict=True))))
             if seen is not None:
                 # the model pools every call's samples and estimates the noise-free makespan;
                 # an executed placement overrides it only where the model is visibly wrong.
@@ -138,6 +141,22 @@ def override_tolerance(seen: PlacementOutcome, noise: float, floor: float) -> fl
         cv = math.sqrt((dof * own**2 + PRIOR_RUNS * noise**2) / (dof + PRIOR_RUNS))
         return max(RESOLUTION, 3.0 * cv / math.sqrt(seen.count))
     return max(floor, 3.0 * noise)
+
+
+def _by_mapping(
+    tools: Sequence[str], seen: dict[tuple[tuple[str, str], ...], PlacementOutcome]
+) -> dict[Mapping_, PlacementOutcome] | None:
+    """The executed placements by their mapping in ``tools``' call order: the same lookup
+    as `canon` of each scored mapping, without sorting one per mapping; None when a tool
+    occurs twice (then several call orders share one placement)."""
+    if len(set(tools)) != len(tools):
+        return None
+    out: dict[Mapping_, PlacementOutcome] = {}
+    for placement, outcome in seen.items():
+        options = dict(placement)
+        if len(placement) == len(tools) and options.keys() == set(tools):
+            out[tuple(options[t] for t in tools)] = outcome  # type: ignore[misc]
+    return out
 
 
 def canon(pairs: Any) -> tuple[tuple[str, str], ...]:
