@@ -186,8 +186,6 @@ def hinted_probe(
     return None
 
 
-
-
 MEASURED_MARGIN = 0.02
 """An answer whose mapping ran slower than the fastest measured mapping of its shape by more
 than this (relative, mean makespans) is rejected: a measured mistake is not repeated."""
@@ -237,6 +235,6 @@ def measured_guard(
         for o in outcomes
     }
     answer = spans.get(tuple(placement))
-    if answer is None or not spans:
+    if answer is None:
         return None
     return MeasuredVerdict(answer, min(spans.values()), margin)
