@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langgraph_devsched.device import Placement
-from langgraph_devsched.executors.ray_task import Where, invoke_tool
+from langgraph_devsched.executors.ray_task import Where, as_remote, invoke_tool
 from langgraph_devsched.models import MAX_MODELS, ModelCache
 
 
@@ -102,17 +102,9 @@ class GpuModelHost:
         self.cache.clear()
 
 
-_ACTOR_CLASS: Any = None
-
-
 def host_actor_class() -> Any:
     """`GpuModelHost` as a Ray actor class (built once, on first use)."""
-    global _ACTOR_CLASS
-    if _ACTOR_CLASS is None:
-        import ray
-
-        _ACTOR_CLASS = ray.remote(GpuModelHost)
-    return _ACTOR_CLASS
+    return as_remote(GpuModelHost)
 
 
 @dataclass(frozen=True)

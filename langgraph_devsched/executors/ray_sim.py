@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from langgraph_devsched.executors.ray_cluster import read_cluster, require_ray
-from langgraph_devsched.executors.ray_task import Where
+from langgraph_devsched.executors.ray_task import Where, as_remote
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.records import CallRecord, StepRecord
 from langgraph_devsched.schedulers.base import Batch
@@ -32,9 +32,6 @@ def simulated_call(record: CallRecord) -> CallRecord:
     gpus = tuple(str(g) for g in ctx.get_accelerator_ids().get("GPU", []))
     where = Where(ctx.get_node_id(), ray.util.get_node_ip_address(), gpus)
     return dataclasses.replace(record, device=where.device(record.on_gpu), node=where.node_ip)
-
-
-_REMOTE: Any = None
 
 
 class RaySimulatedSteps:
@@ -64,7 +61,6 @@ class RaySimulatedSteps:
         self.tasks = 0
 
     def _remote(self) -> Any:
-        global _REMOTE
         ray = require_ray()
         if not ray.is_initialized():
             address = self.address or os.environ.get("RAY_ADDRESS")
@@ -76,9 +72,7 @@ class RaySimulatedSteps:
                     resources={self.vram_resource: self.local_vram_mb},
                     include_dashboard=False,
                 )
-        if _REMOTE is None:
-            _REMOTE = ray.remote(simulated_call)
-        return _REMOTE
+        return as_remote(simulated_call)
 
     def _largest_gpu_vram(self) -> float:
         if self._gpu_vram_mb is None:

@@ -15,6 +15,7 @@ own exception comes back as that exception, not wrapped in a Ray error.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -101,14 +102,15 @@ def invoke_tool(
         return False, _sendable(exc), where
 
 
-_REMOTE: Any = None
+@functools.cache
+def as_remote(target: Any) -> Any:
+    """``target`` (a function or an actor class) as Ray's remote one, built once, on first
+    use (ray is imported only then)."""
+    import ray
+
+    return ray.remote(target)
 
 
 def remote_invoke() -> Any:
-    """`invoke_tool` as a Ray remote function (built once, on first use)."""
-    global _REMOTE
-    if _REMOTE is None:
-        import ray
-
-        _REMOTE = ray.remote(invoke_tool)
-    return _REMOTE
+    """`invoke_tool` as a Ray remote function."""
+    return as_remote(invoke_tool)
