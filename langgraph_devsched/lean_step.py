@@ -96,16 +96,15 @@ class LeanExecution:
         self._started.add(call_id)
         scope = CallScope(self._models, "cpu")
         error: str | None = None
-        clock = self._clock
-        start = clock()
+        start = self._clock()
         with placed(CPU), scope:
             try:
                 return run()
             except BaseException as failed:
                 error = describe_failure(failed)
                 raise
-            finally:  # booked inline (a retried call: its last run)
-                self._ended[call_id] = ("cpu", start, clock(), error, scope.record)
+            finally:
+                self._book(call_id, start, error, scope.record)
 
     def run_sync(self, call_id: str, run: RunOnce[T], deadline: Deadline | None = None) -> T:
         return self.run_plain(call_id, lambda: run(CPU)[0])
@@ -153,15 +152,13 @@ class LeanExecution:
             if ended is None:
                 continue
             device, start, end, error, used = ended
-            start_ms, end_ms = (start - t0) * 1000.0, (end - t0) * 1000.0
-            if used is None:
-                calls.append(CallRecord(call_id, call.tool, call.option, device, None,
-                                        start_ms, end_ms, 0.0, 0, error))
-            else:
-                calls.append(CallRecord(
-                    call_id, call.tool, call.option, device, None, start_ms, end_ms, 0.0, 0,
-                    error, model=used.model, load_ms=used.load_ms, loaded=used.loaded,
-                    evicted=used.evicted))
+            calls.append(CallRecord(
+                call_id, call.tool, call.option, device, None, (start - t0) * 1000.0,
+                (end - t0) * 1000.0, 0.0, 0, error,
+                model=None if used is None else used.model,
+                load_ms=0.0 if used is None else used.load_ms,
+                loaded=used is not None and used.loaded,
+                evicted=() if used is None else used.evicted))
         makespan = max((c.end_ms for c in calls), default=0.0)
         return StepRecord(calls=tuple(calls), makespan_ms=makespan)
 

@@ -114,7 +114,7 @@ class ChangeDetector:
             samples[tool] = (samples.get(tool, 0) or 0) + 1
             stat = stats.setdefault_with(
                 (tool, call.option, call.device, call.gpu_peers, call.fallback), _Welford)
-            if stat.take(call.end_ms - call.start_ms, self.sigmas, self.floor):
+            if stat.take(call.run_ms, self.sigmas, self.floor):
                 self._versions[tool] = next(self._counter)
 
     def versions(self, tools: Iterable[str]) -> tuple[int, ...]:
