@@ -137,7 +137,7 @@ class GpuPlan:
 def plan_gpu(
     resident: Sequence[tuple[str, float]], wanted: Sequence[tuple[str, float]],
     weights_mb: Mapping[str, float], *, budget_mb: float, background_mb: float,
-    keep_warm: frozenset[str] = frozenset(),
+    keep_warm: frozenset[str] = frozenset(), demote: frozenset[str] = frozenset(),
 ) -> GpuPlan:
     """The step's rule for GPU weights. ``wanted``: the models of the step's GPU-placed
     calls, in first-use call order, each with the working memory (``vram_mb``) of its first
@@ -145,12 +145,14 @@ def plan_gpu(
     resident) plus that working memory, evicting least recently used others by
     `residency.plan_room` against the budget less the background less the resident weights.
     A model not resident that cannot get room is in ``no_room`` (a resident one just keeps
-    what there is). Models in ``keep_warm`` are never evicted. The used models become the
-    most recently used, in first-use order. The testbed and the batched simulator both call
-    this."""
-    current = list(resident)
-    capacity_mb = budget_mb - background_mb
+    what there is). Models in ``keep_warm`` are never evicted; models in ``demote`` (the
+    step's models it places only off this GPU, `residency.demoted`) are the first
+    candidates. The used models become the most recently used, in first-use order. The
+    testbed and the batched simulator both call this."""
     order = [m for m, _ in wanted]
+    current = [x for x in resident if x[0] in demote] + [
+        x for x in resident if x[0] not in demote]
+    capacity_mb = budget_mb - background_mb
     protect = frozenset(order)
     loaded: list[str] = []
     no_room: set[str] = set()
@@ -241,7 +243,9 @@ def _row_models(
         wanted = [(names[k], float(vram[key[k]]))
                   for k in sorted(range(len(names)), key=lambda k: key[k]) if key[k] < n]
         plan = plan_gpu(res.gpu, wanted, res.weights_mb, budget_mb=budget, background_mb=bg_mb,
-                        keep_warm=res.keep_warm)
+                        keep_warm=res.keep_warm,
+                        demote=frozenset(names[k] for k in range(len(names)) if key[k] == n))
+        # (a model of the batch that no GPU-placed call uses: `residency.demoted`)
         evicted.append(tuple(e for out in plan.evicted.values() for e in out))
         after.append(plan.after)
         rows = inverse == g

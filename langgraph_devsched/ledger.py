@@ -10,7 +10,8 @@ Resident weights (`WeightsNeed`, see `langgraph_devsched.residency`) are long-li
 that needs a model reserves its working memory and, when the model is not resident yet, its
 weights; the call's release gives back the working memory only, the weights stay (idle)
 until another admission needs their room: then `residency.plan_room` picks the least
-recently used idle models (never one in use or kept warm), and the reservation names them
+recently used idle models (never one in use or kept warm; `demote` moves the models a step
+uses only off this GPU to the front, `residency.demoted`), and the reservation names them
 in ``evicted`` so that the caller frees them. A queued request that no eviction can ever
 admit beside the weights kept warm is refused (`NeverFitsError`), never left at the head of
 the queue. At every instant the ledger holds resident weights plus the working memory of the
@@ -32,7 +33,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from langgraph_devsched.residency import WarmModel, plan_room
@@ -458,6 +459,17 @@ class VramLedger:
             held = self._weights.get(model)
             if held is not None:
                 held.keep_warm = True
+
+    def demote(self, models: Iterable[str]) -> None:
+        """Make these resident models the least recently used (their order kept): a step
+        that uses them only off this GPU starts (`residency.demoted`), so they are the first
+        evicted to make room. Models not resident are ignored."""
+        names = frozenset(models)
+        with self._lock:
+            if not names.intersection(self._weights):
+                return
+            first = {m: w for m, w in self._weights.items() if m in names}
+            self._weights = first | {m: w for m, w in self._weights.items() if m not in names}
 
     def clear_weights(self) -> tuple[str, ...]:
         """Drop every idle model's weights, kept warm or not (at close); models in use stay.

@@ -17,8 +17,9 @@ simulation on a virtual clock:
   the testbed keeps state across steps, the models resident on the GPU (LRU order) and in
   host memory (unbounded). At a step's start the models of its GPU-placed calls are
   protected; in first-use order each gets room for its weights (when not resident) plus its
-  first call's working memory, evicting least recently used others (`residency.plan_room`)
-  against the budget less the background less the resident weights, and loads. The resident
+  first call's working memory, evicting least recently used others (`residency.plan_room`;
+  the step's models it places only off that GPU first, `residency.demoted`) against the
+  budget less the background less the resident weights, and loads. The resident
   weights are then the ledger's base for the whole step. A GPU call on a model
   loaded this step waits until ``load_gpu_ms`` from the step's start (a fixed phase, not
   slowed by sharing) before its copy; a model that gets no room sends its `gpu_now` calls
@@ -51,7 +52,7 @@ from langgraph_devsched.batchsim import Physics, check_physics
 from langgraph_devsched.ledger import Reservation, VramLedger
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import CallRecord, StepRecord
-from langgraph_devsched.residency import WarmModel
+from langgraph_devsched.residency import WarmModel, demoted
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
 SIM_GPU_DEVICE = "cuda:0"
@@ -534,7 +535,8 @@ class SimulatedTestbed:
             self._gpu_weights(gpu), list(wanted.items()),
             {m: self._models[m].weights_mb for m in wanted},
             budget_mb=self._gpus[gpu].vram_mb, background_mb=background.vram_mb,
-            keep_warm=self._state.keep_warm)
+            keep_warm=self._state.keep_warm,
+            demote=demoted(((t.model, None if t.option == "cpu" else t.gpu) for t in tasks), gpu))
 
 
 def _gpu_specs(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from langgraph_devsched.schedulers.eviction_cost import RecentModels
+from langgraph_devsched.schedulers.eviction_cost import DEFAULT_LOAD_MS_PER_MB, RecentModels
 from tests.builtin_bench import run_builtin
 
 pytest.importorskip("numpy")
@@ -56,3 +56,17 @@ def test_a_load_seen_stays_learned_when_no_estimate_is_known() -> None:
     use.note(["asr"])
     use.learn({"caption": 0.0})  # a decision whose estimate knows nothing yet
     assert use.reload_ms(["caption"]) == 2600.0
+
+
+def test_a_load_never_seen_is_priced_from_the_weights_not_free() -> None:
+    # nothing declared, `residency_cpu_preferred`: the ASR weights were resident from the
+    # start, no step had shown their load, and evicting them was priced 0 ms; the next step
+    # paid 2.5 s to load them again
+    use = RecentModels()
+    use.note(["asr"], weights_mb={"asr": 3000.0})
+    assert use.reload_ms(["asr"]) == 3000.0 * DEFAULT_LOAD_MS_PER_MB
+    use.note(["ocr"], weights_mb={"ocr": 3500.0})
+    use.learn({"ocr": 900.0})  # a load seen: its rate prices the unseen ones
+    assert use.reload_ms(["asr"]) == pytest.approx(3000.0 * 900.0 / 3500.0)
+    use.learn({"asr": 2500.0})
+    assert use.reload_ms(["asr"]) == 2500.0

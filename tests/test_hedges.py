@@ -32,6 +32,7 @@ from langgraph_devsched.hints import HintsError, validate_spec
 from langgraph_devsched.monitor.monitor import RuntimeMonitor
 from langgraph_devsched.schedulers.base import Decision, SchedulerBase
 from langgraph_devsched.schedulers.monitor_policy import MonitorPolicy
+from tests.builtin_bench import run_builtin
 
 
 def graph(node: DeviceToolNode) -> Any:
@@ -324,7 +325,6 @@ def test_a_side_a_hedge_is_to_measure_is_not_run_on_a_guess():
     """Old (`--declare none`, the built-ins side-effect free): the captioner's CPU side, never
     measured, was guessed at 4x its GPU side; a probe's mapping moved it there and the step
     took 2.6 s (23x). Now such a side is left to a hedge, which measures it at its bound."""
-    from tests.builtin_bench import run_builtin
 
     scenario = run_builtin("memory_diffusion_and_friends", declare="none")
     monitor = scenario.results["monitor"]
@@ -332,3 +332,28 @@ def test_a_side_a_hedge_is_to_measure_is_not_run_on_a_guess():
     assert worst < 1.5 * scenario.optimal_makespan_ms, monitor.round_makespans_ms
     assert monitor.regret_ms < 1_000, monitor.regret_ms
     assert monitor.hedges >= 3  # the captioner's CPU side hedged too
+
+
+def test_no_hedge_needs_a_host_load_the_idle_time_measures_that_side():
+    """Old: a call whose model was cold on both sides was hedged on the CPU "so that the two
+    loads overlap"; the host load outlasted the GPU load and then ran to its bound:
+    `residency_visual_suite` with nothing declared paid 2,525 ms of hedges in round 1. Now a
+    hedge never loads (a warm host copy is hedged); idle-time calibration measures that side
+    between steps."""
+    from langgraph_devsched.hints import ToolDeviceSpec
+    from langgraph_devsched.residency import WarmModel
+    from langgraph_devsched.schedulers.base import Batch
+    from langgraph_devsched.schedulers.hedge import HedgeRule
+    from langgraph_devsched.telemetry import DeviceState
+
+    spec = ToolDeviceSpec(idempotent=True, vram_mb=500, model="sd", weights_mb=6600)
+    batch = Batch.of([("c1", "edit", spec)])
+    cold = DeviceState(True, "sim", 24000, 0, 0.0, 8)
+    host = DeviceState(True, "sim", 24000, 0, 0.0, 8, resident=(WarmModel("sd", 6600, "cpu"),))
+    rule = HedgeRule()
+    obs = RuntimeMonitor().snapshot()
+    assert rule.hedges(batch, {"c1": "gpu_now"}, obs, cold) == {}
+    assert rule.narrowed(batch.calls[0], ("gpu_now", "cpu"), obs, cold) == ("gpu_now", "cpu")
+    assert rule.hedges(batch, {"c1": "gpu_now"}, obs, host) == {"c1": "cpu"}
+    scenario = run_builtin("residency_visual_suite", declare="none")
+    assert scenario.results["monitor"].hedge_cost_ms < 500, scenario.results["monitor"]

@@ -57,6 +57,7 @@ from langgraph_devsched.ledger import (
 )
 from langgraph_devsched.models import MAX_MODELS, CallModels, ModelCache, ModelRoomError
 from langgraph_devsched.records import CallRecord
+from langgraph_devsched.residency import demoted
 from langgraph_devsched.telemetry import (
     DeviceState,
     GpuDevice,
@@ -337,6 +338,11 @@ class _LocalStep(BookedStep):
         self._gpus: dict[str, int] = {}
         if len(backend._lanes) > 1:  # the decision's GPU, else the default rule
             self._gpus = planned_gpus(calls, backend.device_state().devices)
+        if any(c.spec.model_name(c.tool) is not None for c in calls):
+            uses = [(c.spec.model_name(c.tool),
+                     None if c.option == "cpu" else self._gpus.get(c.call_id, 0)) for c in calls]
+            for index, lane in enumerate(backend._lanes):  # moved off a GPU: evicted first
+                lane.ledger.demote(demoted(uses, index))
 
     def _lane(self, call: PlannedCall) -> _Lane | None:
         lanes = self._b._lanes

@@ -9,8 +9,10 @@ The cost is bounded: the loser is cancelled at ``bound`` times the winner's run 
 is hedged at most ``max_tries`` times, a step at most ``max_per_step`` hedges (the
 longest-predicted calls first: their unknown side is worth the most), a GPU run that could
 not fit the budget is never started, and no hedge loads a model's weights (a tool with a
-resident model is hedged on the GPU only where its model is warm there, on the CPU where
-its weights are in host memory or its own call loads them too, so that the loads overlap). Idle-time
+resident model is hedged only on a side where its model is warm: a GPU load could evict
+what the step's other calls need, and a host load outlasted the step: with nothing declared
+a diffusion model's host load, 3.5 s, ran past its GPU load and then to its bound, 2.5 s of
+hedges in `residency_visual_suite`'s first round; idle time measures that side). Idle-time
 calibration (`HedgeRule.calibration`) runs a recent call alone between steps, on the same
 terms (a host load is allowed: it evicts nothing). A side cut at its bound is *answered*:
 the policy does not probe it on its own (`HedgeRule.answered`), and its twin prices it at
@@ -193,7 +195,7 @@ class HedgeRule:
         censored: CensoredTimes | None,
     ) -> bool:
         """Whether a hedge of the call may still measure ``side`` (as `hedges` would
-        start it from the other side: never a GPU load, a host load only beside a load)."""
+        start it from the other side: never a load)."""
         if _known(call, side, obs) or (self._tries.get((call.tool, side)) or 0) >= (
                 self.max_tries) or (censored is not None and censored.count(call.tool, side)):
             return False
@@ -203,7 +205,7 @@ class HedgeRule:
         home = _other(call, "cpu", device)
         if home is None or "cpu" not in call.spec.allowed_options():
             return False
-        return not _would_load(call, "cpu", device) or _would_load(call, home, device)
+        return not _would_load(call, "cpu", device)
 
     def hedges(
         self, batch: Batch, mapping: Mapping[str, DeviceOption], obs: Observations,
@@ -222,8 +224,8 @@ class HedgeRule:
             other = _other(call, option, device)
             if other is None or (is_gpu(other) and _would_load(call, other, device)):
                 continue  # a GPU load could evict what the step's other calls need
-            if _would_load(call, other, device) and not _would_load(call, option, device):
-                continue  # a host load beside a warm call would outlast the step
+            if _would_load(call, other, device):
+                continue  # a host load would outlast the step: idle time measures that side
             side = _side(other)
             key = (call.tool, side)
             if key in seen or (self._tries.get(key) or 0) >= self.max_tries:

@@ -193,7 +193,8 @@ class MonitorPolicy(SchedulerBase):
         tools = [c.tool for c in batch.calls]
         key = tuple(tools)
         specs = tuple(c.spec for c in batch.calls)
-        self._recent.note(m for m in (c.spec.model_name(c.tool) for c in batch.calls) if m)
+        self._recent.note((m for m in (c.spec.model_name(c.tool) for c in batch.calls) if m),
+                          weights_mb=_weights_mb(batch, view.device))
         bucket = telemetry_bucket(view.device)  # the warm models included
         versions = self._changes.versions(tools)
         samples = self._changes.samples(tools)
@@ -541,7 +542,8 @@ class MonitorPolicy(SchedulerBase):
         # a GPU load seen is what evicting that model costs later steps, whichever batch
         # comes next (a decision learns only its own batch's models' load times)
         self._recent.learn({c.model: c.load_ms for c in record.calls
-                            if c.loaded and c.model and c.on_gpu and c.load_ms > 0})
+                            if c.loaded and c.model and c.on_gpu and c.load_ms > 0},
+                           weights_mb=_weights_mb(batch, self._device))
         measured = tuple(h.loser for h in hedge_outcomes(record) if h.complete)
         if measured:  # a hedge (or an idle run) measured a side: its tools' decisions move
             self._changes.observe(StepRecord(measured, 0.0))
@@ -868,3 +870,12 @@ def _pooled_cv(obs: Observations) -> float:
     cvs = [e.std_ms / e.run_ms for e in obs.estimates if e.count >= 2 and e.run_ms > 0]
     return sum(cvs) / len(cvs) if cvs else 0.0
 
+
+def _weights_mb(batch: Batch, device: DeviceState | None) -> dict[str, float]:
+    """The size of each model's weights that the batch's hints or the GPU residency say."""
+    sizes = {w.model: w.weights_mb for w in (device.resident if device else ()) if w.side == "gpu"}
+    for c in batch.calls:
+        model = c.spec.model_name(c.tool)
+        if model is not None and c.spec.weights_mb:
+            sizes[model] = float(c.spec.weights_mb)
+    return sizes
