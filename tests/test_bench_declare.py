@@ -112,3 +112,18 @@ def test_cli_bad_decision_cost_names_the_valid_ones() -> None:
     result = CliRunner().invoke(app, ["bench", "--decision-cost", "free"])
     assert result.exit_code == 2
     assert "valid: measured, none" in result.output
+
+
+def test_cli_takes_every_classic_builtin_by_name_in_one_list(tmp_path: Path) -> None:
+    """A list of 13 built-in names is longer than a file name may be: it crashed with
+    ``OSError: [Errno 36] File name too long`` while the CLI checked for such a file."""
+    from langgraph_devsched.bench.scenario import builtin_scenario_paths
+
+    names = [p.stem for p in builtin_scenario_paths() if not p.stem.startswith("residency")]
+    out = tmp_path / "b.json"
+    result = CliRunner().invoke(app, ["bench", "--scenarios", ",".join(names), "--schedulers",
+                                      "static", "--rounds", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert [s["name"] for s in json.loads(out.read_text())["scenarios"]] == names
+    bad = CliRunner().invoke(app, ["bench", "--scenarios", ",".join(names) + ",nope" * 40])
+    assert bad.exit_code != 0 and "nope" in bad.output and "built-in scenarios" in bad.output

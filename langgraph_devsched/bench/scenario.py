@@ -348,6 +348,15 @@ def builtin_by_name(names: str) -> list[Path]:
     return [known[n] for n in dict.fromkeys(wanted)]
 
 
+def _on_disk(path: Path) -> str | None:
+    """``"folder"``, ``"file"`` or None (nothing there, or a name no file system takes: a
+    long comma-separated list of built-in names is one)."""
+    try:
+        return "folder" if path.is_dir() else "file" if path.exists() else None
+    except OSError:  # e.g. ENAMETOOLONG
+        return None
+
+
 def load_scenarios(path: str | Path | None = None) -> list[Scenario]:
     """Scenarios from a file, from every ``*.yaml`` in a folder, the built-ins named (a
     comma-separated list of names, see `builtin_by_name`), or every built-in (None)."""
@@ -355,11 +364,12 @@ def load_scenarios(path: str | Path | None = None) -> list[Scenario]:
         paths = builtin_scenario_paths()
     else:
         path = Path(path)
-        if path.is_dir():
+        kind = _on_disk(path)
+        if kind == "folder":
             paths = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml"))
             if not paths:
                 raise ScenarioError(f"scenario folder {path}: no *.yaml files in it")
-        elif path.exists():
+        elif kind == "file":
             paths = [path]
         else:
             paths = builtin_by_name(str(path))
