@@ -299,6 +299,9 @@ class AgenticScheduler(SchedulerBase):
         step = self._step(batch, self._with_observations(batch, view))
         if step.lead is not None and step.lead.probe:
             return self._probe(step, step.lead)
+        trial = self._mode.trial(step)
+        if trial is not None and step.lead is not None:
+            return self._probe(step, step.lead, trial=trial)
         cached = self._lookup(step)
         if cached is not None:
             return cached
@@ -337,7 +340,7 @@ class AgenticScheduler(SchedulerBase):
         return self._finish(step, answer, f"agentic (cached): {entry.reason}", record,
                             prior=prior, fit_vram=not entry.fallback_mapping)[0]
 
-    def _probe(self, step: _Prepared, lead: Decision) -> Decision:
+    def _probe(self, step: _Prepared, lead: Decision, *, trial: str | None = None) -> Decision:
         """The monitor's reprobe, run without consulting: symmetric, swap or unknown-side
         probes that the fallback policy (``monitor``) sizes from the exploration hints.
 
@@ -350,11 +353,13 @@ class AgenticScheduler(SchedulerBase):
         mapping, repairs = held_to_rules(step.batch, step.view, self.constraints, lead,
                                          step.vram_seen)
         self.last_fallbacks, self.last_issues = {}, ()
-        reason = f"{self.fallback.name} probe, not consulted: {lead.reason}" + _repaired(
-            mapping, repairs)
+        what = f"{self.fallback.name} trial, not consulted: {trial}" if trial else (
+            f"{self.fallback.name} probe, not consulted: {lead.reason}")
         return self._decision(
-            mapping, reason, predicted_ms={} if repairs else dict(lead.predicted_ms), probe=True,
-            consultation=ConsultationRecord(mode=self.mode, skipped="probe"),
+            mapping, what + _repaired(mapping, repairs),
+            predicted_ms={} if repairs else dict(lead.predicted_ms), probe=True,
+            consultation=ConsultationRecord(mode=self.mode,
+                                            skipped="trial" if trial else "probe"),
         )
 
     def clear_cache(self) -> None:

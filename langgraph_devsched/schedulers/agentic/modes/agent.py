@@ -5,7 +5,8 @@ the classical policy's decision beside it, the twin). `AgentMode` builds a `Cons
 the observation tools called for the model (``inline``: their outputs in the task message,
 ``one_shot``), one forced turn through the answer channel (more with ``max_turns``). It is
 asked again when a mapping of the shape was measured for the first time (`executed_key`),
-besides the fingerprint's own changes.
+besides the fingerprint's own changes. Before it asks, the policy's own mapping is measured
+once where it never ran and predicts below the fastest measured one (`AgentMode.trial`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from langgraph_devsched.schedulers.agentic.classical import measured_ms
 from langgraph_devsched.schedulers.agentic.config import AnswerChannel
 from langgraph_devsched.schedulers.agentic.consult import Consultation
 from langgraph_devsched.schedulers.agentic.model import (
@@ -77,6 +79,11 @@ def fastest_measured(obs: Mapping[str, Any], batch: Batch) -> float | None:
     return min(spans) if spans else None
 
 
+TRIAL_GAIN = 0.02
+"""The policy's never-measured mapping is run once when it predicts at least this much
+below the fastest measured mapping of the shape."""
+
+
 class AgentMode:
     """The default mode (``inline=True``: the observations inline, ``one_shot``)."""
 
@@ -87,6 +94,26 @@ class AgentMode:
 
     def key(self, step: Step) -> Any:
         return executed_key(step.obs, step.batch)
+
+    def trial(self, step: Step) -> str | None:
+        """Why the policy's mapping is to be measured once, unconsulted, else None: it
+        never ran, the shape has measured mappings, and the policy predicts it more than
+        `TRIAL_GAIN` below the fastest of them. Like the monitor's reprobes it is a
+        measurement, not a choice: the model sees its outcome among the executed mappings
+        (never labelled) and decides. Traced with Qwen2.5-Coder-1.5B: the model copies the
+        fastest measured mapping, and the policy's best, never measured, was never in that
+        list (10 of 17 built-ins optimal)."""
+        lead, batch = step.lead, step.batch
+        if lead is None or lead.probe or not lead.predicted_ms:
+            return None
+        fastest = fastest_measured(step.obs, batch)
+        if not fastest or measured_ms(step.obs, batch, lead.mapping) is not None:
+            return None
+        predicted = max(lead.predicted_ms.values())
+        if predicted >= (1.0 - TRIAL_GAIN) * fastest:
+            return None
+        return (f"the policy's mapping never ran: predicted {predicted:.0f} ms against "
+                f"{fastest:.0f} ms measured at best")
 
     def consultation(self, step: Step) -> Consultation:
         batch, rules = step.batch, step.constraints

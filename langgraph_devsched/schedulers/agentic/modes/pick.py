@@ -199,6 +199,10 @@ class PickMode:
     def key(self, step: Step) -> Any:
         return lead_key(step.batch, step.lead)
 
+    def trial(self, step: Step) -> str | None:
+        """None: the policy's mapping is candidate 1 already."""
+        return None
+
     def consultation(self, step: Step) -> PickConsultation | Consultation:
         """A pick consultation, or without candidates for this step (a tool with neither a
         declared profile nor a measurement) the default one with the outputs inline.
