@@ -84,3 +84,33 @@ def test_a_cached_answer_that_measures_slower_is_asked_about_again() -> None:
     again = scheduler.decide(BATCH, slower)  # the same mappings, the answer's now slower
     assert again.llm_calls == 1 and scheduler.consultations == 3
     assert again.consultation.cause == "guarded"  # and the same answer is not kept
+
+
+class Predicting(SchedulerBase):
+    """A policy whose mapping (asr on the GPU, embed on the CPU) predicts 60 ms."""
+
+    name = "predicting"
+
+    def decide(self, batch: Batch, view: SchedulerView) -> Decision:
+        return Decision(mapping={"c1": "gpu_now", "c2": "cpu"}, reason="twin",
+                        predicted_ms={"c1": 60.0, "c2": 40.0})
+
+
+def test_the_policys_mapping_never_measured_is_measured_once_before_the_model_is_asked() -> None:
+    """The model copies the fastest measured mapping; the policy's own, never run, was never
+    among them. Now it is run once, unconsulted (a trial), then the model is asked."""
+    model = ToolScriptModel(script=[AIMessage('{"c1": "gpu_now", "c2": "gpu_now"}')] * 2)
+    scheduler = AgenticScheduler(model, fallback=Predicting(), guard_ratio=None)
+    slower = _measured(("gpu_now", "gpu_now", 90.0))  # 60 ms predicted: worth a run
+    trial = scheduler.decide(BATCH, slower)
+    assert dict(trial.mapping) == {"c1": "gpu_now", "c2": "cpu"} and trial.probe
+    assert trial.llm_calls == 0 and trial.consultation.skipped == "trial"
+    assert "never ran" in trial.reason
+    both = _measured(("gpu_now", "gpu_now", 90.0), ("gpu_now", "cpu", 61.0))
+    asked = scheduler.decide(BATCH, both)  # measured now: the model decides
+    assert asked.llm_calls == 1 and not asked.probe
+    close = _measured(("gpu_now", "gpu_now", 61.0))  # predicted within 2 %: no trial
+    assert AgenticScheduler(model, fallback=Predicting(), guard_ratio=None).decide(
+        BATCH, close).consultation.skipped is None
+    fresh = AgenticScheduler(model, fallback=Predicting(), guard_ratio=None, mode="pick")
+    assert fresh.decide(BATCH, slower).consultation.skipped != "trial"
