@@ -18,7 +18,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_devsched.options import DeviceOption
@@ -48,6 +48,9 @@ class Entry:
     fallback_mapping: bool = False
     """The options are the fallback policy's own (a pick of its mapping): on reuse they are
     held to the hard rules but not VRAM-fitted again (its twin weighed the VRAM)."""
+    gpus: dict[tuple[str, int], int] = field(default_factory=dict)
+    """The GPU the answer named per (tool, occurrence), on a machine with several GPUs;
+    carried to the new call ids like the options (one left out: the default rule)."""
 
 
 def occurrences(batch: Batch) -> list[tuple[str, int]]:
