@@ -5,6 +5,7 @@ the prompt and the answer values as before."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -211,3 +212,14 @@ def test_a_whole_step_fallback_keeps_the_gpus_the_fallback_policy_named() -> Non
     d = scheduler.decide(batch, two_gpus())
     assert d.fallback == "scheduler_error" and scheduler.last_fallbacks == {"o": "no_answer"}
     assert dict(lead.gpus) == {"o": 1} and dict(d.gpus) == dict(lead.gpus)  # the faster GPU
+
+
+def test_a_cached_answer_is_not_reused_once_another_gpu_fills_up() -> None:
+    scheduler, model = agentic({"o": "gpu_now@1"})
+    batch = Batch.of([("o", "ocr", OCR)])
+    scheduler.decide(batch, two_gpus())
+    full = two_gpus().device
+    busy = SchedulerView(dataclasses.replace(full, gpus=(
+        full.gpus[0], dataclasses.replace(full.gpus[1], used_mb=70000))))
+    scheduler.decide(batch, busy)
+    assert len(model.received) == 2  # GPU 1 went from 10/10 free to 1/10: asked again
