@@ -118,6 +118,7 @@ def test_the_schema_enum_lists_the_per_gpu_values_a_call_may_take() -> None:
     assert schema["properties"]["p"]["enum"] == ["gpu_now@0", "gpu_queued@0", "cpu"]
     calls = tool_output(model, "step_calls")
     assert calls["p"]["allowed"] == ["gpu_now@0", "gpu_queued@0", "cpu"]
+    assert model.call_kwargs[0]["max_tokens"] == 16 + 2 * (12 + 3)  # room for the "@k"
 
 
 def test_one_gpu_keeps_the_three_options_and_the_old_prompt() -> None:

@@ -92,7 +92,7 @@ class AgentMode:
     def consultation(self, step: Step) -> Consultation:
         batch, rules = step.batch, step.constraints
         tools = observation_tools(batch, step.view, rules, step.obs)
-        budget = answer_budget(len(batch))
+        budget = answer_budget(len(batch), several_gpus=several(step.view.device))
         consultation = Consultation(
             model=step.model,
             batch=batch,
