@@ -84,7 +84,19 @@ def crash_once(text: str) -> str:
     return answer(TINY.get(), "survived")
 
 
+@tool
+def plain(text: str) -> str:
+    """A GPU tool on no resident model: reports the device it was told and what Ray gave
+    its task (GPU ids, resources, the CUDA_VISIBLE_DEVICES it runs under)."""
+    ctx = ray.get_runtime_context()
+    return json.dumps({"text": text, "device": current_device(), "pid": os.getpid(),
+                       "ray_gpus": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])],
+                       "resources": ctx.get_assigned_resources(),
+                       "visible": os.environ.get("CUDA_VISIBLE_DEVICES")})
+
+
 HINTS: dict[str, Any] = {
+    "plain": {"vram_mb": 500, "gpu_share": 0.5},
     "embed": TINY.hints(vram_mb=500),
     "caption": BIG.hints(vram_mb=500),
     "crash_once": TINY.hints(vram_mb=500),
@@ -124,7 +136,7 @@ def answers(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def make(backend: RayBackend, reports: list[StepReport], **kw: Any) -> DeviceToolNode:
     kw.setdefault("scheduler", "all_gpu")
-    return DeviceToolNode([embed, caption, crash_once], hints=HINTS, backend=backend,
+    return DeviceToolNode([embed, caption, crash_once, plain], hints=HINTS, backend=backend,
                           on_step=reports.append, **kw)
 
 
@@ -259,3 +271,41 @@ def test_calls_of_one_model_in_one_step_share_the_actors_single_load(two_gpus: A
     assert (stats(backend)[0].loads, stats(backend)[0].hits) == (1, 1)
     assert backend.slots()[0].ledger.in_use_mb == 3000  # the weights, once; no working memory
     node.close()
+
+
+def ran_where_booked(out: dict[str, Any], record: Any, index: int) -> None:
+    """The call was told ``cuda:<index>`` and ran under the node's own CUDA_VISIBLE_DEVICES
+    (Ray assigned its task no GPU, so it did not narrow them to a GPU of its choice), and
+    its record says that GPU."""
+    assert out["device"] == f"cuda:{index}" and record.device.endswith(f"/cuda:{index}")
+    assert out["ray_gpus"] == [] and "GPU" not in out["resources"]
+    assert out["visible"] == os.environ.get("CUDA_VISIBLE_DEVICES")
+    assert out["resources"].get("VRAM_MB") == 500 and record.vram_reserved_mb == 500
+
+
+def test_a_call_on_no_resident_model_runs_on_the_gpu_the_decision_named(two_gpus: Any) -> None:
+    """GPU 1, then GPU 0, named for a tool on no resident model: its task runs there (a
+    fractional Ray GPU request would land on whichever GPU Ray picks)."""
+    backend, reports = RayBackend(), []
+    for index in (1, 0):
+        node = make(backend, reports, scheduler=OnGpu({"plain": index}))
+        out = answers(graph(node).invoke(step(("plain", f"p{index}"))))[f"p{index}"]
+        ran_where_booked(out, reports[-1].record.by_id()[f"p{index}"], index)  # type: ignore[union-attr]
+        node.close()
+    assert all(s.ledger.in_use_mb == 0 for s in backend.slots())
+
+
+def test_without_model_actors_a_gpu_call_runs_on_the_slot_the_backend_booked(
+        two_gpus: Any) -> None:
+    """Without model actors the backend books the slot with the most free VRAM: GPU 0
+    holding 4000 MB already, that is GPU 1, and the task runs there."""
+    backend, reports = RayBackend(model_actors=False), []
+    backend.refresh()
+    held = backend.slots()[0].ledger.try_reserve(4000, 0.0, None)
+    assert held is not None
+    node = make(backend, reports, scheduler=OnGpu({}))
+    out = answers(graph(node).invoke(step(("plain", "p"))))["p"]
+    ran_where_booked(out, reports[0].record.by_id()["p"], 1)  # type: ignore[union-attr]
+    held.release()
+    node.close()
+    assert all(s.ledger.in_use_mb == 0 for s in backend.slots())

@@ -92,3 +92,34 @@ def test_each_slot_of_each_node_has_its_actor_on_that_node(cluster: Any) -> None
     assert all((s.loads, s.hits) == (1, 1) for s in stats.values())
     node.close()
     assert all(s.ledger.in_use_mb == 0 for s in backend.slots())
+
+
+@tool
+def plain(text: str) -> str:
+    """A GPU tool on no resident model: the node, the device it was told, Ray's GPU ids."""
+    ctx = ray.get_runtime_context()
+    return json.dumps({"device": current_device(), "node": ctx.get_node_id(),
+                       "ray_gpus": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])]})
+
+
+def test_a_call_on_no_resident_model_runs_on_its_slots_gpu(cluster: Any) -> None:
+    """A task per call, on the slot's node and GPU: the 1-GPU node's task holds Ray's GPU
+    (its only one, cuda:0); a task on the 2-GPU node holds none and is told its slot's
+    index (Ray would pick either GPU)."""
+    backend = RayBackend()
+    scheduler = OnSlot()
+    node = DeviceToolNode([plain], hints={"plain": {"vram_mb": 500, "gpu_share": 0.5}},
+                          backend=backend, scheduler=scheduler)
+    app = StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
+    backend.device_state()
+    for i, slot in enumerate(backend.slots()):
+        scheduler.slot = i
+        out = app.invoke({"messages": [AIMessage("", tool_calls=[
+            {"name": "plain", "args": {"text": "x"}, "id": f"p{i}"}])]})
+        (msg,) = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+        got = json.loads(str(msg.content))
+        two = backend.node(slot.node_id).gpus == 2  # type: ignore[union-attr]
+        assert (got["node"], got["device"]) == (slot.node_id, f"cuda:{slot.index}")
+        assert got["ray_gpus"] == ([] if two else ["0"])
+    node.close()
+    assert all(s.ledger.in_use_mb == 0 for s in backend.slots())

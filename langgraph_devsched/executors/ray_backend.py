@@ -6,8 +6,10 @@
   falls back to the CPU (``oom``), as on one machine. With ``shared=True`` Ray's per-node view
   of free resources must also cover it (other drivers use the GPUs too).
 * ``gpu_queued``: waits in FIFO order for such a reservation (``queue_timeout_s`` → CPU).
-* A GPU task asks Ray for ``num_gpus=gpu_share`` (fractional where tools share a GPU) and
-  ``resources={VRAM_MB: vram_mb}``, pinned to the reserved GPU's node.
+* A GPU task asks Ray for ``resources={VRAM_MB: vram_mb}``, pinned to the reserved GPU's
+  node, and runs on the GPU the ledger booked (`task_gpu`): on a node with one GPU it asks
+  for ``num_gpus=gpu_share`` (fractional where tools share a GPU; Ray's one choice is that
+  GPU); on a node with several it holds no Ray GPU and is told ``cuda:<k>``.
 * A tool raising ``torch.cuda.OutOfMemoryError`` is rerun on the CPU (``oom``); hints that
   forbid the CPU give a `PlacementError` (an error `ToolMessage`), as on one machine.
 * A task lost to a crashed worker is retried by Ray (``max_retries``); a call still lost
@@ -77,8 +79,25 @@ from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
 T = TypeVar("T")
 
-GPU_DEVICE_IN_TASK = "cuda:0"
-"""The device a GPU tool is told: Ray sets ``CUDA_VISIBLE_DEVICES`` to the GPU it assigned."""
+def task_gpu(node_gpus: int) -> bool:
+    """Whether a GPU task on a node with ``node_gpus`` GPUs asks Ray for its GPU share.
+
+    Ray cannot be asked for GPU *k* of a node: a (fractional) ``num_gpus`` request lands on
+    whichever GPU Ray picks, and Ray then narrows the task's ``CUDA_VISIBLE_DEVICES`` to that
+    GPU, so on a node with several GPUs the call could run on another GPU than the one its
+    ledger booked (and than the decision named). Worse, a reused worker's CUDA context keeps
+    the devices it saw first. So there the task holds no Ray GPU: a process holding none
+    keeps the node's ``CUDA_VISIBLE_DEVICES`` (Ray 2.x does not override it for zero GPUs
+    unless ``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO`` is set), in every worker alike, and the
+    tool is told ``cuda:<k>``, the node's GPU *k* the ledger booked, as a GPU slot's actor
+    is. Ray's ``GPU`` resource then does not count the call (the ledger admits it, and Ray's
+    ``VRAM_MB`` still counts its memory). On a node with one GPU Ray's only choice is the
+    booked one: the task asks for ``num_gpus=gpu_share`` as before and is told ``cuda:0``.
+
+    >>> task_gpu(1), task_gpu(2)
+    (True, False)
+    """
+    return node_gpus <= 1
 
 
 NODE_LOSS_ERRORS = ("TaskUnschedulableError", "NodeDiedError", "LocalRayletDiedError",
@@ -270,6 +289,9 @@ class _Dispatch:
             ok, value, where = answer.ok, answer.value, answer.where
         else:
             ok, value, where = answer
+            slot = self._step.slot_of(self._call) if self._placement.on_gpu else None
+            if slot is not None and not where.gpu_ids:  # a task holding no Ray GPU: the
+                where = Where(where.node_id, where.node_ip, (str(slot.index),))  # booked one
         self._step.where[self._call.call_id] = where
         if ok:
             return value
@@ -342,6 +364,10 @@ class _RayStep(BookedStep):
             for index, slot in enumerate(self._order):  # moved off a GPU: evicted first
                 slot.ledger.demote(demoted(uses, index))
 
+    def slot_of(self, call: PlannedCall) -> GpuSlot | None:
+        """The GPU slot whose ledger booked ``call`` (None: not on a GPU)."""
+        return self._slot_of.get(call.call_id)
+
     # -- resident models: the GPU slot's actor ----------------------------------------------
     def on_actor(self, call: PlannedCall) -> bool:
         """A call on a resident model runs, on a GPU, in its slot's actor."""
@@ -395,7 +421,9 @@ class _RayStep(BookedStep):
 
         slot = self._slot_of[call.call_id]
         options["num_cpus"] = b.cpus_per_gpu_call
-        options["num_gpus"] = max(0.0001, round(call.spec.gpu_share, 4))
+        node = b.node(slot.node_id)
+        if task_gpu(node.gpus if node is not None else 2):  # unknown node: no Ray GPU
+            options["num_gpus"] = max(0.0001, round(call.spec.gpu_share, 4))
         if call.spec.vram_mb > 0:
             options["resources"] = {b.vram_resource: math.ceil(call.spec.vram_mb)}
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(slot.node_id, soft=False)
@@ -458,10 +486,11 @@ class _RayStep(BookedStep):
         in_use = sum(s.ledger.in_use_mb for s in self.backend.slots())
         self._peak = max(self._peak, in_use)
         warm = None if res.model is None else not res.loaded
-        if self.on_actor(call):  # the actor sees its node's GPUs: its own is cuda:<index>
-            return Placement(call.option, f"cuda:{slot.index}", None, res.mb, res.model, warm,
-                             res.evicted)
-        return Placement(call.option, GPU_DEVICE_IN_TASK, None, res.mb, res.model, warm)
+        # an actor, or a task holding no Ray GPU, sees its node's GPUs: its own is
+        # cuda:<index>; a task given the one GPU of its node sees only it, cuda:0 (`task_gpu`)
+        evicted = res.evicted if self.on_actor(call) else ()  # the actor frees them
+        return Placement(call.option, f"cuda:{slot.index}", None, res.mb, res.model, warm,
+                         evicted)
 
     def _now(
         self, call: PlannedCall, slots: list[GpuSlot]

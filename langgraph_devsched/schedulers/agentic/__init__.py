@@ -6,7 +6,9 @@ runner that bounds it), `prompts` (every text the model reads besides observatio
 first messages), `observations` (the monitor's observation tools), `answers` (reading what
 the model said), `model` (the chat model, the answer channels), `constraints` (the hard
 rules and the repair), `guard`, `cache`, `classical` (the classical policy beside the
-model), `record` (what a decision records), `slots` (bounded threads), `config`.
+model), `record` (what a decision records), `slots` (bounded threads), `config`;
+on a machine with several GPUs `gpu_choice` (the answer names the GPU: ``gpu_now@1``) and
+`gpu_outcomes` (executed mappings with their GPUs).
 """
 
 from langgraph_devsched.schedulers.agentic.config import (

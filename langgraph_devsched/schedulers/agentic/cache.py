@@ -18,7 +18,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_devsched.options import DeviceOption
@@ -48,6 +48,9 @@ class Entry:
     fallback_mapping: bool = False
     """The options are the fallback policy's own (a pick of its mapping): on reuse they are
     held to the hard rules but not VRAM-fitted again (its twin weighed the VRAM)."""
+    gpus: dict[tuple[str, int], int] = field(default_factory=dict)
+    """The GPU the answer named per (tool, occurrence), on a machine with several GPUs;
+    carried to the new call ids like the options (one left out: the default rule)."""
 
 
 def occurrences(batch: Batch) -> list[tuple[str, int]]:
@@ -63,7 +66,7 @@ def occurrences(batch: Batch) -> list[tuple[str, int]]:
 
 def fingerprint(batch: Batch, view: View) -> tuple[Key, dict[str, Any]]:
     """The key under which a decision for ``batch`` in ``view`` is reused, and the
-    observations as data."""
+    observations as data. With several GPUs the device bucket is each GPU's."""
     obs = observations_data(view.observations)
     tools = set(batch.shape)
     specs = tuple(
@@ -75,7 +78,12 @@ def fingerprint(batch: Batch, view: View) -> tuple[Key, dict[str, Any]]:
     if d.gpu_available and d.vram_budget_mb > 0:
         left = max(0.0, d.vram_budget_mb - d.vram_used_mb)
         free = int(VRAM_BUCKETS * left / d.vram_budget_mb)
-    device = (d.gpu_available, free, d.gpu_utilization >= BUSY_UTILIZATION)
+    device: tuple[Any, ...] = (d.gpu_available, free, d.gpu_utilization >= BUSY_UTILIZATION)
+    if len(d.devices) > 1:  # several GPUs: each one's bucket (the flat fields are GPU 0's)
+        device = (d.gpu_available, tuple(
+            (g.index, int(VRAM_BUCKETS * max(0.0, g.budget_mb - g.used_mb) / g.budget_mb)
+             if g.budget_mb > 0 else 0, g.utilization >= BUSY_UTILIZATION)
+            for g in d.devices))
     hints = tuple(
         sorted(
             json.dumps([h.get(k) for k in ("kind", "tools", "devices", "option", "context")])

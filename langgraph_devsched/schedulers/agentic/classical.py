@@ -21,6 +21,7 @@ from langgraph_devsched.schedulers.agentic.constraints import (
     ParsedAnswer,
     repair,
 )
+from langgraph_devsched.schedulers.agentic.gpu_choice import kept, several, slot_mapping
 from langgraph_devsched.schedulers.agentic.observations import outcomes_of
 from langgraph_devsched.schedulers.agentic.record import Deviation
 
@@ -63,14 +64,24 @@ def measured_ms(obs: Mapping[str, Any], batch: Batch, mapping: Mapping[str, str]
 def agreement(
     batch: Batch, view: SchedulerView, rules: HardConstraints,
     mapping: Mapping[str, DeviceOption], lead: Decision | None, obs: Mapping[str, Any],
-    twin_view: TwinView | None,
+    twin_view: TwinView | None, gpus: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """How the model's (repaired) ``mapping`` compares with the policy's, as record fields:
     ``agrees``, and for a deviation its `Deviation` (the policy's measured makespan if its
-    mapping ran, the twin's predicted difference). Empty without a lead."""
+    mapping ran, the twin's predicted difference). Empty without a lead. On a machine with
+    several GPUs both mappings are compared with their GPUs (``gpus``: those the answer
+    named; the lead's own; the default rule for the others), spelled ``gpu_now@1``."""
     if lead is None or lead.probe:
         return {}
-    policy, _ = held_to_rules(batch, view, rules, lead, obs.get("vram_seen_mb") or {})
+    seen = obs.get("vram_seen_mb") or {}
+    policy, _ = held_to_rules(batch, view, rules, lead, seen)
+    if several(view.device):
+        policy_at = slot_mapping(batch, view.device, policy, kept(lead.gpus, policy), seen)
+        answer_at = slot_mapping(batch, view.device, mapping, gpus, seen)
+        if answer_at == policy_at:
+            return {"agrees": True}
+        return {"agrees": False, "deviation": Deviation(
+            policy=policy_at, policy_measured_ms=measured_ms(obs, batch, policy_at))}
     if dict(mapping) == policy:
         return {"agrees": True}
     twin_ms = None

@@ -43,14 +43,17 @@ AgenticCause = Literal[
     "cpu_forbidden",
     "vram_over_budget",
     "no_gpu",
+    "gpu_not_allowed",
 ]
 """Why a call's option is not the sub-agent's answer. The whole-step causes (``llm_error``,
 ``timeout``, ``no_answer``, ``busy``: every consultation slot is taken by a model still
 running; ``guarded``: the monitor's twin predicts the answer much worse than the best
 mapping it knows), ``missing_call`` and ``unknown_option`` take the fallback scheduler's
-option; the others repair the answer in place."""
+option; the others repair the answer in place (``gpu_not_allowed``, on a machine with
+several GPUs: a GPU index the machine lacks or the call's ``gpus`` hint forbids; the default
+rule places the call, `gpu_choice`)."""
 REPAIRED: frozenset[AgenticCause] = frozenset(
-    {"not_allowed", "pinned", "cpu_forbidden", "vram_over_budget", "no_gpu"}
+    {"not_allowed", "pinned", "cpu_forbidden", "vram_over_budget", "no_gpu", "gpu_not_allowed"}
 )
 
 
@@ -150,6 +153,29 @@ def repair(
     alone go to the CPU where allowed (pinned calls are never moved). ``fit_vram=False``
     skips that last part: for a mapping of the fallback policy, whose twin already weighs
     the VRAM (the ledger queues what does not fit), unless the operator keeps VRAM free.
+    On a machine with several GPUs the VRAM is fitted per GPU (`repair_on_gpus`).
+    """
+    mapping, causes, _ = repair_on_gpus(answer, batch, device, rules, fallback=fallback,
+                                        vram_seen_mb=vram_seen_mb, fit_vram=fit_vram)
+    return mapping, causes
+
+
+def repair_on_gpus(
+    answer: ParsedAnswer | None,
+    batch: Batch,
+    device: DeviceState,
+    rules: HardConstraints,
+    *,
+    fallback: Mapping[str, DeviceOption],
+    vram_seen_mb: Mapping[str, float] | None = None,
+    fit_vram: bool = True,
+    gpus: Mapping[str, int] | None = None,
+) -> tuple[dict[str, DeviceOption], dict[str, AgenticCause], dict[str, int]]:
+    """`repair`, and the GPUs ``gpus`` names kept: those of calls still on a GPU. On a
+    machine with several GPUs the VRAM is fitted per GPU, each call on its named GPU or
+    the default rule's (`gpu_choice.placed_gpus`); a named GPU that could never hold the
+    call alone while another allowed GPU could is dropped (``vram_over_budget``; the
+    default rule places it). One GPU: exactly `repair`.
     """
     seen = vram_seen_mb or {}
     gpu = device.gpu_available
@@ -168,9 +194,18 @@ def repair(
         if cause is not None and call.call_id not in causes:
             causes[call.call_id] = cause
         mapping[call.call_id] = fixed
+    named = {c: g for c, g in (gpus or {}).items() if c in mapping and is_gpu(mapping[c])}
     if gpu and (fit_vram or rules.min_free_vram_mb > 0):
-        _fit_vram(batch, device, rules, seen, mapping, causes)
-    return mapping, causes
+        _fit_vram(batch, device, rules, seen, mapping, causes, named)
+    return mapping, causes, {c: g for c, g in named.items() if is_gpu(mapping[c])}
+
+
+def _rooms(device: DeviceState, rules: HardConstraints) -> dict[int, float]:
+    """The VRAM left per GPU index: budget - in use - ``min_free_vram_mb``."""
+    if len(device.devices) > 1:
+        return {d.index: d.budget_mb - d.used_mb - rules.min_free_vram_mb
+                for d in device.devices}
+    return {0: device.vram_budget_mb - device.vram_used_mb - rules.min_free_vram_mb}
 
 
 def _fit_vram(
@@ -180,25 +215,43 @@ def _fit_vram(
     seen: Mapping[str, float],
     mapping: dict[str, DeviceOption],
     causes: dict[str, AgenticCause],
+    named: dict[str, int],
 ) -> None:
-    room = device.vram_budget_mb - device.vram_used_mb - rules.min_free_vram_mb
-    pinned_now = sum(
-        vram_need_mb(c.spec, seen.get(c.tool, 0.0))
-        for c in batch.calls
-        if mapping[c.call_id] == "gpu_now" and _pinned(c.spec, c.tool, rules) is not None
-    )
-    used_now = pinned_now
+    """Per GPU (one: GPU 0), queue the ``gpu_now`` calls that do not fit beside the others
+    and send to the CPU (where allowed) a call that could never fit alone."""
+    rooms = _rooms(device, rules)
+    where: dict[str, int] = {}
+    if len(rooms) > 1:
+        from langgraph_devsched.schedulers.agentic.gpu_choice import call_gpus, placed_gpus
+
+        for call in batch.calls:
+            index = named.get(call.call_id)
+            need = vram_need_mb(call.spec, seen.get(call.tool, 0.0))
+            if index is not None and need > rooms.get(index, 0.0) and any(
+                    need <= rooms.get(i, 0.0) for i in call_gpus(call, device)):
+                del named[call.call_id]  # the default rule places it where it fits
+                causes.setdefault(call.call_id, "vram_over_budget")
+        where = placed_gpus(batch, device, mapping, named, seen)
+    pinned = {c.call_id for c in batch.calls if _pinned(c.spec, c.tool, rules) is not None}
+    used_now = dict.fromkeys(rooms, 0.0)
+    for call in batch.calls:
+        if mapping[call.call_id] == "gpu_now" and call.call_id in pinned:
+            index = where.get(call.call_id, 0)
+            used_now[index] = used_now.get(index, 0.0) + vram_need_mb(
+                call.spec, seen.get(call.tool, 0.0))
     for call in batch.calls:
         option = mapping[call.call_id]
-        if not is_gpu(option) or _pinned(call.spec, call.tool, rules) is not None:
+        if not is_gpu(option) or call.call_id in pinned:
             continue
+        index = where.get(call.call_id, 0)
+        room = rooms.get(index, 0.0)
         need = vram_need_mb(call.spec, seen.get(call.tool, 0.0))
         if need > room and _cpu_ok(call.spec, call.tool, rules):
             mapping[call.call_id] = "cpu"
-        elif option == "gpu_now" and used_now + need > room:
+        elif option == "gpu_now" and used_now.get(index, 0.0) + need > room:
             mapping[call.call_id] = "gpu_queued"
         else:
             if option == "gpu_now":
-                used_now += need
+                used_now[index] = used_now.get(index, 0.0) + need
             continue
         causes.setdefault(call.call_id, "vram_over_budget")

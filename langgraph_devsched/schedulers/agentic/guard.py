@@ -69,8 +69,12 @@ class TwinView:
 
     @classmethod
     def build(cls, batch: Batch, device: DeviceState, observations: Any) -> TwinView | None:
-        """The twin for ``batch``; None without `Observations`, or when a tool has neither a
-        declared profile nor a measurement (the twin would predict from priors alone)."""
+        """The twin for ``batch``; None without `Observations`, when a tool has neither a
+        declared profile nor a measurement (the twin would predict from priors alone), or on
+        a machine with several GPUs: this twin models one GPU (the flat fields, GPU 0), so
+        it would judge every GPU call as sharing GPU 0 and reject answers that spread the
+        calls over the GPUs. There the measured guard alone judges an answer, and pick mode
+        runs as one-shot."""
         from langgraph_devsched.monitor.observations import Observations
         from langgraph_devsched.schedulers.monitor_model import (
             estimate_params,
@@ -80,6 +84,8 @@ class TwinView:
 
         if not isinstance(observations, Observations) or not batch.calls:
             return None
+        if len(device.devices) > 1:
+            return None  # a one-GPU twin: see the docstring
         measured = {e.tool for e in observations.estimates}
         if any(c.spec.profile is None and c.tool not in measured for c in batch.calls):
             return None  # the twin would only know its priors for this tool
@@ -215,7 +221,9 @@ def measured_guard(
     *, margin: float = MEASURED_MARGIN,
 ) -> MeasuredVerdict | None:
     """The measured verdict on ``mapping`` from the executed mappings of ``batch``'s shape
-    (``outcomes``: the monitor's, `observations.outcomes_of`); None when it never ran.
+    (``outcomes``: the monitor's, `observations.outcomes_of`); None when it never ran. On a
+    machine with several GPUs both are spelled with their GPUs (``gpu_now@1``: the
+    scheduler's own `gpu_outcomes`, `gpu_choice.slot_mapping`), so the GPUs are compared too.
 
     >>> from langgraph_devsched.hints import ToolDeviceSpec
     >>> b = Batch.of([("a", "ocr", ToolDeviceSpec()), ("b", "asr", ToolDeviceSpec())])

@@ -52,14 +52,18 @@ CHANNEL_CHAIN: tuple[AnswerChannel, ...] = ("json_schema", "tool_required", "tex
 
 TOKENS_BASE = 16
 TOKENS_PER_CALL = 12
+GPU_TOKENS_PER_CALL = 3
+"""More per call where the values name a GPU (``@1`` is about two tokens)."""
 
 
-def answer_budget(calls: int) -> int:
+def answer_budget(calls: int, *, several_gpus: bool = False) -> int:
     """Completion tokens for one turn of a step with ``calls`` calls: the json_schema
-    answer's ``{"<call id>": "<option>", ...}`` (about 8 tokens a call), with room to spare.
+    answer's ``{"<call id>": "<option>", ...}`` (about 8 tokens a call), with room to spare;
+    `GPU_TOKENS_PER_CALL` more a call on a machine with several GPUs (``gpu_now@1``).
     The other channels' answers are longer: a consultation that reaches them gets
     `LONG_BUDGET_FACTOR` times this."""
-    return TOKENS_BASE + TOKENS_PER_CALL * max(1, calls)
+    per_call = TOKENS_PER_CALL + (GPU_TOKENS_PER_CALL if several_gpus else 0)
+    return TOKENS_BASE + per_call * max(1, calls)
 
 
 LONG_BUDGET_FACTOR = 4

@@ -34,9 +34,11 @@ from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 
 from langgraph_devsched.options import DEVICE_OPTIONS
+from langgraph_devsched.residency import WarmModel
 from langgraph_devsched.schedulers.agentic.constraints import HardConstraints
+from langgraph_devsched.schedulers.agentic.gpu_choice import all_values, call_gpus, expand, several
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
-from langgraph_devsched.telemetry import DeviceState
+from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
 MAX_OUTCOMES = 3
 MAX_HINTS = 2
@@ -71,8 +73,19 @@ def compact(data: Any) -> str:
 
 def device_data(device: DeviceState) -> dict[str, Any]:
     """Telemetry as JSON data: free VRAM spelled out, and the resident models (which model's
-    weights are warm on which side) when there are any."""
+    weights are warm on which side) when there are any. With several GPUs, ``gpus`` lists
+    each (`gpu_data`) instead of the one GPU's fields, and ``resident_models`` only the
+    host side (each GPU lists its own)."""
     data: dict[str, Any] = {"gpu": device.gpu_available}
+    if several(device):
+        data["gpus"] = [gpu_data(d) for d in device.devices]
+        data["cpu_cores"] = device.cpu_cores
+        if device.reason:
+            data["reason"] = device.reason
+        host = [w for w in device.resident if w.side != "gpu"]
+        if host:
+            data["resident_models"] = [_warm_data(w) for w in host]
+        return data
     if device.gpu_available:
         data.update(
             vram_budget_mb=_round2(device.vram_budget_mb),
@@ -83,11 +96,36 @@ def device_data(device: DeviceState) -> dict[str, Any]:
     if device.reason:
         data["reason"] = device.reason
     if device.resident:
-        data["resident_models"] = [
-            {"model": w.model, "side": w.side, "weights_mb": _round2(w.weights_mb),
-             **({"in_use": True} if w.in_use else {})}
-            for w in device.resident
-        ]
+        data["resident_models"] = [_warm_data(w) for w in device.resident]
+    return data
+
+
+def _warm_data(w: WarmModel) -> dict[str, Any]:
+    return {"model": w.model, "side": w.side, "weights_mb": _round2(w.weights_mb),
+            **({"in_use": True} if w.in_use else {})}
+
+
+def gpu_data(gpu: GpuDevice) -> dict[str, Any]:
+    """One GPU of several, compactly: its index (what an answer names, ``gpu_now@<index>``),
+    VRAM budget and free (budget less what else holds it; its resident weights are listed
+    apart, as with one GPU), other processes' utilization, the declared speed where not 1,
+    and the models resident on it.
+
+    >>> from langgraph_devsched.residency import WarmModel
+    >>> data = gpu_data(GpuDevice(1, "L4", 24000, 1000, 0.2, (WarmModel("llm", 8000),), speed=2))
+    >>> data["index"], data["vram_free_mb"], data["speed"], data["resident"]
+    (1, 23000, 2, ['llm'])
+    """
+    data: dict[str, Any] = {
+        "index": gpu.index, "vram_budget_mb": _round2(gpu.budget_mb),
+        "vram_free_mb": _round2(gpu.budget_mb - gpu.used_mb),
+        "gpu_utilization": round(float(gpu.utilization), 1),
+    }
+    if gpu.speed != 1.0:
+        data["speed"] = gpu.speed
+    resident = [w.model for w in gpu.resident if w.side == "gpu"]
+    if resident:
+        data["resident"] = resident
     return data
 
 
@@ -121,18 +159,30 @@ def allowed_options(call: Any, rules: HardConstraints) -> list[str]:
     return allowed
 
 
+def answer_values(call: Any, rules: HardConstraints, device: DeviceState | None) -> list[str]:
+    """What an answer may give a call: its `allowed_options`, and on a machine with several
+    GPUs each GPU option once per GPU its ``gpus`` hint allows (``gpu_now@1``: `gpu_choice`)."""
+    allowed = allowed_options(call, rules)
+    if device is None or not several(device):
+        return allowed
+    return expand(allowed, call_gpus(call, device))
+
+
 def calls_data(
     batch: Batch, constraints: HardConstraints | None = None, device: DeviceState | None = None
 ) -> dict[str, dict[str, Any]]:
     """The step's calls by id: the tool (where the id is not its name), the allowed options
-    (where not all three), the declared hints (``solo_ms``: the declared solo profile's GPU
-    and CPU times), and for a call on a resident model where it is warm (``device``)."""
+    (where not all; with several GPUs, the per-GPU values of `answer_values`), the declared
+    hints (``solo_ms``: the declared solo profile's GPU and CPU times), and for a call on a
+    resident model where it is warm (``gpu``/``cpu``; with several GPUs ``cuda:<index>``)."""
     rules = constraints or HardConstraints()
+    every = list(DEVICE_OPTIONS) if device is None or not several(device) else all_values(
+        device)
     out = {}
     for call in batch.calls:
         row: dict[str, Any] = {} if call.call_id == call.tool else {"tool": call.tool}
-        allowed = allowed_options(call, rules)
-        if tuple(allowed) != DEVICE_OPTIONS:
+        allowed = answer_values(call, rules, device)
+        if allowed != every:
             row["allowed"] = allowed
         hints = {k: v for k, v in _hints_data(call.spec).items()
                  if k not in ("pinned", "profile", "timeout_s")}
@@ -142,7 +192,10 @@ def calls_data(
             hints["solo_ms"] = {k: _round2(v) for k, v in solo.items() if v is not None}
         row.update({k: _round2(v) if isinstance(v, float) else v for k, v in hints.items()})
         model = call.spec.model_name(call.tool)
-        if model is not None and device is not None:
+        if model is not None and device is not None and several(device):
+            row["warm"] = [*(d.device for d in device.devices if d.warm(model)),
+                           *(["cpu"] if device.warm(model, "cpu") else [])]
+        elif model is not None and device is not None:
             row["warm"] = [s for s in ("gpu", "cpu") if device.warm(model, s)]
         out[call.call_id] = row
     return out
@@ -271,10 +324,13 @@ def hints_data(obs: Mapping[str, Any], tools: Sequence[str]) -> list[str]:
 
 
 def observation_tools(
-    batch: Batch, view: SchedulerView, constraints: HardConstraints | None = None
+    batch: Batch, view: SchedulerView, constraints: HardConstraints | None = None,
+    obs: Mapping[str, Any] | None = None,
 ) -> list[BaseTool]:
-    """The five read-only tools the sub-agent may call for this step (`opening` calls them)."""
-    obs = observations_data(view.observations)
+    """The five read-only tools the sub-agent may call for this step (`opening` calls them).
+    ``obs``: the observations as data where the caller has them (with several GPUs, the
+    scheduler's own executed mappings on their GPUs); default: ``view.observations``."""
+    obs = observations_data(view.observations) if obs is None else obs
     tools_here = list(dict.fromkeys(c.tool for c in batch.calls))
     declared = {c.tool: c.spec.vram_mb for c in batch.calls}
     rules = constraints or HardConstraints()

@@ -40,6 +40,14 @@ Answer with only a JSON object giving every call id its option: \
 Hard constraints, enforced after you answer: {constraints}"""
 
 
+GPUS_PROMPT = (
+    "This machine has several GPUs (device_state lists each by index): give each GPU option "
+    "its GPU as <option>@<index>, e.g. gpu_now@1, gpu_queued@0; a call runs faster on a GPU "
+    "where its model is warm (step_calls: warm cuda:<index>)."
+)
+"""Added to the system prompt on a machine with several GPUs (`gpu_choice`)."""
+
+
 FORCE_PROMPT = "Submit your answer now: call submit_mapping with one option per call id."
 ANSWER_PROMPT = "Answer now."
 JSON_PROMPT = (
@@ -51,6 +59,7 @@ JSON_PROMPT = (
 def agent_prompt(
     batch: Batch, tools: Sequence[BaseTool], rules: HardConstraints, policy: str | None,
     *, inline_outputs: bool = False, fastest_ms: float | None = None,
+    several_gpus: bool = False,
 ) -> list[AnyMessage]:
     """The default mode's first messages: rules (policy included, the same for every
     consultation), the observation tools called for the model (an assistant message with
@@ -58,10 +67,12 @@ def agent_prompt(
     ``one_shot``), then the task, with the lowest makespan measured so far for this shape
     (``fastest_ms``: a fact from past_outcomes, not a mapping). The task comes after the
     observations: the calls' message is the same for every step, so the server's prompt
-    cache keeps it."""
+    cache keeps it. ``several_gpus``: the answer names the GPU (`GPUS_PROMPT`)."""
     described = {k: v for k, v in rules.describe().items() if v}
     system = SYSTEM_PROMPT.format(constraints=compact(described) if described else "none",
                                   tools=", ".join(t.name for t in tools))
+    if several_gpus:
+        system += f"\n{GPUS_PROMPT}"
     if policy:
         system += f"\nOperator policy: {policy}"
     listed = ", ".join(c.call_id if c.call_id == c.tool else f"{c.call_id} ({c.tool})"

@@ -14,7 +14,8 @@ what an exploration hint names (`guard`); an error, a timeout or a full set of c
 threads (`slots`) falls back for the whole step. Every cause is in the decision's
 ``reason``/``fallback``, per call in `AgenticScheduler.last_fallbacks`, and the
 consultation's record (channel, latency, tokens, guard predictions, agreement) in
-`AgenticDecision.consultation` (`record`).
+`AgenticDecision.consultation` (`record`). On a machine with several GPUs the answer names
+each GPU call's GPU (``gpu_now@1``, `gpu_choice`), kept in `Decision.gpus`.
 
 >>> from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 >>> from langchain_core.messages import AIMessage
@@ -75,9 +76,17 @@ from langgraph_devsched.schedulers.agentic.constraints import (
     REPAIRED,
     AgenticCause,
     HardConstraints,
-    repair,
+    repair_on_gpus,
 )
 from langgraph_devsched.schedulers.agentic.consult import Outcome, Runner, Tally
+from langgraph_devsched.schedulers.agentic.gpu_choice import (
+    kept,
+    several,
+    slot_mapping,
+    spell,
+    split_answer,
+)
+from langgraph_devsched.schedulers.agentic.gpu_outcomes import GpuOutcomes
 from langgraph_devsched.schedulers.agentic.guard import (
     MeasuredVerdict,
     TwinView,
@@ -199,6 +208,8 @@ class AgenticScheduler(SchedulerBase):
         self._lock = threading.Lock()
         self._private_monitor: Any = None
         self._last_device: Any = None
+        self._gpu_outcomes = GpuOutcomes()
+        """Executed mappings with their GPUs (several GPUs: the monitor's lack the GPU)."""
 
     @property
     def channel(self) -> AnswerChannel:
@@ -255,6 +266,8 @@ class AgenticScheduler(SchedulerBase):
         deviation = getattr(getattr(decision, "consultation", None), "deviation", None)
         if deviation is not None:
             deviation.measured(float(record.makespan_ms))
+        if self._last_device is not None and several(self._last_device):
+            self._gpu_outcomes.record(record)
         if self._private_monitor is not None and self._last_device is not None:
             self._private_monitor.record_step(batch, decision, record, self._last_device)
         self.fallback.observe(batch, decision, record)
@@ -276,8 +289,11 @@ class AgenticScheduler(SchedulerBase):
         """The step with the fallback policy's decision beside it (`classical.fallback_lead`)
         and its cache key: the fingerprint (hints, estimates, device bucket) and the mode's
         part (the default mode: the executed mappings of the shape; pick: the policy's
-        mapping)."""
+        mapping). With several GPUs the executed mappings are the scheduler's own, each call
+        on its GPU (`gpu_outcomes`)."""
         key, obs = fingerprint(batch, view)
+        if several(view.device):
+            obs = {**obs, "outcomes": self._gpu_outcomes.rows(batch)}
         step = _Prepared(
             model=self.model, batch=batch, view=view, obs=obs, constraints=self.constraints,
             policy=self.policy, max_turns=self.max_turns, max_tokens=self.max_tokens,
@@ -324,10 +340,12 @@ class AgenticScheduler(SchedulerBase):
         if entry is None:
             return None
         where = dict(zip(batch.call_ids, occurrences(batch), strict=True))
-        answer = ParsedAnswer({c: entry.options[where[c]] for c in batch.call_ids}
-                              if entry.failure is None else {})
+        named = {c: entry.gpus[where[c]] for c in batch.call_ids if where[c] in entry.gpus}
+        options = {c: entry.options[where[c]] for c in batch.call_ids} if (
+            entry.failure is None) else {}
+        answer = ParsedAnswer({c: spell(o, named.get(c)) for c, o in options.items()})
         if entry.failure is None and not entry.fallback_mapping:
-            measured = self._measured_verdict(step, answer.options)
+            measured = self._measured_verdict(step, options, named)
             if measured is not None and measured.rejected:
                 return None
         with self._lock:
@@ -360,6 +378,7 @@ class AgenticScheduler(SchedulerBase):
             predicted_ms={} if repairs else dict(lead.predicted_ms), probe=True,
             consultation=ConsultationRecord(mode=self.mode,
                                             skipped="trial" if trial else "probe"),
+            **_lead_gpus(step, lead, mapping),
         )
 
     def clear_cache(self) -> None:
@@ -409,7 +428,7 @@ class AgenticScheduler(SchedulerBase):
             fit_vram=not outcome.unguarded,  # the fallback's own mapping: its twin fitted it
         )
         extra: dict[str, Any] = {}
-        measured = self._measured_verdict(step, mapping)
+        measured = self._measured_verdict(step, mapping, decision.gpus)
         if measured is not None and measured.rejected and not outcome.unguarded:
             rejected = replace(record, cause="guarded", detail=measured.text(),
                                guard_answer_ms=measured.answer_ms,
@@ -425,7 +444,7 @@ class AgenticScheduler(SchedulerBase):
                     return self._failed(step, "guarded", verdict.text(), rejected)
                 extra["guard_waived"] = asked_for
         extra.update(agreement(batch, step.view, self.constraints, mapping, step.lead, obs,
-                               step.twin_view))
+                               step.twin_view, decision.gpus))
         decision = replace(decision, consultation=replace(record, **extra))
         where = dict(zip(batch.call_ids, occurrences(batch), strict=True))
         self._cache.store(step.key, Entry(
@@ -433,15 +452,20 @@ class AgenticScheduler(SchedulerBase):
             causes={where[c]: cause for c, cause in self.last_fallbacks.items()},
             reason=outcome.answer.reason, estimates=estimates(obs, batch.shape),
             fallback_mapping=outcome.unguarded,
+            gpus={where[c]: g for c, g in decision.gpus.items()},
         ))
         return decision
 
     def _measured_verdict(
-        self, step: _Prepared, mapping: Mapping[str, str]
+        self, step: _Prepared, mapping: Mapping[str, str], gpus: Mapping[str, int] | None = None
     ) -> MeasuredVerdict | None:
-        """Measurement's verdict on ``mapping`` (None: it never ran, or the guard is off)."""
+        """Measurement's verdict on ``mapping`` (None: it never ran, or the guard is off);
+        with several GPUs on each call's GPU (``gpus`` named, else the default rule's)."""
         if self.guard_ratio is None:
             return None
+        device = step.view.device
+        if several(device):
+            mapping = slot_mapping(step.batch, device, mapping, gpus, step.vram_seen)
         return measured_guard(outcomes_of(step.obs, step.batch), step.batch, mapping)
 
     def _failed(
@@ -472,17 +496,28 @@ class AgenticScheduler(SchedulerBase):
         fit_vram: bool = True,
     ) -> tuple[AgenticDecision, dict[str, DeviceOption]]:
         """An answer held to the hints and hard constraints (`constraints.repair`), the
-        fallback's option for each call it cannot repair, every cause in the reason."""
+        fallback's option for each call it cannot repair, every cause in the reason. With
+        several GPUs the answer's values name the GPU (`gpu_choice.split_answer`): the
+        decision's ``gpus`` keeps the valid ones (the fallback's own for the calls it gives)."""
         batch = step.batch
+        device = step.view.device
         fallback: Mapping[str, DeviceOption] = {}
         used = self.fallback.name
-        if any(answer.options.get(c) not in DEVICE_OPTIONS for c in batch.call_ids):
+        named: dict[str, int] = {}
+        gpu_causes: dict[str, AgenticCause] = {}
+        if several(device):
+            split = split_answer(answer, batch, device)
+            answer, named, gpu_causes = split.answer, split.named, split.causes
+        taken = [c for c in batch.call_ids if answer.options.get(c) not in DEVICE_OPTIONS]
+        if taken:
             base, used = self._fallback_decision(step)
             fallback = base.mapping
-        mapping, causes = repair(answer, batch, step.view.device, self.constraints,
-                                 fallback=fallback, vram_seen_mb=step.vram_seen,
-                                 fit_vram=fit_vram)
-        causes = {**(prior or {}), **causes}
+            if several(device):
+                named.update({c: base.gpus[c] for c in taken if c in base.gpus})
+        mapping, causes, gpus = repair_on_gpus(
+            answer, batch, device, self.constraints, fallback=fallback,
+            vram_seen_mb=step.vram_seen, fit_vram=fit_vram, gpus=named)
+        causes = {**(prior or {}), **gpu_causes, **causes}
         self.last_fallbacks, self.last_issues = causes, issues
         repaired = {c: k for c, k in causes.items() if k in REPAIRED}
         fell = {c: k for c, k in causes.items() if k not in REPAIRED}
@@ -492,7 +527,7 @@ class AgenticScheduler(SchedulerBase):
         decision = self._decision(
             mapping, "; ".join([reason, *issues]),
             fallback="invalid_decision" if causes or issues else None,
-            llm_calls=record.llm_calls, consultation=record,
+            llm_calls=record.llm_calls, consultation=record, gpus=gpus,
         )
         return decision, mapping
 
@@ -506,8 +541,10 @@ class AgenticScheduler(SchedulerBase):
         *, cached: bool = False,
     ) -> Decision:
         base, used = self._fallback_decision(step)
-        mapping, repairs = repair(ParsedAnswer(dict(base.mapping)), step.batch,
-                                  step.view.device, self.constraints, fallback={})
+        lead_gpus = _lead_gpus(step, base, base.mapping)
+        mapping, repairs, gpus = repair_on_gpus(
+            ParsedAnswer(dict(base.mapping)), step.batch, step.view.device, self.constraints,
+            fallback={}, gpus=lead_gpus.get("gpus"))
         self.last_fallbacks = dict.fromkeys(step.batch.call_ids, cause)
         self.last_issues = (detail,) if detail else ()
         how = "earlier consultation failed" if cached else "consultation failed"
@@ -515,8 +552,16 @@ class AgenticScheduler(SchedulerBase):
         return self._decision(
             mapping, reason + _repaired(mapping, repairs), predicted_ms=dict(base.predicted_ms),
             probe=base.probe, fallback="scheduler_error", llm_calls=record.llm_calls,
-            consultation=record,
+            consultation=record, **({"gpus": gpus} if lead_gpus else {}),
         )
+
+
+def _lead_gpus(step: _Prepared, lead: Decision, mapping: Mapping[str, str]) -> dict[str, Any]:
+    """``{"gpus": ...}``: the GPUs ``lead`` (the fallback policy's decision) named for the
+    calls still on a GPU, on a machine with several GPUs; else nothing (one GPU: as before)."""
+    if not several(step.view.device):
+        return {}
+    return {"gpus": kept(lead.gpus, mapping)}
 
 
 def _repaired(mapping: Mapping[str, str], repairs: Mapping[str, str]) -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from langgraph_devsched.schedulers.agentic.classical import measured_ms
 from langgraph_devsched.schedulers.agentic.config import AnswerChannel
 from langgraph_devsched.schedulers.agentic.consult import Consultation
+from langgraph_devsched.schedulers.agentic.gpu_choice import several
 from langgraph_devsched.schedulers.agentic.model import (
     CHANNEL_CHAIN,
     LONG_BUDGET_FACTOR,
@@ -25,7 +26,7 @@ from langgraph_devsched.schedulers.agentic.model import (
     answer_budget,
 )
 from langgraph_devsched.schedulers.agentic.observations import (
-    allowed_options,
+    answer_values,
     observation_tools,
     outcomes_of,
 )
@@ -117,19 +118,20 @@ class AgentMode:
 
     def consultation(self, step: Step) -> Consultation:
         batch, rules = step.batch, step.constraints
-        tools = observation_tools(batch, step.view, rules)
-        budget = answer_budget(len(batch))
+        tools = observation_tools(batch, step.view, rules, step.obs)
+        budget = answer_budget(len(batch), several_gpus=several(step.view.device))
         consultation = Consultation(
             model=step.model,
             batch=batch,
             messages=agent_prompt(batch, tools, rules, step.policy, inline_outputs=self.inline,
-                                  fastest_ms=fastest_measured(step.obs, batch)),
+                                  fastest_ms=fastest_measured(step.obs, batch),
+                                  several_gpus=several(step.view.device)),
             observations=tools,
             channel=self.channel,
             max_turns=1 if self.inline else step.max_turns,
             max_tokens=step.max_tokens or budget,
             long_tokens=step.max_tokens or LONG_BUDGET_FACTOR * budget,
-            allowed={c.call_id: allowed_options(c, rules) for c in batch.calls},
+            allowed={c.call_id: answer_values(c, rules, step.view.device) for c in batch.calls},
             deadline=0.0,
             inline=self.inline,
             clock=step.clock,
