@@ -540,8 +540,12 @@ def call_times(
                 groups.min() < 0 or groups.max() >= len(models))):
             raise ValueError("groups: one index into models per row")
         mixed = _Mixed(np, list(models), groups, len(params))
-    first, inverse = _distinct_rows(np, codes, rows, groups if mixed else None) if rows else (
-        None, None)
+    never_cpu = None
+    if rows and (residency is None or residency.idle):
+        never_cpu = _never_on_cpu(np, codes, [p.vram_mb for p in params],
+                                  float(vram_budget_mb), float(background.vram_mb))
+    first, inverse = _distinct_rows(np, codes, rows, groups if mixed else None,
+                                    never_cpu) if rows else (None, None)
     if first is not None and rows:  # each distinct row simulated once (rows independent)
         codes = codes[first]
         rows = {f: np.asarray(v).reshape(-1, codes.shape[1])[first] for f, v in rows.items()}
@@ -560,8 +564,27 @@ _DISTINCT_FROM = 32
 """`call_times` looks for repeated rows from this many rows on."""
 
 
+def _never_on_cpu(np: Any, codes: Any, vram: Sequence[float], budget: float,
+                  base_mb: float) -> Any:
+    """Which calls of which rows never reach the CPU (without resident models): a
+    ``gpu_queued`` call that fits the budget (it waits for the GPU), a ``gpu_now`` call that
+    fits at launch (`_run`'s launch: VRAM granted in call order from the background's);
+    only a ``gpu_now`` call that does not fit falls back."""
+    m, n = codes.shape
+    out = np.zeros((m, n), dtype=bool)
+    capacity = budget - base_mb
+    in_use = np.full(m, base_mb)
+    for j in range(n):
+        if vram[j] > capacity:
+            continue
+        fits = (codes[:, j] == 0) & (in_use + vram[j] <= budget + _EPS)
+        np.add(in_use, vram[j], out=in_use, where=fits)
+        out[:, j] = fits | (codes[:, j] == 1)
+    return out
+
+
 def _distinct_rows(
-    np: Any, codes: Any, rows: dict[str, Any], groups: Any = None
+    np: Any, codes: Any, rows: dict[str, Any], groups: Any = None, never_cpu: Any = None,
 ) -> tuple[Any, Any]:
     """The first of each group of rows that simulate alike and every row's group, or
     (None, None) when all differ (or there are few rows). Rows simulate alike when their
@@ -580,6 +603,8 @@ def _distinct_rows(
             part = np.array(np.asarray(rows[f], dtype=np.float64).reshape(m, n))
             if f in ("gpu_ms", "gpu_share"):
                 part[on_cpu] = 0.0
+            elif never_cpu is not None:  # cpu_ms, cpu_threads: never read off the CPU
+                part[never_cpu] = 0.0
             parts.append(part)
     key = np.ascontiguousarray(np.concatenate(parts, axis=1))
     _, first, inverse = np.unique(key.view(np.dtype((np.void, key.itemsize * key.shape[1])))

@@ -218,3 +218,34 @@ def test_call_times_rows_of_several_contention_models_match_each_model_alone(see
             contention=model, **machine)
         assert starts[idx].tobytes() == alone[0].tobytes()
         assert ends[idx].tobytes() == alone[1].tobytes()
+
+
+def test_call_times_variants_of_a_cpu_field_of_a_call_that_never_reaches_the_cpu_are_one_row(
+) -> None:
+    """A call's CPU time and threads are never read where it cannot reach the CPU (queued
+    within the budget, or started at once and fitting at launch): such variants are
+    simulated once; a ``gpu_now`` call that does not fit falls back, and its differ."""
+    import numpy as np
+
+    from langgraph_devsched import batchsim
+    from langgraph_devsched.batchsim import mapping_codes
+
+    params = {"a": ToolParams(cpu_ms=90, gpu_ms=40, vram_mb=900, gpu_share=0.7),
+              "b": ToolParams(cpu_ms=60, gpu_ms=30, vram_mb=800, gpu_share=0.6)}
+    tools = ["a", "b"]
+    b = SimulatedTestbed(params, vram_budget_mb=1000, cpu_cores=4)
+    for mapping, distinct in [(("gpu_queued", "gpu_queued"), 1), (("gpu_now", "gpu_queued"), 1),
+                              (("gpu_now", "gpu_now"), 4)]:  # the second gpu_now falls back
+        codes = np.tile(mapping_codes([mapping], 2), (40, 1))
+        threads = np.column_stack([np.tile([1, 2, 4, 8], 10),
+                                   np.repeat(np.arange(1, 11), 4) % 4 + 1])
+        rows = {"cpu_threads": threads, "cpu_ms": np.tile([90.0, 60.0], (40, 1))}
+        first, _ = batchsim._distinct_rows(
+            np, codes, rows, never_cpu=batchsim._never_on_cpu(np, codes, [900.0, 800.0], 1000.0,
+                                                               0.0))
+        assert (40 if first is None else len(first)) == distinct, mapping
+        _, ends = b.call_times(tools, codes, rows=rows)
+        for r in range(len(codes)):
+            alone = b.call_times(tools, codes[r:r + 1],
+                                 rows={f: v[r:r + 1] for f, v in rows.items()})
+            assert ends[r].tobytes() == alone[1][0].tobytes()
