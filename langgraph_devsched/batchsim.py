@@ -533,6 +533,8 @@ def call_times(
     unknown = set(rows or {}) - set(ROW_FIELDS)
     if unknown:
         raise ValueError(f"unknown row fields {sorted(unknown)}; valid: {', '.join(ROW_FIELDS)}")
+    if codes.shape[0] == 0:  # no rows: nothing to simulate (the lockstep loop needs one)
+        return np.zeros(codes.shape), np.zeros(codes.shape)
     mixed = None
     if models is not None:
         groups = np.asarray(groups, dtype=np.int64).reshape(-1)

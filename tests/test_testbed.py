@@ -213,6 +213,8 @@ def test_call_times_rows_of_several_contention_models_match_each_model_alone(see
                                        **machine)
     for g, model in enumerate(models):
         idx = np.flatnonzero(groups == g)
+        if not len(idx):
+            continue
         alone = batchsim.call_times(
             params, codes[idx], rows=None if rows is None else {f: v[idx] for f, v in rows.items()},
             contention=model, **machine)
