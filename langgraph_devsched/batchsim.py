@@ -518,11 +518,18 @@ def call_times(
     rows: dict[str, Any] | None = None,
     residency: Residency | None = None,
     contention: Contention | None = None,
+    models: Sequence[Contention | None] | None = None,
+    groups: Any = None,
 ) -> tuple[Any, Any]:
     """Start and end time (ms from the step's start) of every call of every row of
     ``codes``, as two (m, n) arrays; ``rows`` may give any of `ROW_FIELDS` per row and call
     (an (m, n) array), overriding ``params`` there. Bit-identical to
-    `SimulatedTestbed.simulate`'s ``start_ms``/``end_ms`` for the same parameters."""
+    `SimulatedTestbed.simulate`'s ``start_ms``/``end_ms`` for the same parameters.
+
+    ``models`` and ``groups``: each row runs its own contention physics, row ``i`` that of
+    ``models[groups[i]]`` (instead of ``contention``), every row bit-identical to a run
+    under that physics alone: several contention models' rows in one batch (a batch costs
+    mostly per event, little per row)."""
     np = _numpy()
     codes = np.asarray(codes, dtype=np.int8)
     if codes.ndim != 2 or codes.shape[1] != len(params):
@@ -530,14 +537,30 @@ def call_times(
     unknown = set(rows or {}) - set(ROW_FIELDS)
     if unknown:
         raise ValueError(f"unknown row fields {sorted(unknown)}; valid: {', '.join(ROW_FIELDS)}")
-    first, inverse = _distinct_rows(np, codes, rows) if rows else (None, None)
+    if codes.shape[0] == 0:  # no rows: nothing to simulate (the lockstep loop needs one)
+        return np.zeros(codes.shape), np.zeros(codes.shape)
+    mixed = None
+    if models is not None:
+        groups = np.asarray(groups, dtype=np.int64).reshape(-1)
+        if len(groups) != codes.shape[0] or (len(groups) and (
+                groups.min() < 0 or groups.max() >= len(models))):
+            raise ValueError("groups: one index into models per row")
+        mixed = _Mixed(np, list(models), groups, len(params))
+    never_cpu = None
+    if rows and (residency is None or residency.idle):
+        never_cpu = _never_on_cpu(np, codes, [p.vram_mb for p in params],
+                                  float(vram_budget_mb), float(background.vram_mb))
+    first, inverse = _distinct_rows(np, codes, rows, groups if mixed else None,
+                                    never_cpu) if rows else (None, None)
     if first is not None and rows:  # each distinct row simulated once (rows independent)
         codes = codes[first]
         rows = {f: np.asarray(v).reshape(-1, codes.shape[1])[first] for f, v in rows.items()}
+        if mixed is not None:
+            mixed = mixed.take(first)
     times = (np.zeros(codes.shape), np.zeros(codes.shape))
     _run(np, params, codes, float(vram_budget_mb), cpu_cores, background,
          float(oom_detect_ms), rows=rows, times=times, residency=residency,
-         contention=contention)
+         contention=contention, mixed=mixed)
     if inverse is not None:
         return times[0][inverse], times[1][inverse]
     return times
@@ -547,7 +570,28 @@ _DISTINCT_FROM = 32
 """`call_times` looks for repeated rows from this many rows on."""
 
 
-def _distinct_rows(np: Any, codes: Any, rows: dict[str, Any]) -> tuple[Any, Any]:
+def _never_on_cpu(np: Any, codes: Any, vram: Sequence[float], budget: float,
+                  base_mb: float) -> Any:
+    """Which calls of which rows never reach the CPU (without resident models): a
+    ``gpu_queued`` call that fits the budget (it waits for the GPU), a ``gpu_now`` call that
+    fits at launch (`_run`'s launch: VRAM granted in call order from the background's);
+    only a ``gpu_now`` call that does not fit falls back."""
+    m, n = codes.shape
+    out = np.zeros((m, n), dtype=bool)
+    capacity = budget - base_mb
+    in_use = np.full(m, base_mb)
+    for j in range(n):
+        if vram[j] > capacity:
+            continue
+        fits = (codes[:, j] == 0) & (in_use + vram[j] <= budget + _EPS)
+        np.add(in_use, vram[j], out=in_use, where=fits)
+        out[:, j] = fits | (codes[:, j] == 1)
+    return out
+
+
+def _distinct_rows(
+    np: Any, codes: Any, rows: dict[str, Any], groups: Any = None, never_cpu: Any = None,
+) -> tuple[Any, Any]:
     """The first of each group of rows that simulate alike and every row's group, or
     (None, None) when all differ (or there are few rows). Rows simulate alike when their
     codes and row fields are the same bytes, a `cpu` call's GPU fields aside (never read:
@@ -557,12 +601,16 @@ def _distinct_rows(np: Any, codes: Any, rows: dict[str, Any]) -> tuple[Any, Any]
     if m < _DISTINCT_FROM:
         return None, None
     parts = [codes.astype(np.float64)]
+    if groups is not None:  # rows of different contention models never simulate alike
+        parts.append(groups.astype(np.float64)[:, None])
     on_cpu = codes == 2
     for f in ROW_FIELDS:
         if f in rows:
             part = np.array(np.asarray(rows[f], dtype=np.float64).reshape(m, n))
             if f in ("gpu_ms", "gpu_share"):
                 part[on_cpu] = 0.0
+            elif never_cpu is not None:  # cpu_ms, cpu_threads: never read off the CPU
+                part[never_cpu] = 0.0
             parts.append(part)
     key = np.ascontiguousarray(np.concatenate(parts, axis=1))
     _, first, inverse = np.unique(key.view(np.dtype((np.void, key.itemsize * key.shape[1])))
@@ -585,13 +633,17 @@ def _run(
     times: tuple[Any, Any] | None = None,
     residency: Residency | None = None,
     contention: Contention | None = None,
+    mixed: _Mixed | None = None,
 ) -> Any:
-    """The lockstep simulation; mirrors `testbed._Simulation` operation by operation."""
+    """The lockstep simulation; mirrors `testbed._Simulation` operation by operation.
+    ``mixed``: each row's own contention physics (`call_times`)."""
     m, n = codes.shape
     if n == 0:
         return np.zeros(m)
     given = rows or {}
-    physics = "processor_sharing" if contention is None else contention.physics
+    physics: str = "processor_sharing" if contention is None else contention.physics
+    if mixed is not None:
+        physics = "mixed"
     if physics == "bandwidth":
         assert contention is not None
         if len(contention.mem_bound) != n:
@@ -599,7 +651,7 @@ def _run(
                              f"{n} calls")
         mem_bound = np.array(contention.mem_bound, dtype=np.float64)
     overhead = 0.0 if contention is None else float(contention.slice_overhead)
-    fifo = physics == "idle_queue"
+    fifo = physics == "idle_queue" or (mixed is not None and mixed.has("idle_queue"))
 
     def per_row(field: str, dtype: Any) -> Any:
         if field in given:
@@ -627,6 +679,9 @@ def _run(
         capacity_rows = budget - rm.base_mb
     if fifo:  # when each call began computing (idle_queue serves the earliest)
         st.extend(gpu_since=np.full((m, n), np.inf))
+    if mixed is not None:  # each row's physics, dropped with its row
+        st.extend(m_physics=mixed.physics, m_overhead=mixed.overhead,
+                  m_mem_bound=mixed.mem_bound)
     transfer_row = np.array(transfer, dtype=np.float64)
 
     def start_gpu(rows: Any, j: int) -> None:
@@ -844,11 +899,14 @@ def _run(
             k1 = (in_gpu.sum(axis=1) - 1).astype(np.float64)
             inflated = st.share * (1.0 + mem_bound[None, :] * k1[:, None])
             demand = base_share + np.cumsum(np.where(in_gpu, inflated, 0.0), axis=1)[:, -1]
-        else:  # idle_queue: the call computing longest, ties in call order
+        elif physics == "idle_queue":  # the call computing longest, ties in call order
             head = np.argmin(np.where(in_gpu, st.gpu_since, inf), axis=1)
             any_gpu = in_gpu.any(axis=1)
             demand = np.where(any_gpu, base_share + st.share[np.arange(len(head)), head],
                               base_share)
+        else:  # mixed: each row's own physics, the same operations as above, row by row
+            assert mixed is not None
+            demand, head = _mixed_demand(np, mixed, st, in_gpu, base_share)
         # 1/D where D > 1, else exactly 1.0 (1.0 / 1.0); the cores alike
         gpu_rate = 1.0 / np.maximum(demand, 1.0)
         used_threads = (np.where(on_cpu, st.threads, 0)).sum(axis=1)
@@ -859,6 +917,8 @@ def _run(
             dt = np.where(active, remaining / rate, inf).min(axis=1)
         else:
             stalled = in_gpu & (np.arange(n)[None, :] != head[:, None])
+            if physics == "mixed":  # only idle-queue rows stall
+                stalled &= (st.m_physics == _IDLE_QUEUE)[:, None]
             rate = np.where(stalled, 0.0, rate)
             dt = np.where(active & ~stalled, remaining / np.where(stalled, 1.0, rate),
                           inf).min(axis=1)
@@ -917,6 +977,73 @@ def _run(
     return out
 
 
+_PROCESSOR_SHARING, _TIME_SLICING, _BANDWIDTH, _IDLE_QUEUE = range(4)
+_PHYSICS_CODE = {"processor_sharing": _PROCESSOR_SHARING, "time_slicing": _TIME_SLICING,
+                 "bandwidth": _BANDWIDTH, "idle_queue": _IDLE_QUEUE}
+
+
+class _Mixed:
+    """Per-row contention physics (`call_times` ``models``/``groups``): each row's physics
+    code, time-slicing overhead and per-call ``mem_bound``."""
+
+    def __init__(self, np: Any, models: list[Contention | None], groups: Any, n: int) -> None:
+        codes, overheads, bounds = [], [], []
+        for c in models:
+            physics = "processor_sharing" if c is None else c.physics
+            if physics not in _PHYSICS_CODE:
+                raise ValueError(f"unknown physics {physics!r}")
+            if physics == "bandwidth":
+                assert c is not None
+                if len(c.mem_bound) != n:
+                    raise ValueError(f"contention.mem_bound: {len(c.mem_bound)} values for "
+                                     f"{n} calls")
+            codes.append(_PHYSICS_CODE[physics])
+            overheads.append(0.0 if c is None else float(c.slice_overhead))
+            bounds.append(list(c.mem_bound) if physics == "bandwidth" and c is not None
+                          else [0.0] * n)
+        self.physics = np.array(codes, dtype=np.int64)[groups]
+        self.overhead = np.array(overheads, dtype=np.float64)[groups]
+        self.mem_bound = np.array(bounds, dtype=np.float64).reshape(-1, n)[groups]
+
+    def has(self, physics: str) -> bool:
+        return bool((self.physics == _PHYSICS_CODE[physics]).any())
+
+    def take(self, rows: Any) -> _Mixed:
+        out = object.__new__(_Mixed)
+        out.physics, out.overhead = self.physics[rows], self.overhead[rows]
+        out.mem_bound = self.mem_bound[rows]
+        return out
+
+
+def _mixed_demand(
+    np: Any, mixed: _Mixed, st: _State, in_gpu: Any, base_share: float
+) -> tuple[Any, Any]:
+    """The GPU demand of each row under its own physics (the operations `_run` does for
+    one physics, each row's value taken from its physics), and the idle-queue head (None
+    when no row runs idle_queue)."""
+    kind = st.m_physics
+    present = set(np.unique(kind).tolist())
+    demand = base_share + np.cumsum(np.where(in_gpu, st.share, 0.0), axis=1)[:, -1]
+    if _TIME_SLICING in present:
+        k = in_gpu.sum(axis=1)
+        sliced = base_share + k.astype(np.float64)
+        sliced = np.where(k >= 2, sliced * (1.0 + st.m_overhead), sliced)
+        demand = np.where(kind == _TIME_SLICING, sliced, demand)
+    if _BANDWIDTH in present:
+        k1 = (in_gpu.sum(axis=1) - 1).astype(np.float64)
+        inflated = st.share * (1.0 + st.m_mem_bound * k1[:, None])
+        wide = base_share + np.cumsum(np.where(in_gpu, inflated, 0.0), axis=1)[:, -1]
+        demand = np.where(kind == _BANDWIDTH, wide, demand)
+    head = None
+    if _IDLE_QUEUE in present:
+        head = np.argmin(np.where(in_gpu, st.gpu_since, np.inf), axis=1)
+        any_gpu = in_gpu.any(axis=1)
+        queue = np.where(any_gpu, base_share + st.share[np.arange(len(head)), head],
+                         base_share)
+        demand = np.where(kind == _IDLE_QUEUE, queue, demand)
+    return demand, head
+
+
 class _State:
     """Per-mapping simulation state, one row per mapping still running."""
 
@@ -941,6 +1068,9 @@ class _State:
         self.dev_gpu: Any = None
         self.host_end: Any = None
         self.gpu_since: Any = None
+        self.m_physics: Any = None  # each row's physics (mixed batches)
+        self.m_overhead: Any = None
+        self.m_mem_bound: Any = None
         self.queued_n: Any = None
 
     def extend(self, **fields: Any) -> None:

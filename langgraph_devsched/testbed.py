@@ -447,12 +447,15 @@ class SimulatedTestbed:
         return index, states
 
     def call_times(
-        self, tools: Sequence[str], codes: Any, *, rows: dict[str, Any] | None = None
+        self, tools: Sequence[str], codes: Any, *, rows: dict[str, Any] | None = None,
+        models: Sequence[batchsim.Contention | None] | None = None, groups: Any = None,
     ) -> tuple[Any, Any]:
         """Noise-free start and end times of every call of every row of option codes, with
-        ``rows`` overriding parameters per row and call (see `batchsim.call_times`)."""
+        ``rows`` overriding parameters per row and call, and ``models``/``groups`` each row's
+        contention physics instead of this testbed's (see `batchsim.call_times`)."""
         params = [self._require(t) for t in tools]
-        return batchsim.call_times(params, codes, rows=rows, **self._machine(tools))
+        return batchsim.call_times(params, codes, rows=rows, models=models, groups=groups,
+                                   **self._machine(tools))
 
     def lower_bounds(self, tools: Sequence[str], codes: Any) -> Any:
         """An admissible lower bound on the noise-free makespan of each row of option codes

@@ -65,3 +65,43 @@ def test_every_decision_of_a_learning_shape_runs_a_few_fit_simulations(
     assert max(batches) <= 8, batches
     assert sum(batches) <= 6 * ROUNDS, batches
     assert any(reused[5:]), reused  # and it settles within the 20 rounds
+
+
+
+def test_a_fit_cut_by_its_deadline_resumes_on_new_evidence() -> None:
+    """A contention fit that a deadline cut after its passes (e.g. in fitting a newly
+    selected model's shares) is refitted warm on the next decision even though a new run
+    moved its evidence, so it completes; it used to restart its tool-by-tool passes from the
+    first tool, which a deadline cut again on every run (paying the whole deadline each
+    decision). The policy's clock is a counter: the same cuts on any machine."""
+    import dataclasses
+
+    ticks = [0.0]
+
+    def clock() -> float:  # 1 ms a reading
+        ticks[0] += 0.001
+        return ticks[0]
+
+    params = generate_tools(8, seed=0)
+    bed = SimulatedTestbed(params, vram_budget_mb=8000, cpu_cores=8, noise=0.05, seed=0)
+    batch = Batch.of([(f"c{i}", t, declared(p)) for i, (t, p) in enumerate(params.items())])
+    policy = make_scheduler("monitor", max_decision_ms=10.0, clock=clock, reuse=False)
+    fits = policy._fits  # type: ignore[attr-defined]
+    shape = tuple(sorted(c.tool for c in batch.calls))
+
+    def step() -> None:
+        decision = policy.decide(batch, SchedulerView(bed.device_state()))
+        calls = list(zip(batch.call_ids, [c.tool for c in batch.calls],
+                         decision.options_for(batch), strict=True))
+        policy.observe(batch, decision, bed.run_step(calls))
+
+    for _ in range(8):
+        step()
+    evidence, fit = fits[shape]
+    assert fit.complete
+    fits[shape] = (evidence, dataclasses.replace(fit, complete=False, visits_left=0))
+    states = []
+    for _ in range(3):
+        step()  # each run moves the evidence
+        states.append(fits[shape][1].complete)
+    assert True in states, states

@@ -181,3 +181,73 @@ def test_call_times_repeated_rows_simulated_once_match_each_row_alone() -> None:
         alone = b.call_times(tools, codes[r:r + 1], rows={f: v[r:r + 1] for f, v in rows.items()})
         assert starts[r].tobytes() == alone[0][0].tobytes()
         assert ends[r].tobytes() == alone[1][0].tobytes()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_call_times_rows_of_several_contention_models_match_each_model_alone(seed: int) -> None:
+    """``models``/``groups``: each row under its own physics, bit-identical to a batch run
+    under that physics alone (OOMs, queues, background load, per-row shares and threads)."""
+    import numpy as np
+
+    from langgraph_devsched import batchsim
+    from langgraph_devsched.perf.generate import generate_tools
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 9))
+    params = list(generate_tools(n, seed=seed).values())
+    m = int(rng.integers(1, 60))
+    codes = rng.integers(0, 3, size=(m, n)).astype(np.int8)
+    rows = None if seed % 3 == 0 else {
+        "gpu_share": rng.choice([0.1, 0.3, 0.5, 0.8, 1.0], size=(m, n)),
+        "cpu_threads": rng.choice([1, 2, 4, 8], size=(m, n))}
+    bound = tuple(float(rng.uniform(0.0, 1.0)) for _ in range(n))
+    models = [None, batchsim.Contention("time_slicing", 0.0),
+              batchsim.Contention("time_slicing", 0.1), batchsim.Contention("idle_queue"),
+              batchsim.Contention("bandwidth", 0.0, bound)]
+    groups = rng.integers(0, len(models), size=m)
+    machine = {"vram_budget_mb": float(rng.choice([2000, 8000])),
+               "cpu_cores": int(rng.choice([2, 8])), "oom_detect_ms": 20.0,
+               "background": BackgroundLoad(vram_mb=float(rng.choice([0, 500])),
+                                            gpu_share=float(rng.choice([0.0, 0.3])))}
+    starts, ends = batchsim.call_times(params, codes, rows=rows, models=models, groups=groups,
+                                       **machine)
+    for g, model in enumerate(models):
+        idx = np.flatnonzero(groups == g)
+        if not len(idx):
+            continue
+        alone = batchsim.call_times(
+            params, codes[idx], rows=None if rows is None else {f: v[idx] for f, v in rows.items()},
+            contention=model, **machine)
+        assert starts[idx].tobytes() == alone[0].tobytes()
+        assert ends[idx].tobytes() == alone[1].tobytes()
+
+
+def test_call_times_variants_of_a_cpu_field_of_a_call_that_never_reaches_the_cpu_are_one_row(
+) -> None:
+    """A call's CPU time and threads are never read where it cannot reach the CPU (queued
+    within the budget, or started at once and fitting at launch): such variants are
+    simulated once; a ``gpu_now`` call that does not fit falls back, and its differ."""
+    import numpy as np
+
+    from langgraph_devsched import batchsim
+    from langgraph_devsched.batchsim import mapping_codes
+
+    params = {"a": ToolParams(cpu_ms=90, gpu_ms=40, vram_mb=900, gpu_share=0.7),
+              "b": ToolParams(cpu_ms=60, gpu_ms=30, vram_mb=800, gpu_share=0.6)}
+    tools = ["a", "b"]
+    b = SimulatedTestbed(params, vram_budget_mb=1000, cpu_cores=4)
+    for mapping, distinct in [(("gpu_queued", "gpu_queued"), 1), (("gpu_now", "gpu_queued"), 1),
+                              (("gpu_now", "gpu_now"), 4)]:  # the second gpu_now falls back
+        codes = np.tile(mapping_codes([mapping], 2), (40, 1))
+        threads = np.column_stack([np.tile([1, 2, 4, 8], 10),
+                                   np.repeat(np.arange(1, 11), 4) % 4 + 1])
+        rows = {"cpu_threads": threads, "cpu_ms": np.tile([90.0, 60.0], (40, 1))}
+        first, _ = batchsim._distinct_rows(
+            np, codes, rows, never_cpu=batchsim._never_on_cpu(np, codes, [900.0, 800.0], 1000.0,
+                                                               0.0))
+        assert (40 if first is None else len(first)) == distinct, mapping
+        _, ends = b.call_times(tools, codes, rows=rows)
+        for r in range(len(codes)):
+            alone = b.call_times(tools, codes[r:r + 1],
+                                 rows={f: v[r:r + 1] for f, v in rows.items()})
+            assert ends[r].tobytes() == alone[1][0].tobytes()

@@ -577,12 +577,14 @@ def fit_contention(
         table[tool] = min(scored)[2]
         params[tool] = estimate(tool)
 
-    def table_losses(tables: Sequence[Mapping[str, float]], model: ContentionModel
-                     ) -> list[float]:
-        """The loss of each share table under ``model``, all simulated in one batch (the
-        tables' parameter rows are built once for every model)."""
+    def table_losses(tables: Sequence[Mapping[str, float]], models: Sequence[ContentionModel]
+                     ) -> list[list[float]]:
+        """The loss of each share table under each of ``models``, all simulated in one
+        batch (each row under its model's physics; the tables' parameter rows are built
+        once for every model)."""
         g, pn = len(tables), len(plans)
-        bed = twin(params, device, oom_ms=oom_ms, residency=False, model=model)
+        beds = [twin(params, device, oom_ms=oom_ms, residency=False, model=model)
+                for model in models]
         key = tuple(tuple(sorted(t.items())) for t in tables)
         rows = table_rows.get(key)
         if rows is None:
@@ -597,8 +599,13 @@ def fit_contention(
                                                        for t in tools]
             table_rows.clear()
             table_rows[key] = rows
-        starts, ends = bed.call_times(tools, np.tile(plan_codes, (g, 1)), rows=rows)
-        return scored(starts, ends, g)
+        k = len(models)
+        starts, ends = beds[0].call_times(
+            tools, np.tile(plan_codes, (g * k, 1)),
+            rows={f: np.tile(v, (k, 1)) for f, v in rows.items()},
+            models=[b.contention(tools) for b in beds], groups=np.repeat(np.arange(k), g * pn))
+        flat = scored(starts, ends, g * k)
+        return [flat[i * g:(i + 1) * g] for i in range(k)]
 
     table_rows: dict[Any, dict[str, Any]] = {}
 
@@ -720,16 +727,16 @@ def fit_contention(
     tables = list(starts) + [
         {**t, **{g: _on_grid(t.get(g, specs[g].gpu_share) * f) for g in group}}
         for t in starts for f in GROUP_SCALES]
-    ours = table_losses(tables, mine)
+    step = len(left) if screen is None else max(1, screen)
+    chunk, left = left[:step], left[step:]
+    # the current model and this refit's candidates in one batched simulation
+    ours, *theirs = table_losses(tables, [mine, *(CANDIDATE_MODELS[i] for i in chunk)])
     found[mine.label] = ours[0]
     for loss, table in zip(ours[1:], tables[1:], strict=True):  # joint moves
         if runs < JOINT_UNTIL and loss < found[mine.label] - 1e-9:
             found[mine.label], fitted = loss, dict(table)
-    step = len(left) if screen is None else max(1, screen)
-    chunk, left = left[:step], left[step:]
-    for index in chunk:  # a bounded screen, a few candidates a refit
+    for index, losses_here in zip(chunk, theirs, strict=True):  # a bounded screen
         model = CANDIDATE_MODELS[index]
-        losses_here = table_losses(tables, model)
         found[model.label] = min(losses_here)
         for loss, table in zip(losses_here, tables, strict=True):
             ours_now = found[mine.label]

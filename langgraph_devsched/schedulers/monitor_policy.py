@@ -515,14 +515,18 @@ class MonitorPolicy(SchedulerBase):
         base = {t: estimate_params(t, s, obs, bg_share=device.gpu_utilization)
                 for t, s in specs.items()}
         start = cached[1] if cached else None
+        # an incomplete fit resumes where it stopped, also on new evidence: restarting its
+        # passes from the first tool on every run, a fit longer than its deadline would never
+        # complete (it paid the whole deadline each decision); one cut after its passes (in
+        # the selection) is refitted warm
         resume = start is not None and not start.complete and cached is not None and (
-            cached[0] == evidence)
+            cached[0] == evidence or start.visits_left > 0)
         fit = fit_contention(
             tools, specs, obs, device, oom_ms=oom_detect_ms(obs, base),
             start=start, passes=1 if cached else 2, deadline=deadline,
             offset=start.resume_at if resume and start is not None else 0,
             visits=start.visits_left if resume and start is not None else None,
-            sweep=start is not None and (start.complete or bool(start.screen_left)),
+            sweep=start is not None and (start.complete or bool(start.screen_left) or not resume),
             screen=SCREEN_MODELS if seen < EVERY_RUN_UNTIL else None,
         )
         self._fits[shape] = (evidence, fit)

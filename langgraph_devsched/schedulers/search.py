@@ -186,7 +186,8 @@ class _Ordered:
     def rows(self, lo: int) -> list[Mapping_]:
         """The mappings of the chunk starting at ``lo``."""
         rows = self.codes[self.order[lo:lo + self.step]]
-        return [tuple(DEVICE_OPTIONS[k] for k in row) for row in rows.tolist()]
+        name = DEVICE_OPTIONS.__getitem__
+        return [tuple(map(name, row)) for row in rows.tolist()]
 
 
 def _bound(
