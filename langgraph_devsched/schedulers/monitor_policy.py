@@ -100,7 +100,7 @@ from langgraph_devsched.schedulers.search import (
     search_mappings,
 )
 from langgraph_devsched.schedulers.tables import LruTable
-from langgraph_devsched.schedulers.twin_error import GUARD_ABOVE, FirstContact
+from langgraph_devsched.schedulers.twin_error import GUARD_ABOVE, RETRY_AFTER, FirstContact
 from langgraph_devsched.schedulers.twin_scores import (
     TwinScores,
     canon,
@@ -321,6 +321,9 @@ class MonitorPolicy(SchedulerBase):
         best = _observed_tie_break(model, [m for m in scores if bucket(m) == 0], best)
         miss = self._contact.last_miss(shape)
         twin_best, best = best, _measured_guard(model, scores, best, miss)
+        retry = best != twin_best and self._contact.retry(shape)
+        if retry:  # the miss held long: the twin's best runs once, a first contact again
+            best = twin_best
         probe = self._probe(batch, obs, model, best, choices)
         # a near-tie trial is a probe: only in a shape's first runs, within the probe budget
         young = sum(o.count for o in outcomes) < NEAR_TIES_UNTIL and sum(
@@ -354,6 +357,11 @@ class MonitorPolicy(SchedulerBase):
         elif near:
             reason = (f"probe: a near-tie never ran, predicted {scores[near]:.1f} ms vs best "
                       f"{scores[best]:.1f} ms (the twin cannot rank them)")
+        elif retry:
+            reason = (f"probe: the twin's best, {scores[best]:.1f} ms {how} {len(scores)} "
+                      f"mappings, never ran; the best executed mapping was kept over it "
+                      f"for {RETRY_AFTER} decisions (the twin missed the last new mapping "
+                      f"by {miss:.0%}): run once to measure that miss again")
         elif best != twin_best:
             reason = (f"best executed mapping, scored {scores[best]:.1f} ms: the twin's best "
                       f"{scores[twin_best]:.1f} ms {how} {len(scores)} mappings never ran, and "
@@ -374,7 +382,7 @@ class MonitorPolicy(SchedulerBase):
             reason += (f"; on {len(device.devices)} GPUs {on_gpus.span_ms:.1f} ms, best of "
                        f"{on_gpus.evals} placements in their twin")
         decision = self._decision(mapping, reason, predicted_ms=predicted,
-                                  probe=bool(probe or near or trial), gpus=gpus)
+                                  probe=bool(probe or near or trial or retry), gpus=gpus)
         # settled: the fit is done (no screen half way), and past the runs after each of
         # which it is refitted, or the mapping is stable while the fit still learns: the
         # last decision's mapping chosen again, neither of the two a probe, no near-tie
@@ -382,7 +390,7 @@ class MonitorPolicy(SchedulerBase):
         learning = bool(fit.shares or fit.threads) and sum(
             o.count for o in outcomes) < EVERY_RUN_UNTIL
         stable = (
-            last is not None and last.options == chosen and not (probe or near)
+            last is not None and last.options == chosen and not (probe or near or retry)
             and not last.decision.probe
             and not _untried_near_tie(model, scores, best, low + tie)
         )
