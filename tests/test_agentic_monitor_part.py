@@ -4,6 +4,7 @@ expands what the model observes; the model is asked again when the observations 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from langchain_core.messages import AIMessage
 
@@ -114,3 +115,36 @@ def test_the_policys_mapping_never_measured_is_measured_once_before_the_model_is
         BATCH, close).consultation.skipped is None
     fresh = AgenticScheduler(model, fallback=Predicting(), guard_ratio=None, mode="pick")
     assert fresh.decide(BATCH, slower).consultation.skipped != "trial"
+
+
+class AllGpuAnswers(ToolScriptModel):
+    """Answers every call of every step with ``gpu_now`` (json_schema form)."""
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                  **kw: Any) -> Any:
+        calls = next(json.loads(str(m.content)) for m in messages
+                     if getattr(m, "name", None) == "step_calls")
+        self.script[:] = [AIMessage(json.dumps(dict.fromkeys(calls, "gpu_now")))]
+        return super()._generate(messages, stop, run_manager, **kw)
+
+
+def make_all_gpu_agentic() -> AgenticScheduler:
+    return AgenticScheduler(AllGpuAnswers(script=[AIMessage("")]), timeout_s=5)
+
+
+def test_a_step_that_evicts_what_the_next_step_reloads_is_judged_with_that_reload() -> None:
+    """`residency_visual_suite`: an all-GPU answer reloads a diffusion model on every step
+    (8,210 ms a round, 3.27x, with Qwen2.5-Coder-1.5B). The policy's mapping predicted the
+    same makespan for the step (both pay the load the last eviction caused), so it was never
+    tried; priced with the reloads their evictions cost it is, and once measured the
+    all-GPU answer is guarded by measurement."""
+    from langgraph_devsched.bench.runner import run_scenario
+    from langgraph_devsched.bench.scenario import builtin_by_name, load_scenario
+    from langgraph_devsched.schedulers.registry import registered
+
+    scenario = load_scenario(builtin_by_name("residency_visual_suite")[0])
+    with registered("all_gpu_agentic", "tests.test_agentic_monitor_part:make_all_gpu_agentic"):
+        result = run_scenario(scenario, ["all_gpu_agentic"], rounds=6, seed=0)
+    row = result.results["all_gpu_agentic"]
+    assert row.final_makespan_ms <= 1.01 * result.optimal_makespan_ms, row.round_makespans_ms
+    assert row.agentic is not None and row.agentic.skipped.get("trial", 0) >= 1

@@ -540,6 +540,11 @@ class MonitorPolicy(SchedulerBase):
         self._fits[shape] = (evidence, fit)
         return fit
 
+    def reload_ms(self, evicted: Sequence[str]) -> float:
+        """What evicting these resident models costs the steps after, as this policy prices
+        it (`eviction_cost.RecentModels`): their reload, for those a recent step used."""
+        return self._recent.reload_ms(evicted)
+
     def calibration(self) -> tuple[Batch, Decision] | None:
         """An idle-time run to measure an unmeasured side of a recent side-effect-free call
         (`hedge.HedgeRule.calibration`), or None; only with a monitor this policy reads."""

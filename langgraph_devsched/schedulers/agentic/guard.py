@@ -25,7 +25,7 @@ same ranking gives pick mode's candidates.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,9 +66,14 @@ class TwinView:
     batch: Batch
     bed: Any
     choices: list[tuple[DeviceOption, ...]]
+    reload: Callable[[Sequence[str]], float] | None = None
+    """What evicting resident models costs the steps after (the fallback policy's price,
+    `MonitorPolicy.reload_ms`): added to every prediction, so that an answer that evicts a
+    model the next step loads again is not judged by its own step alone."""
 
     @classmethod
-    def build(cls, batch: Batch, device: DeviceState, observations: Any) -> TwinView | None:
+    def build(cls, batch: Batch, device: DeviceState, observations: Any,
+              reload: Callable[[Sequence[str]], float] | None = None) -> TwinView | None:
         """The twin for ``batch``; None without `Observations`, when a tool has neither a
         declared profile nor a measurement (the twin would predict from priors alone), or on
         a machine with several GPUs: this twin models one GPU (the flat fields, GPU 0), so
@@ -100,11 +105,22 @@ class TwinView:
             for c in batch.calls
         ]
         choices = [c if c else ("cpu",) for c in choices]
-        return cls(batch, bed, choices)
+        return cls(batch, bed, choices, reload if device.resident else None)
 
     def predict(self, mapping: Mapping[str, DeviceOption]) -> float:
+        """The twin's makespan of ``mapping``, plus the reload of what it evicts."""
         calls = [(c.call_id, c.tool, mapping[c.call_id]) for c in self.batch.calls]
-        return float(self.bed.makespan(calls))
+        return float(self.bed.makespan(calls)) + self.reload_of(
+            [[mapping[c] for c in self.batch.call_ids]])[0]
+
+    def reload_of(self, mappings: Sequence[Sequence[str]]) -> list[float]:
+        """Per mapping (options in call order), the reload its evictions cost later steps
+        (0 without a price or without resident models)."""
+        if self.reload is None:
+            return [0.0] * len(mappings)
+        tools = [c.tool for c in self.batch.calls]
+        return [self.reload(models) if models else 0.0
+                for models in self.bed.mapping_evictions(tools, mappings)]
 
     def rank(self, k: int | None = None) -> list[tuple[float, dict[str, DeviceOption]]]:
         """Mappings by predicted makespan (ties: fewer GPU options first), best first."""
@@ -115,6 +131,8 @@ class TwinView:
         if len(ids) <= ENUMERATE_UP_TO:
             combos = list(itertools.product(*self.choices))
             preds = predict_makespans(self.bed, tools, self.choices)
+            if self.reload is not None:
+                preds = [p + r for p, r in zip(preds, self.reload_of(combos), strict=True)]
         else:
             combos, preds = self._descend()
         ranked = sorted(zip(preds, combos, strict=True),

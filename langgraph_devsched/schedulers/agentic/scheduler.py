@@ -315,6 +315,11 @@ class AgenticScheduler(SchedulerBase):
         step = self._step(batch, self._with_observations(batch, view))
         if step.lead is not None and step.lead.probe:
             return self._probe(step, step.lead)
+        try:
+            step.twin_view = TwinView.build(batch, step.view.device, step.view.observations,
+                                            reload=getattr(self.fallback, "reload_ms", None))
+        except Exception as exc:  # the twin is advice: never let it break a step
+            logger.info("agentic twin unavailable: %s", exc)
         trial = self._mode.trial(step)
         if trial is not None and step.lead is not None:
             return self._probe(step, step.lead, trial=trial)
@@ -323,10 +328,6 @@ class AgenticScheduler(SchedulerBase):
             return cached
         if self._runner.full(self.model, asynchronous=asynchronous):
             return self._conclude(step, self._runner.late(Tally(mode=self.mode), "busy"))
-        try:
-            step.twin_view = TwinView.build(batch, step.view.device, step.view.observations)
-        except Exception as exc:  # the twin is advice: never let it break a step
-            logger.info("agentic twin unavailable: %s", exc)
         step.consultation = self._mode.consultation(step)
         return step
 
