@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -46,6 +47,22 @@ class ToolScriptModel(BaseChatModel):
             raise RuntimeError(self.error)
         reply = self.script[min(len(self.received) - 1, len(self.script) - 1)]
         return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+class EveryCallAnswers(ToolScriptModel):
+    """Answers every call of every step with ``value`` (the flat json_schema form), read
+    from the ``step_calls`` observation."""
+
+    value: str = "cpu"
+    script: list[AIMessage] = Field(default_factory=list)
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        calls = next(json.loads(str(m.content)) for m in messages
+                     if getattr(m, "name", None) == "step_calls")
+        self.script[:] = [AIMessage(json.dumps(dict.fromkeys(calls, self.value)))]
+        return super()._generate(messages, stop, run_manager, **kw)
 
 
 class HangingModel(BaseChatModel):

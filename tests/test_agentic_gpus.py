@@ -22,7 +22,7 @@ from langgraph_devsched.schedulers.base import Batch, SchedulerView
 from langgraph_devsched.schedulers.heft import HeftScheduler
 from langgraph_devsched.schedulers.registry import registered
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
-from tests.agentic_fakes import ToolScriptModel
+from tests.agentic_fakes import EveryCallAnswers, ToolScriptModel
 
 OCR = ToolDeviceSpec(vram_mb=3000)
 EMBED = ToolDeviceSpec(vram_mb=500)
@@ -180,19 +180,8 @@ def test_past_outcomes_show_the_gpu_and_the_measured_guard_compares_it() -> None
     assert dict(d.gpus) == {"o": 1}
 
 
-class GpuOneAnswers(ToolScriptModel):
-    """Answers every GPU-capable call of every step with ``gpu_queued@1`` (json_schema form)."""
-
-    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
-                  **kw: Any) -> Any:
-        calls = next(json.loads(str(m.content)) for m in messages
-                     if getattr(m, "name", None) == "step_calls")
-        self.script[:] = [AIMessage(json.dumps(dict.fromkeys(calls, "gpu_queued@1")))]
-        return super()._generate(messages, stop, run_manager, **kw)
-
-
 def make_gpu_one_agentic() -> AgenticScheduler:
-    return AgenticScheduler(GpuOneAnswers(script=[AIMessage("")]), fallback="static",
+    return AgenticScheduler(EveryCallAnswers(value="gpu_queued@1"), fallback="static",
                             guard_ratio=None, timeout_s=5)
 
 

@@ -4,14 +4,13 @@ expands what the model observes; the model is asked again when the observations 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from langchain_core.messages import AIMessage
 
 from langgraph_devsched.monitor.observations import Observations, PlacementOutcome
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
-from tests.agentic_fakes import ToolScriptModel
+from tests.agentic_fakes import EveryCallAnswers, ToolScriptModel
 from tests.test_agentic import BATCH, GPU, OBS, VIEW, ByTool
 
 
@@ -117,19 +116,8 @@ def test_the_policys_mapping_never_measured_is_measured_once_before_the_model_is
     assert fresh.decide(BATCH, slower).consultation.skipped != "trial"
 
 
-class AllGpuAnswers(ToolScriptModel):
-    """Answers every call of every step with ``gpu_now`` (json_schema form)."""
-
-    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
-                  **kw: Any) -> Any:
-        calls = next(json.loads(str(m.content)) for m in messages
-                     if getattr(m, "name", None) == "step_calls")
-        self.script[:] = [AIMessage(json.dumps(dict.fromkeys(calls, "gpu_now")))]
-        return super()._generate(messages, stop, run_manager, **kw)
-
-
 def make_all_gpu_agentic() -> AgenticScheduler:
-    return AgenticScheduler(AllGpuAnswers(script=[AIMessage("")]), timeout_s=5)
+    return AgenticScheduler(EveryCallAnswers(value="gpu_now"), timeout_s=5)
 
 
 def test_a_step_that_evicts_what_the_next_step_reloads_is_judged_with_that_reload() -> None:

@@ -4,7 +4,6 @@ everywhere, and the model's agreement with the classical policy and its deviatio
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from langchain_core.messages import AIMessage
@@ -15,7 +14,7 @@ from langgraph_devsched.bench.runner import run_benchmark
 from langgraph_devsched.bench.scenario import load_scenarios
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
 from langgraph_devsched.schedulers.registry import registered
-from tests.agentic_fakes import ToolScriptModel
+from tests.agentic_fakes import EveryCallAnswers, ToolScriptModel
 
 
 def make_mute_agentic() -> AgenticScheduler:
@@ -48,19 +47,8 @@ def test_one_fallback_count_everywhere() -> None:
     assert mute["oom_fallbacks"] == 0 and results["static"]["fallbacks"] == 0
 
 
-class CpuAnswers(ToolScriptModel):
-    """Answers every call of every step with ``cpu`` (flat json_schema form)."""
-
-    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
-                  **kw: Any) -> Any:
-        calls = next(json.loads(str(m.content)) for m in messages
-                     if getattr(m, "name", None) == "step_calls")
-        self.script[:] = [AIMessage(json.dumps(dict.fromkeys(calls, "cpu")))]
-        return super()._generate(messages, stop, run_manager, **kw)
-
-
 def make_cpu_agentic() -> AgenticScheduler:
-    return AgenticScheduler(CpuAnswers(script=[]), fallback="static", guard_ratio=None)
+    return AgenticScheduler(EveryCallAnswers(value="cpu"), fallback="static", guard_ratio=None)
 
 
 def test_agreement_and_deviations_are_reported_in_the_json_and_the_line() -> None:
