@@ -207,8 +207,11 @@ class RuntimeMonitor:
         ordered = sorted(step_record.calls, key=lambda c: (c.tool, c.option))
         runs = out.runs if len(out.runs) == len(ordered) else [RunningStat() for _ in ordered]
         ends = out.ends if len(out.ends) == len(ordered) else [RunningStat() for _ in ordered]
+        cold = any(getattr(c, "loaded", False) for c in step_record.calls)
         tables.put_outcome(shape, placement, OutcomeStats(
             makespan=out.makespan.add(step_record.makespan_ms, step=st.step, time=now),
+            warm=out.warm if cold else out.warm.add(step_record.makespan_ms, step=st.step,
+                                                     time=now),
             probes=out.probes + probe,
             runs=[r.add(_warm(c.run_ms, c), step=st.step)
                   for r, c in zip(runs, ordered, strict=True)],
@@ -328,6 +331,7 @@ class RuntimeMonitor:
             PlacementOutcome(
                 shape=shape, placement=placement,
                 makespan_ms=out.makespan.mean, std_ms=out.makespan.std,
+                warm_ms=out.warm.mean if out.warm.count else None,
                 run_ms=tuple(r.mean for r in out.runs),
                 latency_ms=tuple(r.mean for r in out.ends),
                 count=out.makespan.count, probes=out.probes,

@@ -52,6 +52,9 @@ class PlacementOutcome(BaseModel):
         description="(tool, option) pairs, sorted; what was executed, not advice"
     )
     makespan_ms: float
+    warm_ms: float | None = Field(
+        default=None, description="mean makespan of the runs that loaded no model (None: "
+        "every run loaded one)")
     run_ms: tuple[float, ...] = Field(
         default=(), description="mean run time of each call, aligned with placement"
     )

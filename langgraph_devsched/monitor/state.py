@@ -85,6 +85,9 @@ class OutcomeStats(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     makespan: RunningStat = Field(default_factory=RunningStat)
+    warm: RunningStat = Field(
+        default_factory=RunningStat,
+        description="makespans of the runs in which no call loaded a model's weights")
     probes: int = Field(default=0, ge=0)
     runs: list[RunningStat] = Field(
         default_factory=list, description="run time of each call, in sorted placement order"

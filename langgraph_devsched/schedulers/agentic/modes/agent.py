@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from langgraph_devsched.schedulers.agentic.classical import measured_ms
 from langgraph_devsched.schedulers.agentic.config import AnswerChannel
 from langgraph_devsched.schedulers.agentic.consult import Consultation
 from langgraph_devsched.schedulers.agentic.gpu_choice import several
@@ -75,6 +74,16 @@ def executed_key(obs: Mapping[str, Any], batch: Batch) -> tuple[Any, ...]:
     return tuple(sorted(str(o.get("placement")) for o in outcomes_of(obs, batch)))
 
 
+def _untried(obs: Mapping[str, Any], batch: Batch, mapping: Mapping[str, str]) -> bool:
+    """Whether ``mapping`` never ran, or ran once only while its models loaded (its one
+    makespan is a cold start's, not the mapping's)."""
+    placement = sorted((c.tool, mapping[c.call_id]) for c in batch.calls)
+    for o in outcomes_of(obs, batch):
+        if sorted((str(p[0]), str(p[1])) for p in o.get("placement", ())) == placement:
+            return bool(o.get("cold")) and int(o.get("count") or 0) <= 1
+    return True
+
+
 def fastest_mapping(obs: Mapping[str, Any], batch: Batch) -> dict[str, str] | None:
     """The options by call id of the fastest measured mapping of ``batch``'s shape."""
     rows = outcomes_of(obs, batch)
@@ -118,7 +127,7 @@ class AgentMode:
         if lead is None or lead.probe or not lead.predicted_ms:
             return None
         fastest = fastest_measured(step.obs, batch)
-        if not fastest or measured_ms(step.obs, batch, lead.mapping) is not None:
+        if not fastest or not _untried(step.obs, batch, lead.mapping):
             return None
         predicted = max(lead.predicted_ms.values())
         extra = ""
@@ -135,7 +144,7 @@ class AgentMode:
             extra = " with the reloads their evictions cost"
         if predicted >= (1.0 - TRIAL_GAIN) * fastest:
             return None
-        return (f"the policy's mapping never ran: predicted {predicted:.0f} ms against "
+        return (f"the policy's mapping never ran warm: predicted {predicted:.0f} ms against "
                 f"{fastest:.0f} ms measured at best{extra}")
 
     def consultation(self, step: Step) -> Consultation:
