@@ -136,3 +136,37 @@ def test_a_step_that_evicts_what_the_next_step_reloads_is_judged_with_that_reloa
     row = result.results["all_gpu_agentic"]
     assert row.final_makespan_ms <= 1.01 * result.optimal_makespan_ms, row.round_makespans_ms
     assert row.agentic is not None and row.agentic.skipped.get("trial", 0) >= 1
+
+
+def test_a_mapping_whose_one_run_was_a_cold_start_is_read_warm_and_tried_again() -> None:
+    """`residency_cold_burst` with Qwen2.5-Coder-1.5B: the policy's mapping first ran while
+    its models loaded (2.5 s against 0.6 s warm); the mean of every run kept that, the model
+    copied a 0.7 s mapping, 1.21x, and the policy's was never tried again. Now the monitor
+    keeps the warm runs' mean apart (``warm_ms``), observations read a mapping by it, and a
+    mapping whose one run was cold is tried once more."""
+    from langgraph_devsched.hints import ToolDeviceSpec
+    from langgraph_devsched.monitor import RuntimeMonitor
+    from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
+
+    tools = {"vqa": ToolParams(cpu_ms=800, gpu_ms=100, vram_mb=500, weights_mb=2000,
+                               load_gpu_ms=1000, load_cpu_ms=1000)}
+    bed = SimulatedTestbed(tools, vram_budget_mb=8000, cpu_cores=4)
+    batch = Batch.of([("c1", "vqa", ToolDeviceSpec(vram_mb=500, model="vqa",
+                                                    weights_mb=2000))])
+    monitor = RuntimeMonitor()
+    for _ in range(2):  # a cold run, then a warm one
+        monitor.record_step(batch, Decision({"c1": "gpu_now"}),
+                            bed.run_step([("c1", "vqa", "gpu_now")]), bed.device_state())
+    (outcome,) = monitor.snapshot(batch).outcomes
+    assert outcome.makespan_ms == 600.0 and outcome.warm_ms == 100.0
+
+    cold_once = SchedulerView(GPU, Observations(step=6, estimates=OBS.estimates, outcomes=(
+        PlacementOutcome(shape=("asr", "embed"), placement=(("asr", "gpu_now"), ("embed", "cpu")),
+                         makespan_ms=2500.0, warm_ms=None, count=1),
+        PlacementOutcome(shape=("asr", "embed"), placement=(("asr", "gpu_now"),
+                                                           ("embed", "gpu_now")),
+                         makespan_ms=90.0, warm_ms=90.0, count=3))))
+    model = ToolScriptModel(script=[AIMessage('{"c1": "gpu_now", "c2": "gpu_now"}')])
+    trial = AgenticScheduler(model, fallback=Predicting(), guard_ratio=None).decide(
+        BATCH, cold_once)
+    assert trial.consultation.skipped == "trial" and "never ran warm" in trial.reason
