@@ -117,7 +117,11 @@ def test_the_policys_mapping_never_measured_is_measured_once_before_the_model_is
 
 
 def make_all_gpu_agentic() -> AgenticScheduler:
-    return AgenticScheduler(EveryCallAnswers(value="gpu_now"), timeout_s=5)
+    """The policy beside it unbudgeted: its decisions do not depend on the machine's speed."""
+    from langgraph_devsched.schedulers.registry import make_scheduler
+
+    return AgenticScheduler(EveryCallAnswers(value="gpu_now"), timeout_s=5,
+                            fallback=make_scheduler("monitor", max_decision_ms=None))
 
 
 def test_a_step_that_evicts_what_the_next_step_reloads_is_judged_with_that_reload() -> None:
