@@ -88,10 +88,3 @@ def demoted(uses: Iterable[tuple[str | None, int | None]], gpu: int = 0) -> froz
         if where == gpu:
             here.add(model)
     return frozenset(used - here)
-
-
-def demote_first(resident: Sequence[WarmModel], models: frozenset[str]) -> list[WarmModel]:
-    """``resident`` (least recently used first) with ``models`` moved to the front, each
-    group in its own order."""
-    return ([w for w in resident if w.model in models]
-            + [w for w in resident if w.model not in models])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -21,9 +21,10 @@ from langgraph.prebuilt.tool_node import ToolInvocationError
 from langgraph_devsched.device import Placement
 from langgraph_devsched.gpus import GpuCall, default_gpus
 from langgraph_devsched.hints import ToolDeviceSpec
-from langgraph_devsched.ledger import NeverFitsError
+from langgraph_devsched.ledger import NeverFitsError, VramLedger
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import CallRecord, StepRecord
+from langgraph_devsched.residency import demoted
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
 T = TypeVar("T")
@@ -50,6 +51,20 @@ def planned_gpus(calls: Sequence[PlannedCall], devices: Sequence[GpuDevice]) -> 
     return default_gpus(
         [GpuCall(c.call_id, c.spec.model_name(c.tool), c.spec.vram_mb, c.spec.weights_mb, c.gpu,
                  c.spec.gpus) for c in calls if c.option != "cpu"], devices)
+
+
+def demote_off_gpu(
+    calls: Sequence[PlannedCall], gpus: Mapping[str, int], ledgers: Sequence[VramLedger]
+) -> None:
+    """At a step's start, each GPU's ledger (``ledgers[k]``: GPU k) demotes the step's models
+    that it uses only off that GPU (`residency.demoted`): their copy there is evicted first.
+    ``gpus``: the GPU of each GPU-placed call, 0 where it names none."""
+    if not any(c.spec.model_name(c.tool) is not None for c in calls):
+        return
+    uses = [(c.spec.model_name(c.tool), None if c.option == "cpu" else gpus.get(c.call_id, 0))
+            for c in calls]
+    for index, ledger in enumerate(ledgers):  # moved off a GPU: evicted first
+        ledger.demote(demoted(uses, index))
 
 
 class PlacementError(RuntimeError):

@@ -41,6 +41,7 @@ from langgraph_devsched.executors.base import (
     PlacementError,
     PlannedCall,
     RunOnce,
+    demote_off_gpu,
     describe_failure,
     planned_gpus,
     vram_needed,
@@ -57,7 +58,6 @@ from langgraph_devsched.ledger import (
 )
 from langgraph_devsched.models import MAX_MODELS, CallModels, ModelCache, ModelRoomError
 from langgraph_devsched.records import CallRecord
-from langgraph_devsched.residency import demoted
 from langgraph_devsched.telemetry import (
     DeviceState,
     GpuDevice,
@@ -338,11 +338,7 @@ class _LocalStep(BookedStep):
         self._gpus: dict[str, int] = {}
         if len(backend._lanes) > 1:  # the decision's GPU, else the default rule
             self._gpus = planned_gpus(calls, backend.device_state().devices)
-        if any(c.spec.model_name(c.tool) is not None for c in calls):
-            uses = [(c.spec.model_name(c.tool),
-                     None if c.option == "cpu" else self._gpus.get(c.call_id, 0)) for c in calls]
-            for index, lane in enumerate(backend._lanes):  # moved off a GPU: evicted first
-                lane.ledger.demote(demoted(uses, index))
+        demote_off_gpu(calls, self._gpus, [lane.ledger for lane in backend._lanes])
 
     def _lane(self, call: PlannedCall) -> _Lane | None:
         lanes = self._b._lanes

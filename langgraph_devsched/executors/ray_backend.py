@@ -50,6 +50,7 @@ from langgraph_devsched.executors.base import (
     PlacementError,
     PlannedCall,
     RunOnce,
+    demote_off_gpu,
     planned_gpus,
     vram_needed,
     wait_bound,
@@ -74,7 +75,7 @@ from langgraph_devsched.ledger import (
 )
 from langgraph_devsched.models import MAX_MODELS
 from langgraph_devsched.records import CallRecord
-from langgraph_devsched.residency import WarmModel, demoted
+from langgraph_devsched.residency import WarmModel
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
 T = TypeVar("T")
@@ -358,11 +359,8 @@ class _RayStep(BookedStep):
         self._gpus: dict[str, int] = {}
         if backend.model_actors and len(self._order) > 1:  # the decision's GPU, else the rule
             self._gpus = planned_gpus(calls, slot_devices(self._order))
-        if backend.model_actors and any(c.spec.model_name(c.tool) is not None for c in calls):
-            uses = [(c.spec.model_name(c.tool),
-                     None if c.option == "cpu" else self._gpus.get(c.call_id, 0)) for c in calls]
-            for index, slot in enumerate(self._order):  # moved off a GPU: evicted first
-                slot.ledger.demote(demoted(uses, index))
+        if backend.model_actors:
+            demote_off_gpu(calls, self._gpus, [slot.ledger for slot in self._order])
 
     def slot_of(self, call: PlannedCall) -> GpuSlot | None:
         """The GPU slot whose ledger booked ``call`` (None: not on a GPU)."""

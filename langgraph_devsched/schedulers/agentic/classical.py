@@ -52,13 +52,21 @@ def held_to_rules(
                   vram_seen_mb=seen, fit_vram=False)
 
 
-def measured_ms(obs: Mapping[str, Any], batch: Batch, mapping: Mapping[str, str]) -> float | None:
-    """The mean makespan the monitor measured for ``mapping`` of this batch, if it ran."""
+def measured_outcome(
+    obs: Mapping[str, Any], batch: Batch, mapping: Mapping[str, str]
+) -> Mapping[str, Any] | None:
+    """The monitor's executed-mapping row for ``mapping`` of this batch, if it ran."""
     placement = sorted((c.tool, mapping[c.call_id]) for c in batch.calls)
     for o in outcomes_of(obs, batch):
         if sorted((str(p[0]), str(p[1])) for p in o.get("placement", ())) == placement:
-            return float(o.get("makespan_ms") or 0.0)
+            return o
     return None
+
+
+def measured_ms(obs: Mapping[str, Any], batch: Batch, mapping: Mapping[str, str]) -> float | None:
+    """The mean makespan the monitor measured for ``mapping`` of this batch, if it ran."""
+    row = measured_outcome(obs, batch, mapping)
+    return None if row is None else float(row.get("makespan_ms") or 0.0)
 
 
 def agreement(

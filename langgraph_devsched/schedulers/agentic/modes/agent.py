@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from langgraph_devsched.schedulers.agentic.classical import measured_outcome
 from langgraph_devsched.schedulers.agentic.config import AnswerChannel
 from langgraph_devsched.schedulers.agentic.consult import Consultation
 from langgraph_devsched.schedulers.agentic.gpu_choice import several
@@ -77,11 +78,8 @@ def executed_key(obs: Mapping[str, Any], batch: Batch) -> tuple[Any, ...]:
 def _untried(obs: Mapping[str, Any], batch: Batch, mapping: Mapping[str, str]) -> bool:
     """Whether ``mapping`` never ran, or ran once only while its models loaded (its one
     makespan is a cold start's, not the mapping's)."""
-    placement = sorted((c.tool, mapping[c.call_id]) for c in batch.calls)
-    for o in outcomes_of(obs, batch):
-        if sorted((str(p[0]), str(p[1])) for p in o.get("placement", ())) == placement:
-            return bool(o.get("cold")) and int(o.get("count") or 0) <= 1
-    return True
+    row = measured_outcome(obs, batch, mapping)
+    return row is None or (bool(row.get("cold")) and int(row.get("count") or 0) <= 1)
 
 
 def fastest_mapping(obs: Mapping[str, Any], batch: Batch) -> dict[str, str] | None:
