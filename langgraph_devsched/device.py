@@ -78,6 +78,16 @@ def current_device(default: str = "cpu") -> str:
     return placement.device if placement is not None else default
 
 
+def set_placement(placement: Placement) -> contextvars.Token[Placement | None]:
+    """Make ``placement`` the current one until `reset_placement` (what `placed` does, for
+    a scope that sets more than the placement)."""
+    return _CURRENT.set(placement)
+
+
+def reset_placement(token: contextvars.Token[Placement | None]) -> None:
+    _CURRENT.reset(token)
+
+
 class placed:
     """Make ``placement`` the current one for the duration of the block (a class, not a
     generator: it runs on every tool call)."""

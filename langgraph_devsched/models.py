@@ -45,7 +45,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from langgraph_devsched.device import current_device, is_gpu_device
+from langgraph_devsched.device import (
+    Placement,
+    current_device,
+    is_gpu_device,
+    reset_placement,
+    set_placement,
+)
 from langgraph_devsched.ledger import Reservation, VramLedger, WeightsNeed
 from langgraph_devsched.residency import ModelSide, WarmModel
 
@@ -152,13 +158,16 @@ class _Scope:
 class CallScope:
     """`ModelCache.scope` for a call that declares no model (a plain CPU call): its
     `CallModels` record is made only when the tool asks for a model, and ``finish`` runs
-    only then (a class, not a generator: it runs on every lean call)."""
+    only then (a class, not a generator: it runs on every lean call). With ``placement``,
+    it is also the call's current placement (`device.placed`) inside."""
 
-    __slots__ = ("_token", "cache", "device", "record")
+    __slots__ = ("_placed", "_token", "cache", "device", "placement", "record")
 
-    def __init__(self, cache: ModelCache, device: str) -> None:
+    def __init__(self, cache: ModelCache, device: str,
+                 placement: Placement | None = None) -> None:
         self.cache = cache
         self.device = device
+        self.placement = placement
         self.record: CallModels | None = None
         """None until the call asked for a model: then what it did with it."""
 
@@ -169,10 +178,14 @@ class CallScope:
 
     def __enter__(self) -> CallScope:
         self._token = _SCOPE.set(self)
+        if self.placement is not None:
+            self._placed = set_placement(self.placement)
         return self
 
     def __exit__(self, *exc: object) -> None:
         _SCOPE.reset(self._token)
+        if self.placement is not None:
+            reset_placement(self._placed)
         if self.record is not None:
             self.cache.finish(self.record)
 

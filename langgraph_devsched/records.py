@@ -41,6 +41,23 @@ class CallRecord:
     evicted: tuple[str, ...] = ()
     """Models whose weights were evicted to make room for this call's model."""
 
+    def __init__(
+        self, call_id: str, tool: str, option: DeviceOption, device: str,
+        fallback: FallbackCause | None, start_ms: float, end_ms: float,
+        vram_reserved_mb: float, gpu_peers: int, error: str | None = None,
+        node: str | None = None, gpu_type: str | None = None, model: str | None = None,
+        load_ms: float = 0.0, loaded: bool = False, evicted: tuple[str, ...] = (),
+    ) -> None:
+        # the generated __init__ of a frozen dataclass pays an ``object.__setattr__`` a
+        # field, three times this; every call of every step, real or simulated, makes one
+        # (the dataclass keeps its equality, hash, repr, fields and immutability; a test
+        # pins this signature to the fields)
+        self.__dict__.update(
+            call_id=call_id, tool=tool, option=option, device=device, fallback=fallback,
+            start_ms=start_ms, end_ms=end_ms, vram_reserved_mb=vram_reserved_mb,
+            gpu_peers=gpu_peers, error=error, node=node, gpu_type=gpu_type, model=model,
+            load_ms=load_ms, loaded=loaded, evicted=evicted)
+
     @property
     def latency_ms(self) -> float:
         """From the step's start to this call's end (queue wait included)."""

@@ -158,7 +158,39 @@ def ambient_tracing() -> bool:
     for hook in getattr(_tracer_context, "_configure_hooks", ()):
         if hook[0].get() is not None:
             return True
-    return bool(_ls_utils.tracing_is_enabled())
+    return langsmith_tracing()
+
+
+def _langsmith_context() -> Any:
+    """LangSmith's context module when it has the variables `langsmith_tracing` reads."""
+    try:
+        from langsmith._internal import _context
+    except ImportError:
+        return None
+    names = ("_TRACING_ENABLED", "_PARENT_RUN_TREE_REF", "_GLOBAL_TRACING_ENABLED")
+    return _context if all(hasattr(_context, n) for n in names) else None
+
+
+_LS_CONTEXT = _langsmith_context()
+
+
+def langsmith_tracing() -> bool:
+    """`langsmith.utils.tracing_is_enabled`, read in its own order (the context's switch,
+    a parent run, the global switch, the environment) without building its tracing-context
+    dict: the node asks once per step. Another LangSmith layout: its own function."""
+    ctx = _LS_CONTEXT
+    if ctx is None:
+        return bool(_ls_utils.tracing_is_enabled())
+    enabled = ctx._TRACING_ENABLED.get()
+    if enabled is not None:
+        return bool(enabled)
+    parent = ctx._PARENT_RUN_TREE_REF.get()
+    if parent is not None and parent() is not None:
+        return True
+    if ctx._GLOBAL_TRACING_ENABLED is not None:
+        return bool(ctx._GLOBAL_TRACING_ENABLED)
+    env = _ls_utils.get_env_var("TRACING_V2", default=_ls_utils.get_env_var("TRACING", default=""))
+    return env == "true"
 
 
 def with_observed_latency(config: RunnableConfig) -> RunnableConfig:

@@ -134,3 +134,31 @@ def test_a_call_that_asks_anything_of_the_backend_takes_the_general_path(
     assert graph_of(node).invoke(step("echo"))["messages"][-1].content == "x"
     assert lean_steps == []
     assert node.history[-1].record is not None
+
+
+def test_tools_only_ever_forced_cost_the_change_detector_nothing() -> None:
+    """The monitor keeps latency evidence only of tools a decision of its read: plain
+    steps leave its change detector empty; once a decided batch names the tool, its samples
+    count, forced steps' included."""
+    from langgraph_devsched.hints import ToolDeviceSpec
+    from langgraph_devsched.records import CallRecord, StepRecord
+    from langgraph_devsched.schedulers import Batch, SchedulerView
+    from langgraph_devsched.telemetry import DeviceState
+
+    node = DeviceToolNode([echo])
+    graph = graph_of(node)
+    for i in range(5):
+        graph.invoke(step("echo", "echo", i=i))
+    assert len(node.history) == 5
+    policy: Any = node.scheduler
+    assert policy.state_sizes()["change_keys"] == 0
+
+    def record(ms: float) -> StepRecord:
+        return StepRecord((CallRecord("c", "echo", "cpu", "cpu", None, 0.0, ms, 0.0, 0),), ms)
+
+    batch = Batch.of([("c", "echo", ToolDeviceSpec())])
+    decision = policy.decide(batch, SchedulerView(DeviceState.cpu_only("test")))
+    policy.observe(batch, decision, record(10.0))
+    graph.invoke(step("echo", i=9))  # a forced step of a watched tool counts too
+    assert policy.state_sizes()["change_keys"] == 1
+    assert policy._changes.samples(["echo"]) == 2

@@ -278,3 +278,61 @@ def test_langsmith_env_setup_gets_every_key_without_app_code(
         assert set(METADATA_KEYS) <= set(meta)
         assert meta["devsched.option"] == MAPPING[name]
         assert isinstance(meta["devsched.observed_ms"], float)
+
+
+def _switches() -> list[tuple[str, Any]]:
+    """Ways tracing is switched on or off, each a context manager factory."""
+    import contextlib
+
+    import langsmith
+    from langsmith.run_trees import RunTree
+
+    @contextlib.contextmanager
+    def env(value: str) -> Any:
+        from langsmith import utils
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("LANGSMITH_TRACING", value)
+            utils.get_env_var.cache_clear()
+            try:
+                yield
+            finally:
+                utils.get_env_var.cache_clear()
+
+    @contextlib.contextmanager
+    def global_switch(value: bool) -> Any:
+        from langsmith._internal import _context
+
+        before = _context._GLOBAL_TRACING_ENABLED
+        langsmith.configure(enabled=value)
+        try:
+            yield
+        finally:
+            _context._GLOBAL_TRACING_ENABLED = before
+
+    parent = RunTree(name="parent", run_type="chain")
+    return [
+        ("nothing", contextlib.nullcontext),
+        ("context on", lambda: langsmith.tracing_context(enabled=True)),
+        ("context off", lambda: langsmith.tracing_context(enabled=False)),
+        ("context local", lambda: langsmith.tracing_context(enabled="local")),
+        ("a parent run", lambda: langsmith.tracing_context(parent=parent)),
+        ("env on", lambda: env("true")),
+        ("env off", lambda: env("false")),
+        ("global on", lambda: global_switch(True)),
+        ("global off", lambda: global_switch(False)),
+    ]
+
+
+@pytest.mark.parametrize("outer", [name for name, _ in _switches()])
+@pytest.mark.parametrize("inner", ["nothing", "context off", "context on", "env on"])
+def test_langsmith_tracing_agrees_with_langsmith(outer: str, inner: str) -> None:
+    """The node's per-step read of LangSmith's switch answers as LangSmith's own function,
+    whichever way tracing was switched, nested."""
+    from langsmith import utils
+
+    from langgraph_devsched.tracing import langsmith_tracing
+
+    switches = dict(_switches())
+    with switches[outer](), switches[inner]():
+        assert langsmith_tracing() == bool(utils.tracing_is_enabled()), (outer, inner)

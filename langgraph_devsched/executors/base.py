@@ -44,6 +44,11 @@ class PlannedCall:
     gpu: int | None = None
     """The GPU the decision named for a GPU option (None: the backend's default rule)."""
 
+    def __init__(self, call_id: str, tool: str, option: DeviceOption, spec: ToolDeviceSpec,
+                 gpu: int | None = None) -> None:
+        # one a call a step: filled at once (`records.CallRecord` says why)
+        self.__dict__.update(call_id=call_id, tool=tool, option=option, spec=spec, gpu=gpu)
+
 
 def planned_gpus(calls: Sequence[PlannedCall], devices: Sequence[GpuDevice]) -> dict[str, int]:
     """The GPU index of each GPU-placed call: the one its decision named, else the default

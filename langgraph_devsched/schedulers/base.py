@@ -33,6 +33,10 @@ class CallRequest:
     tool: str
     spec: ToolDeviceSpec
 
+    def __init__(self, call_id: str, tool: str, spec: ToolDeviceSpec) -> None:
+        # one a call a step: filled at once (`records.CallRecord` says why)
+        self.__dict__.update(call_id=call_id, tool=tool, spec=spec)
+
 
 @dataclass(frozen=True)
 class Batch:

@@ -196,6 +196,7 @@ class MonitorPolicy(SchedulerBase):
         self._recent.note((m for m in (c.spec.model_name(c.tool) for c in batch.calls) if m),
                           weights_mb=_weights_mb(batch, view.device))
         bucket = telemetry_bucket(view.device)  # the warm models included
+        self._changes.watch(tools)  # their evidence counts from now on
         versions = self._changes.versions(tools)
         samples = self._changes.samples(tools)
         last = self._last.get(key)
@@ -558,9 +559,10 @@ class MonitorPolicy(SchedulerBase):
         self._changes.observe(record)
         # a GPU load seen is what evicting that model costs later steps, whichever batch
         # comes next (a decision learns only its own batch's models' load times)
-        self._recent.learn({c.model: c.load_ms for c in record.calls
-                            if c.loaded and c.model and c.on_gpu and c.load_ms > 0},
-                           weights_mb=_weights_mb(batch, self._device))
+        if len(self._recent):  # it learns only of models a decision used
+            self._recent.learn({c.model: c.load_ms for c in record.calls
+                                if c.loaded and c.model and c.on_gpu and c.load_ms > 0},
+                               weights_mb=_weights_mb(batch, self._device))
         measured = tuple(h.loser for h in hedge_outcomes(record) if h.complete)
         if measured:  # a hedge (or an idle run) measured a side: its tools' decisions move
             self._changes.observe(StepRecord(measured, 0.0))

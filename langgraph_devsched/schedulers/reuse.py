@@ -2,7 +2,8 @@
 
 A decision is made from the calls' hints, the telemetry and the latency evidence about the
 batch's tools. `ChangeDetector` sees every executed step (a scheduler's ``observe``) and
-gives each tool a *version* that moves only when a sample of it is surprising: its
+gives each tool that a decision read (`ChangeDetector.watch`; a tool only ever run in
+forced steps costs nothing) a *version* that moves only when a sample of it is surprising: its
 (option, device, GPU peers) key is new or barely sampled, or the sample lies more than
 ``sigmas`` standard deviations (at least ``floor`` of the mean) from that key's running
 mean. It also counts each tool's samples: the noise band of an estimate narrows as its
@@ -14,6 +15,7 @@ are `LruTable`\\ s.
 
 >>> from langgraph_devsched.records import CallRecord, StepRecord
 >>> det = ChangeDetector()
+>>> det.watch(["ocr"])  # a decision reads its evidence
 >>> def step(ms):
 ...     call = CallRecord("c", "ocr", "cpu", "cpu", None, start_ms=0, end_ms=ms,
 ...                       vram_reserved_mb=0, gpu_peers=0)
@@ -92,6 +94,13 @@ class _Welford:
         return news
 
 
+@dataclass
+class _ToolEvidence:
+    samples: int = 0
+    version: int = 0
+    """0 until a sample of the tool was news."""
+
+
 class ChangeDetector:
     """Per tool, a version that moves when one of its samples is news."""
 
@@ -101,29 +110,40 @@ class ChangeDetector:
         self.sigmas = sigmas
         self.floor = floor
         self._stats: LruTable[tuple[object, ...], _Welford] = LruTable(max_keys)
-        self._versions: LruTable[str, int] = LruTable(max_keys)
-        self._samples: LruTable[str, int] = LruTable(max_keys)
+        self._tools: LruTable[str, _ToolEvidence] = LruTable(max_keys)
         self._counter = itertools.count(1)
 
+    def watch(self, tools: Iterable[str]) -> None:
+        """Keep evidence of these tools from now on (a decision reads them)."""
+        for name in tools:
+            self._tools.setdefault_with(name, _ToolEvidence)
+
     def observe(self, record: StepRecord) -> None:
-        samples, stats = self._samples, self._stats
+        """Take the samples of watched tools (`watch`): a tool no decision read, such as
+        one that only ever runs in forced steps, costs nothing here."""
+        tools, stats = self._tools, self._stats
         for call in record.calls:
             if call.error is not None:
                 continue
-            tool = call.tool
-            samples[tool] = (samples.get(tool, 0) or 0) + 1
+            tool = tools.get(call.tool)
+            if tool is None:
+                continue
+            tool.samples += 1
             stat = stats.setdefault_with(
-                (tool, call.option, call.device, call.gpu_peers, call.fallback), _Welford)
-            if stat.take(call.run_ms, self.sigmas, self.floor):
-                self._versions[tool] = next(self._counter)
+                (call.tool, call.option, call.device, call.gpu_peers, call.fallback), _Welford)
+            if stat.take(call.end_ms - call.start_ms, self.sigmas, self.floor):
+                tool.version = next(self._counter)
 
     def versions(self, tools: Iterable[str]) -> tuple[int, ...]:
         """Each tool's version, sorted by tool name (0: never seen, or forgotten)."""
-        return tuple(self._versions.get(t, 0) or 0 for t in sorted(set(tools)))
+        known = self._tools
+        return tuple(e.version if (e := known.get(t)) is not None else 0
+                     for t in sorted(set(tools)))
 
     def samples(self, tools: Iterable[str]) -> int:
         """How many samples of these tools were seen (each tool once)."""
-        return sum(self._samples.get(t, 0) or 0 for t in set(tools))
+        known = self._tools
+        return sum(e.samples if (e := known.get(t)) is not None else 0 for t in set(tools))
 
     def __len__(self) -> int:
         return len(self._stats)
