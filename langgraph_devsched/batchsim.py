@@ -18,6 +18,7 @@ Use it through `SimulatedTestbed.product_makespans`:
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast, get_args
@@ -220,14 +221,11 @@ def _row_models(
     index = {name: k for k, name in enumerate(names)}
     model_index = [-1 if x is None else index[x] for x in res.models]
     cpu_load = [0.0 if x in res.host else float(res.load_cpu_ms.get(x, 0.0)) for x in names]
-    base = np.full(m, 0.0)
-    no_room = np.zeros((m, n), dtype=bool)
-    gpu_load = np.zeros((m, n))
     if not names:
         plan = plan_gpu(res.gpu, (), {}, budget_mb=budget, background_mb=bg_mb,
                         keep_warm=res.keep_warm)
-        base[:] = plan.base_mb
-        return _RowModels(base, no_room, gpu_load, model_index, cpu_load,
+        return _RowModels(np.full(m, plan.base_mb), np.zeros((m, n), dtype=bool),
+                          np.zeros((m, n)), model_index, cpu_load,
                           np.zeros(m, dtype=np.int64), ((),),  # one group, nothing evicted
                           (plan.after,))
     first = np.full((m, len(names)), n, dtype=np.int64)
@@ -239,23 +237,47 @@ def _row_models(
     cols = {k: [j for j in range(n) if model_index[j] == k] for k in range(len(names))}
     evicted: list[tuple[str, ...]] = []
     after: list[tuple[tuple[str, float], ...]] = []
-    for g, key in enumerate(keys):
-        wanted = [(names[k], float(vram[key[k]]))
-                  for k in sorted(range(len(names)), key=lambda k: key[k]) if key[k] < n]
-        plan = plan_gpu(res.gpu, wanted, res.weights_mb, budget_mb=budget, background_mb=bg_mb,
-                        keep_warm=res.keep_warm,
-                        demote=frozenset(names[k] for k in range(len(names)) if key[k] == n))
+    # each group's plan fills one row of these; the rows then take their group's at once
+    base_g = np.empty(len(keys))
+    no_room_g = np.zeros((len(keys), n), dtype=bool)
+    gpu_load_g = np.zeros((len(keys), n))
+    for g, key in enumerate(keys.tolist()):
+        wanted = tuple((names[k], float(vram[key[k]]))
+                       for k in sorted(range(len(names)), key=lambda k: key[k]) if key[k] < n)
+        plan = _planned(res, wanted, budget, bg_mb,
+                        frozenset(names[k] for k in range(len(names)) if key[k] == n))
         # (a model of the batch that no GPU-placed call uses: `residency.demoted`)
         evicted.append(tuple(e for out in plan.evicted.values() for e in out))
         after.append(plan.after)
-        rows = inverse == g
-        base[rows] = plan.base_mb
+        base_g[g] = plan.base_mb
         for name in plan.no_room:
-            no_room[np.ix_(rows, cols[index[name]])] = True
+            no_room_g[g, cols[index[name]]] = True
         for name in plan.loaded:
-            gpu_load[np.ix_(rows, cols[index[name]])] = float(res.load_gpu_ms.get(name, 0.0))
-    return _RowModels(base, no_room, gpu_load, model_index, cpu_load, inverse, tuple(evicted),
-                      tuple(after))
+            gpu_load_g[g, cols[index[name]]] = float(res.load_gpu_ms.get(name, 0.0))
+    return _RowModels(base_g[inverse], no_room_g[inverse], gpu_load_g[inverse], model_index,
+                      cpu_load, inverse, tuple(evicted), tuple(after))
+
+
+_PLANS: OrderedDict[tuple[object, ...], GpuPlan] = OrderedDict()
+"""`plan_gpu` answers by their inputs (a search's simulations of one step ask the same
+groups again and again), oldest forgotten first past `MAX_PLANS`."""
+MAX_PLANS = 4096
+
+
+def _planned(res: Residency, wanted: tuple[tuple[str, float], ...], budget: float,
+             bg_mb: float, demote: frozenset[str]) -> GpuPlan:
+    """`plan_gpu` for one group of rows, remembered by every input it reads (its
+    ``weights_mb`` only for the wanted models). The plan is shared: read it only."""
+    key = (res.gpu, wanted, tuple(res.weights_mb.get(m) for m, _ in wanted), budget, bg_mb,
+           res.keep_warm, demote)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = plan_gpu(res.gpu, wanted, res.weights_mb, budget_mb=budget, background_mb=bg_mb,
+                        keep_warm=res.keep_warm, demote=demote)
+        _PLANS[key] = plan
+        while len(_PLANS) > MAX_PLANS:
+            _PLANS.popitem(last=False)
+    return plan
 
 
 def _unique_rows(np: Any, rows: Any, base: int) -> tuple[Any, Any]:
@@ -816,17 +838,23 @@ def _run(
         and share subtracted and, once no call computes, reset to the ledger's base."""
         first = np.ones(len(rows), dtype=bool)
         first[1:] = rows[1:] != rows[:-1]
+        if first.all():  # most often one call a row: one level, the same operations
+            _release_level(rows, cols)
+            return
         rank = np.arange(len(rows))
         rank -= np.maximum.accumulate(np.where(first, rank, 0))
         for level in range(int(rank.max()) + 1):  # a row's first call, then its second...
             at = rank == level
-            r, c = rows[at], cols[at]
-            st.in_use[r] = st.in_use[r] - vram_arr[c]
-            st.used_share[r] = st.used_share[r] - st.share[r, c]
-            st.active_n[r] -= 1
-            idle = r[st.active_n[r] == 0]
-            st.in_use[idle] = base_mb if rm is None else st.base[idle]
-            st.used_share[idle] = base_share
+            _release_level(rows[at], cols[at])
+
+    def _release_level(r: Any, c: Any) -> None:
+        """`release` of one call in each of the rows ``r`` (distinct rows)."""
+        st.in_use[r] = st.in_use[r] - vram_arr[c]
+        st.used_share[r] = st.used_share[r] - st.share[r, c]
+        st.active_n[r] -= 1
+        idle = r[st.active_n[r] == 0]
+        st.in_use[idle] = base_mb if rm is None else st.base[idle]
+        st.used_share[idle] = base_share
 
     def admit(rows: Any = None) -> None:
         """Admit queued calls in the rows ``rows`` (None: all), head of each row's queue
@@ -973,7 +1001,8 @@ def _run(
             if len(rel_rows):
                 release(rel_rows, rel_cols)
                 # admission only changes where GPU calls released what they held
-                admit(released.any(axis=1))
+                if queue[0]:
+                    admit(released.any(axis=1))
     return out
 
 

@@ -53,14 +53,20 @@ class TwinScores:
 
     def __call__(self, mappings: Sequence[Mapping_]) -> list[float]:
         preds = self.bed.mapping_makespans(self.tools, mappings).tolist()
-        warm = preds if self.warm is None else self.warm.mapping_makespans(
-            self.tools, mappings).tolist()
+        seens = [None if not self.seen else (
+            self._by_mapping.get(m) if self._by_mapping is not None
+            else self.seen.get(canon(zip(self.tools, m, strict=True)))) for m in mappings]
+        warm = preds
+        if self.warm is not None:  # only executed mappings are compared with it
+            ran = [k for k, seen in enumerate(seens) if seen is not None]
+            warm = [0.0] * len(mappings)
+            if ran:
+                for k, ms in zip(ran, self.warm.mapping_makespans(
+                        self.tools, [mappings[k] for k in ran]).tolist(), strict=True):
+                    warm[k] = ms
         out = []
-        for m, pred, base in zip(mappings, preds, warm, strict=True):
+        for m, pred, base, seen in zip(mappings, preds, warm, seens, strict=True):
             score = pred
-            seen = None if not self.seen else (
-                self._by_mapping.get(m) if self._by_mapping is not None
-                else self.seen.get(canon(zip(self.tools, m, strict=True))))
             if seen is not None:
                 # the model pools every call's samples and estimates the noise-free makespan;
                 # an executed placement overrides it only where the model is visibly wrong.
