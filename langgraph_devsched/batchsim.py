@@ -662,6 +662,10 @@ def _run(
     m, n = codes.shape
     if n == 0:
         return np.zeros(m)
+    # the ufuncs' reductions themselves: ``a.any()`` and ``a.min(axis=1)`` reach the same ones
+    # through a Python wrapper, paid on every step of the loop below
+    any_of, all_of = np.logical_or.reduce, np.logical_and.reduce
+    min_of, sum_of = np.minimum.reduce, np.add.reduce
     given = rows or {}
     physics: str = "processor_sharing" if contention is None else contention.physics
     if mixed is not None:
@@ -865,13 +869,13 @@ def _run(
         idx = np.arange(len(st.rows)) if rows is None else np.flatnonzero(rows)
         idx = idx[st.queued_n[idx] > 0]
         while len(idx):
-            head = np.argmax(st.phase[idx] == _QUEUED, axis=1)
+            head = (st.phase[idx] == _QUEUED).argmax(axis=1)
             ok = (
                 (st.in_use[idx] + vram_arr[head] <= budget + _EPS)
                 & ((st.active_n[idx] == 0)
                    | (st.used_share[idx] + st.share[idx, head] <= 1.0 + _EPS))
             )
-            if not ok.any():
+            if not any_of(ok, axis=None):
                 return
             idx, head = idx[ok], head[ok]
             queue[0] -= len(idx)
@@ -900,14 +904,14 @@ def _run(
         phase = st.phase
         active = progresses[phase]
         waiting = phase == _OOM
-        live = alive[phase].any(axis=1) if ended else None
-        if live is not None and not live.all():
+        live = any_of(alive[phase], axis=1) if ended else None
+        if live is not None and not all_of(live, axis=None):
             dead = ~live
             out[st.rows[dead]] = st.end[dead].max(axis=1)
             if times is not None:
                 times[0][st.rows[dead]] = st.start[dead]
                 times[1][st.rows[dead]] = st.end[dead]
-            if not live.any():
+            if not any_of(live, axis=None):
                 break
             st.keep(live)
             phase, active, waiting = st.phase, active[live], waiting[live]
@@ -917,7 +921,7 @@ def _run(
         head = None
         if physics == "processor_sharing":
             # a running sum in call order (as the event simulation adds): bit-identical
-            demand_sum = np.cumsum(np.where(in_gpu, st.share, 0.0), axis=1)[:, -1]
+            demand_sum = np.where(in_gpu, st.share, 0.0).cumsum(axis=1)[:, -1]
             demand = base_share + demand_sum
         elif physics == "time_slicing":
             k = in_gpu.sum(axis=1)
@@ -926,7 +930,7 @@ def _run(
         elif physics == "bandwidth":
             k1 = (in_gpu.sum(axis=1) - 1).astype(np.float64)
             inflated = st.share * (1.0 + mem_bound[None, :] * k1[:, None])
-            demand = base_share + np.cumsum(np.where(in_gpu, inflated, 0.0), axis=1)[:, -1]
+            demand = base_share + np.where(in_gpu, inflated, 0.0).cumsum(axis=1)[:, -1]
         elif physics == "idle_queue":  # the call computing longest, ties in call order
             head = np.argmin(np.where(in_gpu, st.gpu_since, inf), axis=1)
             any_gpu = in_gpu.any(axis=1)
@@ -937,12 +941,12 @@ def _run(
             demand, head = _mixed_demand(np, mixed, st, in_gpu, base_share)
         # 1/D where D > 1, else exactly 1.0 (1.0 / 1.0); the cores alike
         gpu_rate = 1.0 / np.maximum(demand, 1.0)
-        used_threads = (np.where(on_cpu, st.threads, 0)).sum(axis=1)
+        used_threads = sum_of(np.where(on_cpu, st.threads, 0), axis=1)
         cpu_rate = free_cores / np.maximum(used_threads, free_cores)
         rate = np.where(in_gpu, gpu_rate[:, None], np.where(on_cpu, cpu_rate[:, None], 1.0))
         remaining = st.remaining
         if head is None:
-            dt = np.where(active, remaining / rate, inf).min(axis=1)
+            dt = min_of(np.where(active, remaining / rate, inf), axis=1)
         else:
             stalled = in_gpu & (np.arange(n)[None, :] != head[:, None])
             if physics == "mixed":  # only idle-queue rows stall
@@ -950,7 +954,7 @@ def _run(
             rate = np.where(stalled, 0.0, rate)
             dt = np.where(active & ~stalled, remaining / np.where(stalled, 1.0, rate),
                           inf).min(axis=1)
-        any_waiting = bool(waiting.any())
+        any_waiting = bool(any_of(waiting, axis=None))
         if any_waiting:
             dt = np.minimum(dt, np.where(waiting, st.ready_at - now[:, None], inf).min(axis=1))
         dt = np.maximum(dt, 0.0)
@@ -976,7 +980,7 @@ def _run(
         loaded = None
         if rm is not None:
             loaded = finished & (phase == _LOAD)
-            if loaded.any():
+            if any_of(loaded, axis=None):
                 to_transfer = loaded & st.dev_gpu & (transfer_row > 0)[None, :]
                 to_compute = loaded & st.dev_gpu & ~to_transfer
                 to_cpu = loaded & ~st.dev_gpu
@@ -992,17 +996,17 @@ def _run(
         done = finished & ~to_gpu
         if loaded is not None:
             done &= ~loaded
-        ended = bool(done.any())
+        ended = bool(any_of(done, axis=None))
         if ended:
             released = done & in_gpu
             phase[done] = _DONE
             st.end = np.where(done, now[:, None], st.end)
-            rel_rows, rel_cols = np.nonzero(released)  # row by row, calls in call order
+            rel_rows, rel_cols = released.nonzero()  # row by row, calls in call order
             if len(rel_rows):
                 release(rel_rows, rel_cols)
                 # admission only changes where GPU calls released what they held
                 if queue[0]:
-                    admit(released.any(axis=1))
+                    admit(any_of(released, axis=1))
     return out
 
 
