@@ -114,6 +114,13 @@ class _Seen:
     cv: float
     vram: float
     load: tuple[float, float]
+    params: dict[tuple[float, float | None, int, float | None], ToolParams] = field(
+        default_factory=dict, compare=False, repr=False)
+    """`estimate_params`' answers from this snapshot, by (background share, share, threads,
+    CPU scale): a fit asks the same few again and again (at most `MAX_PARAMS` kept)."""
+
+
+MAX_PARAMS = 64
 
 
 class _SeenCache:
@@ -166,6 +173,21 @@ def estimate_params(
     solo run measured, as the fit found it from the runs beside other calls.
     """
     seen = _SEEN.get(tool, spec, obs)
+    key = (bg_share, share, threads, cpu_scale)
+    known = seen.params.get(key)
+    if known is not None:
+        return known
+    params = _estimate(seen, spec, bg_share=bg_share, share=share, threads=threads,
+                       cpu_scale=cpu_scale)
+    if len(seen.params) < MAX_PARAMS:
+        seen.params[key] = params
+    return params
+
+
+def _estimate(
+    seen: _Seen, spec: ToolDeviceSpec, *, bg_share: float, share: float | None, threads: int,
+    cpu_scale: float | None,
+) -> ToolParams:
     share = spec.gpu_share if share is None else share
     profile = spec.profile
     transfer = profile.transfer_ms if profile else 0.0
