@@ -816,9 +816,13 @@ def _run(
             st.phase[queued, j] = _QUEUED
 
     vram_arr = np.array(vram, dtype=np.float64)
-    # calls enter the queue only at launch and leave it by admission: once none is left,
-    # admission has nothing to do
-    st.extend(queued_n=(st.phase == _QUEUED).sum(axis=1))  # per row
+    # calls enter the queue only at launch and leave it by admission, head first: once none
+    # is left, admission has nothing to do, and a row's head is the next of its queued calls
+    # in call order (``qorder``, from ``qpos``)
+    queued_at_launch = st.phase == _QUEUED
+    st.extend(queued_n=queued_at_launch.sum(axis=1),  # per row
+              qorder=(~queued_at_launch).argsort(axis=1, kind="stable"),
+              qpos=np.zeros(m, dtype=np.int64))
     queue = [int(st.queued_n.sum())]
 
     transfer_on = transfer_row > 0
@@ -866,10 +870,10 @@ def _run(
         admit nothing now either. Works on those rows' indices only."""
         if not queue[0]:
             return
-        idx = np.arange(len(st.rows)) if rows is None else np.flatnonzero(rows)
-        idx = idx[st.queued_n[idx] > 0]
+        waits = st.queued_n > 0
+        idx = np.flatnonzero(waits if rows is None else rows & waits)
         while len(idx):
-            head = (st.phase[idx] == _QUEUED).argmax(axis=1)
+            head = st.qorder[idx, st.qpos[idx]]
             ok = (
                 (st.in_use[idx] + vram_arr[head] <= budget + _EPS)
                 & ((st.active_n[idx] == 0)
@@ -880,6 +884,7 @@ def _run(
             idx, head = idx[ok], head[ok]
             queue[0] -= len(idx)
             st.queued_n[idx] -= 1
+            st.qpos[idx] += 1
             if rm is None:  # one call a row: grant and start them all at once
                 admit_rows(idx, head)
             else:
@@ -1105,6 +1110,8 @@ class _State:
         self.m_overhead: Any = None
         self.m_mem_bound: Any = None
         self.queued_n: Any = None
+        self.qorder: Any = None  # each row's queued calls in call order, then the others
+        self.qpos: Any = None  # how many of them were admitted
 
     def extend(self, **fields: Any) -> None:
         """Per-row fields of the resident-model rule, dropped with their rows too."""
