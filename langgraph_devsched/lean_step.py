@@ -147,21 +147,18 @@ class LeanExecution:
         a call that never started), in the order the calls were planned."""
         t0 = self._t0
         calls: list[CallRecord] = []
-        ended_by_id = self._ended
         for call_id, call in self._calls.items():
-            ended = ended_by_id.get(call_id)
+            ended = self._ended.get(call_id)
             if ended is None:
                 continue
             device, start, end, error, used = ended
-            if used is None:  # most calls: no model asked for, the fields' defaults stand
-                calls.append(CallRecord(call_id, call.tool, call.option, device, None,
-                                        (start - t0) * 1000.0, (end - t0) * 1000.0, 0.0, 0,
-                                        error))
-                continue
             calls.append(CallRecord(
                 call_id, call.tool, call.option, device, None, (start - t0) * 1000.0,
-                (end - t0) * 1000.0, 0.0, 0, error, model=used.model, load_ms=used.load_ms,
-                loaded=used.loaded, evicted=used.evicted))
+                (end - t0) * 1000.0, 0.0, 0, error,
+                model=None if used is None else used.model,
+                load_ms=0.0 if used is None else used.load_ms,
+                loaded=used is not None and used.loaded,
+                evicted=() if used is None else used.evicted))
         makespan = max((c.end_ms for c in calls), default=0.0)
         return StepRecord(calls=tuple(calls), makespan_ms=makespan)
 

@@ -82,19 +82,19 @@ def _untried(obs: Mapping[str, Any], batch: Batch, mapping: Mapping[str, str]) -
     return row is None or (bool(row.get("cold")) and int(row.get("count") or 0) <= 1)
 
 
-def fastest_mapping(obs: Mapping[str, Any], batch: Batch) -> dict[str, str] | None:
-    """The options by call id of the fastest measured mapping of ``batch``'s shape."""
-    rows = outcomes_of(obs, batch)
-    if not rows:
-        return None
-    best = min(rows, key=lambda o: float(o.get("makespan_ms") or 0.0))
-    return mapping_of(best.get("placement", ()), batch)
+def _makespan(outcome: Mapping[str, Any]) -> float:
+    return float(outcome.get("makespan_ms") or 0.0)
+
+
+def fastest_outcome(obs: Mapping[str, Any], batch: Batch) -> Mapping[str, Any] | None:
+    """The monitor's fastest measured mapping of ``batch``'s shape, None before any."""
+    return min(outcomes_of(obs, batch), key=_makespan, default=None)
 
 
 def fastest_measured(obs: Mapping[str, Any], batch: Batch) -> float | None:
     """The lowest mean makespan measured for ``batch``'s shape, None before any."""
-    spans = [float(o.get("makespan_ms") or 0.0) for o in outcomes_of(obs, batch)]
-    return min(spans) if spans else None
+    row = fastest_outcome(obs, batch)
+    return None if row is None else _makespan(row)
 
 
 TRIAL_GAIN = 0.02
@@ -124,13 +124,14 @@ class AgentMode:
         lead, batch = step.lead, step.batch
         if lead is None or lead.probe or not lead.predicted_ms:
             return None
-        fastest = fastest_measured(step.obs, batch)
+        row = fastest_outcome(step.obs, batch)
+        fastest = None if row is None else _makespan(row)
         if not fastest or not _untried(step.obs, batch, lead.mapping):
             return None
         predicted = max(lead.predicted_ms.values())
         extra = ""
         twin = step.twin_view
-        best = fastest_mapping(step.obs, batch)
+        best = None if row is None else mapping_of(row.get("placement", ()), batch)
         if twin is not None and twin.reload is not None and best is not None:
             # with resident models a step's makespan leaves out what its evictions cost the
             # next steps: both sides priced with that reload (traced: the model's mapping
