@@ -78,18 +78,19 @@ def idle_calibration(
     bed: SimulatedTestbed, scheduler: Any, think_ms: float, observe: Callable[[Any, Any,
                                                                             StepRecord], None],
     totals: IdleRuns, *, max_runs: int = MAX_IDLE_RUNS,
-) -> None:
+) -> float:
     """Spend ``think_ms`` of idle time on the runs ``scheduler.calibration()`` asks for (a
     ``(batch, decision)`` of one call, or None), each alone on the testbed, fed to
-    ``observe(batch, decision, record)``; the last one is cut where the time runs out."""
+    ``observe(batch, decision, record)``; the last one is cut where the time runs out.
+    Returns the idle time the runs left."""
     calibrate = getattr(scheduler, "calibration", None)
     left = think_ms
     for _ in range(max_runs):
         if calibrate is None or left <= 0:
-            return
+            return max(0.0, left)
         asked = calibrate()
         if asked is None:
-            return
+            return left
         batch, decision = asked
         (call,) = batch.calls
         option = decision.mapping[call.call_id]
@@ -106,3 +107,4 @@ def idle_calibration(
         totals.cut += int(not complete)
         totals.device_ms += clipped.run_ms
         left -= stop
+    return max(0.0, left)

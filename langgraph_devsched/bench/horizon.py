@@ -55,6 +55,10 @@ from langgraph_devsched.testbed import SimulatedTestbed
 
 MAX_STATES = 512
 """Resident-model states the search keeps per step; beyond it the result is inexact."""
+MAX_IDLE_LOADS = 2
+"""At most this many models load one after another in one idle time (the search's budget)."""
+MAX_CACHED_STATES = 4096
+"""Idle-time expansions kept for reuse before the cache clears."""
 MAX_CACHED_ROWS = 1 << 23
 """Simulated mappings (over every state and batch) kept for reuse before the cache clears."""
 _SLACK = 1e-9
@@ -100,11 +104,14 @@ class _Step:
 class _Search:
     bed: SimulatedTestbed
     batches: Sequence[Batch]
+    think_ms: float = 0.0
+    """Idle time after every step, in which models may load (`SimulatedTestbed.with_loaded`)."""
     oracle: OracleScheduler = field(init=False)
     tools: list[list[str]] = field(init=False)
     codes: list[Any] = field(init=False)
     steps: dict[tuple[_Key, int], _Step] = field(default_factory=dict)
     rows: int = 0
+    idles: dict[_Key, list[batchsim.Residency]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.oracle = OracleScheduler(testbed=self.bed)
@@ -123,6 +130,35 @@ class _Search:
             index, ends = self.bed.codes_residencies(self.tools[b], self.codes[b])
             found = self.steps[key] = _Step(state, index, ends)
             self.rows += len(self.codes[b])
+        return found
+
+    def idle(self, state: batchsim.Residency) -> list[batchsim.Residency]:
+        """``state`` and the states loads between two steps can leave from it: models that
+        load within ``think_ms``, one or two one after another, each evicting least recently
+        used models or one chosen resident model first (one GPU)."""
+        key = _key(state)
+        found = self.idles.get(key)
+        if found is not None:
+            return found
+        out = {key: state}
+        if self.think_ms > 0 and self.bed.gpu_count == 1:
+            loads = self.bed.model_loads()
+            level = [(state, 0.0)]
+            for _ in range(MAX_IDLE_LOADS):
+                nxt = []
+                for s, spent in level:
+                    for model, ms in loads.items():
+                        if spent + ms > self.think_ms:
+                            continue
+                        for evict in ((), *((m,) for m, _ in s.gpu)):
+                            after = self.bed.with_loaded(s, model, 0, evict)
+                            if after is not None and _key(after) not in out:
+                                out[_key(after)] = after
+                                nxt.append((after, spent + ms))
+                level = nxt
+        if len(self.idles) > MAX_CACHED_STATES:
+            self.idles.clear()
+        found = self.idles[key] = list(out.values())
         return found
 
     def greedy(self, state: batchsim.Residency) -> tuple[float, _Path]:
@@ -184,9 +220,10 @@ class _Search:
             for spent, done, state in level.values():
                 for end, span, options in self.moves(self.step(state, b), b, limit - spent):
                     cost = spent + span
-                    seen = nxt.get(_key(end))
-                    if cost <= limit and (seen is None or cost < seen[0]):
-                        nxt[_key(end)] = (cost, (*done, options), end)
+                    for after in self.idle(end) if b + 1 < len(self.batches) else (end,):
+                        seen = nxt.get(_key(after))
+                        if cost <= limit and (seen is None or cost < seen[0]):
+                            nxt[_key(after)] = (cost, (*done, options), after)
             level = nxt
         best = min(level.values(), key=lambda v: v[0], default=None)
         if best is None or best[0] > upper:  # float slack only: the greedy path is the bound
@@ -198,23 +235,24 @@ class _Search:
         mapping (then the per-batch optimum is the round's)."""
         for b in range(len(self.batches)):
             step = self.step(state, b)
-            if len(step.ends) != 1:
+            if len(step.ends) != 1 or len(self.idle(step.ends[0])) != 1:
                 return False
             state = step.ends[0]
         return True
 
 
 def horizon_reference(
-    bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int
+    bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int, think_ms: float = 0.0,
 ) -> Reference:
     """The exact reference of ``rounds`` rounds of ``batches`` (each round runs them in
     order) on ``bed`` from its current resident-model state (see the module docstring); the
-    testbed is left in that state, its clock untouched."""
+    testbed is left in that state, its clock untouched. ``think_ms``: the idle time after
+    every step, in which models may load (the states it can leave are reachable too)."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if not batches:
         return Reference((0.0,) * rounds, {}, 1, True)
-    search = _Search(bed, batches)
+    search = _Search(bed, batches, think_ms)
     origin = bed.residency()
     start: dict[_Key, batchsim.Residency] = {_key(origin): origin}
     known: dict[frozenset[_Key], tuple[float, _Path]] = {}
@@ -232,7 +270,8 @@ def horizon_reference(
             nxt: dict[_Key, batchsim.Residency] = {}
             for state in level.values():
                 for end in search.step(state, b).ends:
-                    nxt.setdefault(_key(end), end)
+                    for after in search.idle(end):
+                        nxt.setdefault(_key(after), after)
             if len(nxt) > MAX_STATES:
                 nxt, exact = dict(list(nxt.items())[:MAX_STATES]), False
             most = max(most, len(nxt))
@@ -243,3 +282,85 @@ def horizon_reference(
     for batch, options in zip(batches, path, strict=True):
         mapping.update(zip(batch.call_ids, options, strict=True))
     return Reference(tuple(round_ms), mapping, most, exact)
+
+
+@dataclass(frozen=True)
+class WholeRun:
+    """The best single sequence of mappings over a whole run, resident models carried."""
+
+    total_ms: float
+    """The least the rounds' makespans can add up to, over every sequence of mappings (and
+    loads between steps); what no scheduler's total can go below."""
+    exact: bool
+    """False when the search hit its state budget (then it is not a proven bound)."""
+    states: int
+    """The most states one step of the search kept."""
+
+
+def whole_run_reference(
+    bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int, think_ms: float = 0.0,
+    round_bounds: Sequence[float] | None = None,
+) -> WholeRun:
+    """The whole-run reference: a shortest path over (step, resident-model state) from the
+    testbed's current state, every mapping of each step (the declared hints' options) and,
+    between steps, the loads ``think_ms`` allows (`_Search.idle`). ``round_bounds``: each
+    round's lower bound (`horizon_reference`'s ``round_ms`` with the same ``think_ms``),
+    with which the search skips every path that cannot beat a feasible plan; one GPU only.
+    The testbed is left in its state, its clock untouched.
+
+    Unlike the per-round ``round_ms``, this is a plan a scheduler can follow: round 1 pays
+    its load, and round 2 is warm only because round 1 (or the idle time after it) loaded.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if not batches:
+        return WholeRun(0.0, True, 1)
+    if bed.gpu_count > 1:
+        raise NotImplementedError("the whole-run reference searches one GPU; this testbed "
+                                  f"has {bed.gpu_count}")
+    search = _Search(bed, batches, think_ms)
+    origin = bed.residency()
+    after = [sum(round_bounds[r + 1:]) if round_bounds is not None else 0.0
+             for r in range(rounds)]
+    upper = _greedy_total(search, origin, rounds)
+    limit = upper * (1 + _SLACK) + _SLACK
+    level: dict[_Key, tuple[float, batchsim.Residency]] = {_key(origin): (0.0, origin)}
+    exact, most = True, 1
+    for r in range(rounds):
+        for b in range(len(batches)):
+            last = r + 1 == rounds and b + 1 == len(batches)
+            nxt: dict[_Key, tuple[float, batchsim.Residency]] = {}
+            for spent, state in level.values():
+                room = limit - spent - after[r]
+                if room < 0:
+                    continue
+                for end, span, _ in search.moves(search.step(state, b), b, room):
+                    cost = spent + span
+                    for st in (end,) if last else search.idle(end):
+                        seen = nxt.get(_key(st))
+                        if seen is None or cost < seen[0]:
+                            nxt[_key(st)] = (cost, st)
+            if len(nxt) > MAX_STATES:
+                kept = sorted(nxt.items(), key=lambda kv: kv[1][0])[:MAX_STATES]
+                nxt, exact = dict(kept), False
+            most = max(most, len(nxt))
+            level = nxt
+    bed.restore(origin)
+    best = min((c for c, _ in level.values()), default=upper)
+    return WholeRun(min(best, upper), exact, most)
+
+
+def _greedy_total(search: _Search, state: batchsim.Residency, rounds: int) -> float:
+    """The total of the per-step optimum run step after step (a feasible plan: an upper
+    bound on the whole-run reference)."""
+    np = batchsim.require_numpy()
+    total = 0.0
+    for _ in range(rounds):
+        for b, codes in enumerate(search.codes):
+            step = search.step(state, b)
+            search.bed.restore(state)
+            spans = search.bed.codes_makespans(search.tools[b], codes, prune=True)
+            row = int(np.argmin(spans))
+            total += float(spans[row])
+            state = step.ends[int(step.index[row])]
+    return total

@@ -70,6 +70,20 @@ def ratio(result: SchedulerResult, scenario: ScenarioResult) -> float:
     return result.final_makespan_ms / best if best > 0 else 1.0
 
 
+TOTAL_TOLERANCE = 0.01
+"""A run whose total is within this of the whole-run reference is optimal on the total."""
+
+
+def total_ratio(result: SchedulerResult) -> float:
+    """The run's total over the whole-run reference's (1.0 without one)."""
+    return result.total_ratio if result.total_ratio is not None else 1.0
+
+
+def optimal_total(result: SchedulerResult) -> bool:
+    """Whether the run's total is within `TOTAL_TOLERANCE` of the whole-run reference."""
+    return total_ratio(result) <= 1 + TOTAL_TOLERANCE
+
+
 def wall_regret(r: SchedulerResult) -> float:
     """Regret on wall time (decision + makespan); the makespan regret where rounds were not
     timed separately (e.g. the real benchmark)."""
@@ -95,8 +109,13 @@ def summary(bench: BenchResult, *, physics: str | None = None) -> dict[str, dict
         rows = [(s, s.results[name]) for s in bench.scenarios if name in s.results
                 and (physics is None or s.physics == physics)]
         times = [t for _, r in rows for t in decision_times(r)]
+        totals = [total_ratio(r) for _, r in rows]
         out[name] = {
             "optimal": sum(r.optimal for _, r in rows),
+            "optimal_total": sum(optimal_total(r) for _, r in rows),
+            "total_ratio_p50": round(percentile(totals, 50), 4) if rows else None,
+            "total_ratio_p95": round(percentile(totals, 95), 4) if rows else None,
+            "total_ratio_max": round(max(totals), 4) if rows else None,
             "total": len(rows),
             "regret_ms": round(sum(r.regret_ms for _, r in rows), 3),
             "wall_regret_ms": round(sum(wall_regret(r) for _, r in rows), 3),
@@ -143,6 +162,9 @@ def _result_json(r: SchedulerResult, s: ScenarioResult) -> dict[str, Any]:
         "evictions_per_step": round(r.evictions_per_step, 4),
         "loads": r.loads,
         "round_makespans_ms": [round(x, 3) for x in r.round_makespans_ms],
+        "total_ms": round(r.total_ms, 3),
+        "total_ratio": round(total_ratio(r), 4),
+        "optimal_total": optimal_total(r),
         "measured_makespans_ms": [round(x, 3) for x in r.measured_makespans_ms],
         "round_wall_ms": [round(x, 3) for x in r.round_wall_ms],
         "below_reference": list(r.below_reference),
@@ -156,7 +178,11 @@ def _extra_runs(r: SchedulerResult) -> dict[str, Any]:
     calibration (outside every step's wall time)."""
     return {"hedges": r.hedges, "hedge_cost_ms": round(r.hedge_cost_ms, 3),
             "hedge_device_ms": round(r.hedge_device_ms, 3), "idle_runs": r.idle_runs,
-            "idle_cut": r.idle_cut, "idle_device_ms": round(r.idle_device_ms, 3)}
+            "idle_cut": r.idle_cut, "idle_device_ms": round(r.idle_device_ms, 3),
+            "preloads": r.preloads, "preload_device_ms": round(r.preload_device_ms, 3),
+            "preload_saved_ms": round(r.preload_saved_ms, 3),
+            "preloads_wasted": r.preloads_wasted,
+            "preload_wasted_ms": round(r.preload_wasted_ms, 3)}
 
 
 def beaten_lines(bench: BenchResult) -> list[str]:
@@ -197,6 +223,8 @@ def to_json(bench: BenchResult) -> dict[str, Any]:
                 "resident_models": s.resident_models,
                 "reference_makespans_ms": [round(x, 3) for x in s.reference_makespans_ms],
                 "reference_exact": s.reference_exact,
+                "total_reference_ms": round(s.total_reference_ms, 3),
+                "total_reference_exact": s.total_reference_exact,
                 "results": {name: _result_json(r, s) for name, r in s.results.items()},
                 "physics": s.physics,
                 **({"optimal_devices": dict(s.optimal_devices)} if s.optimal_devices else {}),
@@ -219,7 +247,7 @@ def write_json(bench: BenchResult, path: str | Path) -> Path:
 
 def _cell(r: SchedulerResult, s: ScenarioResult) -> str:
     mark = "[green]✓[/]" if r.optimal else "[red]✗[/]"
-    return f"{mark} {ratio(r, s):.2f}× {r.regret_ms:,.0f}"
+    return f"{mark} {ratio(r, s):.2f}× {r.regret_ms:,.0f} Σ{total_ratio(r):.2f}×"
 
 
 def _mark(r: SchedulerResult) -> str:
@@ -230,7 +258,8 @@ def wide_width(bench: BenchResult) -> int:
     """Columns the wide per-scenario table needs (one column per scheduler)."""
     label = max((len(s.name) + len(s.category) + 3 for s in bench.scenarios), default=8)
     cells = [
-        max([len(n)] + [len(f"✓ {ratio(s.results[n], s):.2f}× {s.results[n].regret_ms:,.0f}")
+        max([len(n)] + [len(f"✓ {ratio(s.results[n], s):.2f}× {s.results[n].regret_ms:,.0f} "
+                            f"Σ{total_ratio(s.results[n]):.2f}×")
                         for s in bench.scenarios if n in s.results])
         for n in bench.schedulers
     ]
@@ -245,7 +274,8 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
     from rich.table import Table
 
     caption = declare_caption(bench)
-    title = "Final mapping vs brute-force optimum (✓ optimal · ratio · regret ms)"
+    title = ("Final mapping vs brute-force optimum (✓ optimal · ratio · regret ms · Σ total "
+             "ratio to the whole-run reference)")
     if width is None or wide_width(bench) <= width:
         per = Table(title=title, caption=caption)
         per.add_column("scenario", no_wrap=True)
@@ -261,7 +291,7 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
     else:
         per = Table(title="Final mapping vs brute-force optimum", caption=caption)
         for col in ("scenario", "optimum ms", "scheduler", "optimal", "ratio", "regret ms",
-                    "round"):
+                    "round", "total ratio"):
             per.add_column(col, justify="left" if col in ("scenario", "scheduler") else "right",
                            no_wrap=True)
         for s in bench.scenarios:
@@ -273,18 +303,23 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
                     f"{s.optimal_makespan_ms:,.1f}" if i == 0 else "",
                     n, _mark(r), f"{ratio(r, s):.2f}×", f"{r.regret_ms:,.0f}",
                     "—" if r.rounds_to_optimal is None else str(r.rounds_to_optimal),
+                    f"{total_ratio(r):.2f}×",
                     end_section=i == len(names) - 1,
                 )
     wall = "wall regret ms" + (" (no decision cost)" if bench.decision_cost == "none" else "")
     summ = Table(title="Summary (wall = decision time + makespan)", caption=caption)
-    for col in ("scheduler", "optimal", "regret ms", wall, "mean ratio", "decision p50 ms",
-                "decision p95 ms", "LLM calls"):
+    for col in ("scheduler", "optimal (final)", "optimal (total)", "total ratio p50/max",
+                "regret ms", wall, "mean ratio", "decision p50 ms", "decision p95 ms",
+                "LLM calls"):
         summ.add_column(col, justify="left" if col == "scheduler" else "right",
                         overflow="fold")
     for name, row in summary(bench).items():
         summ.add_row(
             name,
             f"{row['optimal']}/{row['total']}",
+            f"{row['optimal_total']}/{row['total']}",
+            f"{row['total_ratio_p50']:.3f}/{row['total_ratio_max']:.3f}"
+            if row["total_ratio_p50"] is not None else "",
             f"{row['regret_ms']:,.0f}",
             f"{row['wall_regret_ms']:,.0f}",
             f"{row['mean_ratio']:.3f}",
@@ -296,6 +331,9 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
     extra = hedge_table(bench, caption=caption)
     if extra is not None:
         out.append(extra)
+    loads = preload_table(bench, caption=caption)
+    if loads is not None:
+        out.append(loads)
     resident = residency_table(bench, caption=caption)
     if resident is not None:
         out.append(resident)
@@ -306,6 +344,25 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
     if devices is not None:
         out.append(devices)
     return out
+
+
+def preload_table(bench: BenchResult, *, caption: str = "") -> Any:
+    """Per scheduler that ran any: the model loads between steps (while the agent's LLM
+    thinks), their device time, the loads later steps did not pay, and the wasted ones
+    (evicted or never used, or cut by the next step); else None."""
+    from rich.table import Table
+
+    rows = {n: r for n, r in summary(bench).items() if r["preloads"]}
+    if not rows:
+        return None
+    table = Table(title="Loads between steps", caption=caption)
+    for col in ("scheduler", "loads", "device ms", "saved ms", "wasted", "wasted ms"):
+        table.add_column(col, justify="left" if col == "scheduler" else "right")
+    for name, r in rows.items():
+        table.add_row(name, f"{r['preloads']:.0f}", f"{r['preload_device_ms']:,.0f}",
+                      f"{r['preload_saved_ms']:,.0f}", f"{r['preloads_wasted']:.0f}",
+                      f"{r['preload_wasted_ms']:,.0f}")
+    return table
 
 
 def hedge_table(bench: BenchResult, *, caption: str = "") -> Any:

@@ -45,7 +45,13 @@ from typing import Any, Literal, Protocol, get_args
 from langgraph_devsched.bench.agentic_stats import AgenticStats, AgenticSummary
 from langgraph_devsched.bench.declare import Declare, declared_specs, parse_declare
 from langgraph_devsched.bench.hedged import IdleRuns, idle_calibration, run_hedged_step
-from langgraph_devsched.bench.horizon import Reference, horizon_reference
+from langgraph_devsched.bench.horizon import (
+    Reference,
+    WholeRun,
+    horizon_reference,
+    whole_run_reference,
+)
+from langgraph_devsched.bench.preloads import PreloadRuns, run_preloads
 from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.executors.base import PlannedCall, planned_gpus
 from langgraph_devsched.gpus import check_gpus
@@ -166,6 +172,24 @@ class SchedulerResult:
     final_devices: dict[str, str] = field(default_factory=dict)
     """Several GPUs: the device each call of the last round ran on (``cuda:k`` or ``cpu``);
     empty on one GPU."""
+    preloads: int = 0
+    """Model loads run between steps (while the agent's LLM thinks; `bench.preloads`)."""
+    preload_device_ms: float = 0.0
+    """Their device time (outside every step's wall time)."""
+    preload_saved_ms: float = 0.0
+    """The loads that later steps did not pay because a preloaded model was warm."""
+    preloads_wasted: int = 0
+    """Preloads evicted or never used before the run ended, or cut by the next step."""
+    preload_wasted_ms: float = 0.0
+    """Their device time."""
+    total_ratio: float | None = None
+    """The run's total (the sum of ``round_makespans_ms``) over the whole-run reference's
+    (`ScenarioResult.total_reference_ms`); None without one."""
+
+    @property
+    def total_ms(self) -> float:
+        """The whole run: the sum of the rounds' noise-free makespans."""
+        return sum(self.round_makespans_ms)
 
     @property
     def decision_ms_p50(self) -> float:
@@ -196,6 +220,12 @@ class ScenarioResult:
     """False when the reference's search hit its state budget (`horizon.MAX_STATES`)."""
     optimal_devices: dict[str, str] = field(default_factory=dict)
     """Several GPUs: the device of every call of ``optimal_mapping``; empty on one GPU."""
+    total_reference_ms: float = 0.0
+    """The whole-run reference: the least the rounds' makespans can add up to over every
+    sequence of mappings and loads between steps (`horizon.whole_run_reference`)."""
+    total_reference_exact: bool = True
+    """False when that search hit its state budget, or on several GPUs (the per-step
+    reference's total then stands in: not a proven bound)."""
 
     def below_reference(self) -> dict[str, list[int]]:
         """Per scheduler that ended a round below its reference, those rounds."""
@@ -414,12 +444,36 @@ def scenario_reference(scenario: Scenario, rounds: int) -> Reference:
         _REFERENCES[key] = found
     if found is None:
         found = horizon_reference(scenario.make_testbed(noise=0.0), scenario_batches(scenario),
-                                  rounds)
+                                  rounds, think_ms=scenario.workload.think_ms)
         _REFERENCES[key] = found
         while len(_REFERENCES) > _MAX_REFERENCES:
             _REFERENCES.popitem(last=False)
     _REFERENCES.move_to_end(key)
     return dataclasses.replace(found, mapping=dict(found.mapping))
+
+
+_WHOLE_RUNS: OrderedDict[tuple[str, int], WholeRun] = OrderedDict()
+
+
+def scenario_whole_run(scenario: Scenario, rounds: int) -> WholeRun:
+    """The whole-run reference of ``rounds`` rounds of ``scenario`` (`horizon.
+    whole_run_reference`, the scenario's think time between steps). Several GPUs: the
+    per-step reference's total, labelled inexact (the batched search models one GPU)."""
+    key = (scenario.model_dump_json(), rounds)
+    found = _WHOLE_RUNS.get(key)
+    if found is None:
+        ref = scenario_reference(scenario, rounds)
+        if scenario.testbed.gpus is not None and len(scenario.testbed.gpus) > 1:
+            found = WholeRun(sum(ref.round_ms), False, ref.states)
+        else:
+            found = whole_run_reference(
+                scenario.make_testbed(noise=0.0), scenario_batches(scenario), rounds,
+                think_ms=scenario.workload.think_ms, round_bounds=ref.round_ms)
+        _WHOLE_RUNS[key] = found
+        while len(_WHOLE_RUNS) > _MAX_REFERENCES:
+            _WHOLE_RUNS.popitem(last=False)
+    _WHOLE_RUNS.move_to_end(key)
+    return found
 
 
 def reference(
@@ -463,12 +517,16 @@ def run_scenario(
                          resident_models=scenario.has_resident_models(),
                          reference_makespans_ms=per_round, physics=scenario.physics,
                          reference_exact=ref.exact, optimal_devices=dict(ref.devices))
+    whole = scenario_whole_run(scenario, rounds)
+    out.total_reference_ms, out.total_reference_exact = whole.total_ms, whole.exact
     for name in names:
-        out.results[name] = _run_one(
+        result = out.results[name] = _run_one(
             scenario, name, rounds, seed, noise, monitor_factory, per_round, on_round,
             step_runner, counted=decision_cost == "measured", clock=clock, declare=mode,
             scheduler_options=scheduler_options,
         )
+        if whole.total_ms > 0:
+            result.total_ratio = result.total_ms / whole.total_ms
     for name, below in out.below_reference().items():
         spans = out.results[name].round_makespans_ms
         worst = min(below, key=lambda r: spans[r - 1] / per_round[r - 1])
@@ -522,6 +580,7 @@ def _run_one(
     llm_calls = probes = fallbacks = reused = loads = evictions = steps = hedge_calls = 0
     hedge_cost = hedge_device = 0.0
     idle = IdleRuns()
+    preloaded = PreloadRuns()
     agentic = AgenticStats()
     final: dict[str, DeviceOption] = {}
     devices: dict[str, str] = {}
@@ -577,9 +636,11 @@ def _run_one(
             final.update(zip(batch.call_ids, options, strict=True))
             if gpus is not None:
                 devices.update(device_labels(batch.call_ids, options, gpus))
+            preloaded.step(bed, record)
             if scenario.workload.think_ms > 0:  # the agent's LLM turn: idle devices
-                idle_calibration(bed, scheduler, scenario.workload.think_ms,
-                                 _observer(scheduler, monitor), idle)
+                left = idle_calibration(bed, scheduler, scenario.workload.think_ms,
+                                        _observer(scheduler, monitor), idle)
+                run_preloads(bed, scheduler, left, preloaded)
         round_spans.append(noise_free)
         walls.append(noise_free + (deciding if counted else 0.0))
         measured.append(took)
@@ -588,6 +649,7 @@ def _run_one(
         if on_round is not None:
             on_round(name, r)
     final_span = round_spans[-1]
+    preloaded.finish()
     return SchedulerResult(
         scheduler=name,
         final_mapping=final,
@@ -615,6 +677,11 @@ def _run_one(
         idle_cut=idle.cut,
         idle_device_ms=idle.device_ms,
         final_devices=devices,
+        preloads=preloaded.loads,
+        preload_device_ms=preloaded.device_ms,
+        preload_saved_ms=preloaded.saved_ms,
+        preloads_wasted=preloaded.wasted + preloaded.cancelled,
+        preload_wasted_ms=preloaded.wasted_ms,
         below_reference=[r for r, (s, best) in enumerate(zip(round_spans, per_round,
                                                               strict=True), 1)
                          if s < best * BELOW_REFERENCE],

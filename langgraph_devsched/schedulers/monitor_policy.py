@@ -58,6 +58,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from langgraph_devsched.gpus import GpuCall, default_gpus
@@ -75,6 +76,7 @@ from langgraph_devsched.schedulers.gpu_fit import PlacedRuns, fit_gpu_shares
 from langgraph_devsched.schedulers.gpu_placement import Placed, Placement, gpus_twin, place
 from langgraph_devsched.schedulers.gpu_workers import allowed_gpus
 from langgraph_devsched.schedulers.hedge import HedgeRule
+from langgraph_devsched.schedulers.investments import Investments, Preload, economics
 from langgraph_devsched.schedulers.heft import HeftScheduler
 from langgraph_devsched.schedulers.monitor_model import (
     SCREEN_MODELS,
@@ -175,6 +177,7 @@ class MonitorPolicy(SchedulerBase):
         self._heft = HeftScheduler()
         self._hedge = HedgeRule() if hedge else HedgeRule(max_per_step=0)
         self._dmda = DmdaScheduler()
+        self._investments = Investments()
 
     def state_sizes(self) -> dict[str, int]:
         """How many entries each of the policy's own tables holds (all bounded)."""
@@ -182,7 +185,8 @@ class MonitorPolicy(SchedulerBase):
                 "change_keys": len(self._changes), "first_contacts": len(self._contact),
                 "recent_models": len(self._recent), "hedged_sides": len(self._hedge),
                 "near_ties": len(self._near_ties), "gpu_runs": len(self._runs),
-                "gpu_trials": len(self._gpu_trials), "gpu_fits": len(self._gpu_fits)}
+                "gpu_trials": len(self._gpu_trials), "gpu_fits": len(self._gpu_fits),
+                "model_economics": len(self._investments)}
 
     # -- protocol --------------------------------------------------------------------------
 
@@ -200,7 +204,8 @@ class MonitorPolicy(SchedulerBase):
         versions = self._changes.versions(tools)
         samples = self._changes.samples(tools)
         last = self._last.get(key)
-        if self.reuse and last is not None and reusable(
+        self._investments.note(Counter(m for c in batch.calls if (m := c.spec.model_name(c.tool))))
+        if self.reuse and last is not None and not self._buying(batch, view.device) and reusable(
                 last, specs, bucket, versions, refresh_after=self.refresh_after,
                 samples=samples):
             last.reuses += 1
@@ -281,6 +286,12 @@ class MonitorPolicy(SchedulerBase):
             for t, s in specs.items()
         }
         params = self._hedge.priced(params, specs, obs, getattr(self.monitor, "censored", None))
+        self._investments.learn(economics(batch, params, lambda c: not (
+            _blind(c.tool, c.spec, obs) or _gpu_untried(c.tool, c.spec, obs))))
+        bought = self._buying(batch, device)
+        if bought:  # loads the forecast repays: priced as investments, not as this step's cost
+            params = {t: p.model_copy(update={"load_gpu_ms": 0.0})
+                      if p.model_name(t) in bought else p for t, p in params.items()}
         bed = twin(params, device, oom_ms=oom_detect_ms(obs, params), model=fit.model)
         noise = _pooled_cv(obs)
         warm = None  # resident models: observations are warm, the twin charges loads
@@ -370,6 +381,9 @@ class MonitorPolicy(SchedulerBase):
         else:
             reason = (f"best predicted makespan {scores[best]:.1f} ms {how} "
                       f"{len(scores)} mappings")
+        if bought:
+            reason += (f" (loading {', '.join(sorted(bought))}: its forecast uses repay the "
+                       "load)")
         if model.reloads.get(chosen):
             reason += (f" (with {model.reloads[chosen]:.0f} ms to reload the models it "
                        "evicts)")
@@ -546,6 +560,17 @@ class MonitorPolicy(SchedulerBase):
         it (`eviction_cost.RecentModels`): their reload, for those a recent step used."""
         return self._recent.reload_ms(evicted)
 
+    def _buying(self, batch: Batch, device: DeviceState) -> set[str]:
+        """The batch's models cold on every GPU whose load the rent-or-buy rule buys now."""
+        cold = {m for c in batch.calls if (m := c.spec.model_name(c.tool))
+                and not any(g.warm(m) for g in device.devices)}
+        return self._investments.to_buy(cold) if cold else set()
+
+    def preloads(self, device: DeviceState, idle_ms: float) -> list[Preload]:
+        """The model loads worth running in ``idle_ms`` before the next step
+        (`investments.Investments.preloads`): ``device`` is the state now."""
+        return self._investments.preloads(device, idle_ms)
+
     def calibration(self) -> tuple[Batch, Decision] | None:
         """An idle-time run to measure an unmeasured side of a recent side-effect-free call
         (`hedge.HedgeRule.calibration`), or None; only with a monitor this policy reads."""
@@ -557,6 +582,7 @@ class MonitorPolicy(SchedulerBase):
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
         self._changes.observe(record)
+        self._investments.paid((c.model, c.on_gpu, c.loaded) for c in record.calls if c.model)
         # a GPU load seen is what evicting that model costs later steps, whichever batch
         # comes next (a decision learns only its own batch's models' load times)
         if len(self._recent):  # it learns only of models a decision used

@@ -1,0 +1,89 @@
+"""The bench's side of loads between steps: a scheduler's preloads run on the testbed while
+the agent's LLM thinks.
+
+After each step (and its idle-time calibration runs), a scheduler with a ``preloads``
+method (the monitor policy: `schedulers.investments`) is given the testbed's device state
+and the idle time left; each load it asks for runs on the testbed (`SimulatedTestbed.
+preload`: counted against the GPU's budget from its start, evicting only what the scheduler
+named and then idle models least recently used first). A scheduler asks only for loads that
+end within the idle time, so no step arrives during one: the cost a step pays for a load
+in flight is zero by construction here, and the node's own loads between steps wait for a
+step's calls the same way (see docs/resident_models.md).
+
+`PreloadRuns` counts what they did: loads run, their device time, the models a later step
+then used warm on the GPU (saved: the load that step did not pay) and those evicted or never
+used before the run ended (wasted device time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph_devsched.records import StepRecord
+from langgraph_devsched.testbed import SimulatedTestbed
+
+
+@dataclass
+class PreloadRuns:
+    """What the loads between steps did over one run."""
+
+    loads: int = 0
+    device_ms: float = 0.0
+    used: int = 0
+    saved_ms: float = 0.0
+    """The loads the steps that used a preloaded model did not pay."""
+    wasted: int = 0
+    wasted_ms: float = 0.0
+    cancelled: int = 0
+    """Loads cut where the next step arrived (their time is wasted)."""
+    pending: dict[str, float] = field(default_factory=dict)
+    """Models preloaded and not yet used, with their load time."""
+
+    def step(self, bed: SimulatedTestbed, record: StepRecord) -> None:
+        """A step ran: preloaded models it used warm are repaid; any no longer resident
+        (evicted before a use) is wasted."""
+        for call in record.calls:
+            if call.model in self.pending and call.on_gpu and not call.loaded:
+                self.used += 1
+                self.saved_ms += self.pending.pop(call.model)
+        resident = {w.model for w in bed.device_state().resident if w.side == "gpu"}
+        for model in [m for m in self.pending if m not in resident]:
+            self._waste(model)
+
+    def finish(self) -> None:
+        """The run ended: preloads never used are wasted."""
+        for model in list(self.pending):
+            self._waste(model)
+
+    def _waste(self, model: str) -> None:
+        self.wasted += 1
+        self.wasted_ms += self.pending.pop(model)
+
+
+def run_preloads(bed: SimulatedTestbed, scheduler: Any, idle_ms: float,
+                 totals: PreloadRuns) -> None:
+    """Run the loads ``scheduler.preloads(device, idle_ms)`` asks for (none without that
+    method) on ``bed``, loads on one GPU one after another within ``idle_ms``."""
+    ask = getattr(scheduler, "preloads", None)
+    if ask is None or idle_ms <= 0:
+        return
+    busy: dict[int, float] = {}
+    truth = bed.model_loads()
+    for p in ask(bed.device_state(), idle_ms):
+        start = busy.get(p.gpu, 0.0)
+        if start + p.load_ms > idle_ms or p.model not in truth:
+            continue
+        if start + truth[p.model] > idle_ms:  # estimated short: cancelled when the step came
+            busy[p.gpu] = idle_ms
+            totals.cancelled += 1
+            totals.wasted_ms += idle_ms - start
+            totals.device_ms += idle_ms - start
+            continue
+        took = bed.preload(p.model, p.gpu, p.evict)
+        if took is None:
+            continue
+        busy[p.gpu] = start + took
+        totals.loads += 1
+        totals.device_ms += took
+        totals.pending[p.model] = took
