@@ -147,6 +147,11 @@ def bench(
         typer.Option(min=0, help="pick mode: the candidates shown (default 3); the other "
                      "modes show none (sets DEVSCHED_LLM_CANDIDATES)"),
     ] = None,
+    generate: Annotated[
+        int | None,
+        typer.Option(min=1, help="run this many generated agent workloads of --seed instead "
+                     "of --scenarios (a miss replays by its name: --scenarios gen-s1-17)"),
+    ] = None,
 ) -> None:
     """Run schedulers on benchmark scenarios and compare them with the brute-force optimum."""
     from langgraph_devsched.bench.command import run_bench_command
@@ -168,7 +173,7 @@ def bench(
         result = run_bench_command(
             scenarios=scenarios, schedulers=names, rounds=rounds, seed=seed, noise=noise,
             json_path=json_path, plots=plots, backend=backend, real=real, declare=declare,
-            decision_cost=decision_cost, physics=physics,
+            decision_cost=decision_cost, physics=physics, generate=generate,
         )
     except ValueError as exc:  # ScenarioError, unknown scheduler names, bad --declare/paths
         typer.echo(f"Error: {exc}", err=True)

@@ -39,6 +39,26 @@ def step_runner_for(backend: str) -> StepRunner | None:
     raise ValueError(f"unknown backend {backend!r}; valid backends: {', '.join(BENCH_BACKENDS)}")
 
 
+def _scenarios(scenarios: Path | None, generate: int | None, seed: int | None,
+               ) -> list[Scenario]:
+    """The scenarios to run: generated (`bench.generate`), replayed by name, or loaded."""
+    from langgraph_devsched.bench.generate import (
+        generate_scenarios,
+        generated_scenario,
+        parse_generated_name,
+    )
+
+    if generate is not None:
+        if scenarios is not None:
+            raise ValueError("give --generate or --scenarios, not both")
+        return generate_scenarios(generate, seed=seed or 0)
+    if scenarios is not None:
+        names = [parse_generated_name(n.strip()) for n in str(scenarios).split(",")]
+        if names and all(n is not None for n in names):
+            return [generated_scenario(*n) for n in names if n is not None]
+    return load_scenarios(scenarios)
+
+
 def run_bench_command(
     *,
     scenarios: Path | None = None,
@@ -55,6 +75,7 @@ def run_bench_command(
     physics: str | None = None,
     progress: Any | None = None,
     scheduler_options: SchedulerOptions | None = None,
+    generate: int | None = None,
 ) -> BenchResult:
     """What ``devsched bench`` does; raises `ValueError` on bad scenarios or names.
 
@@ -67,7 +88,9 @@ def run_bench_command(
     ``physics``: the ground truth's contention physics, one name, a comma-separated list or
     ``all`` (every scenario under each, labelled ``scenario@physics``; default: the
     scenarios' own). ``scheduler_options``: constructor options per scheduler name
-    (`bench.runner.build_scheduler`)."""
+    (`bench.runner.build_scheduler`). ``generate``: that many generated workloads of seed
+    ``seed`` (`bench.generate`) instead of ``scenarios``; a generated workload's name
+    (``gen-s1-17``) in ``scenarios`` replays it."""
     cost = check_decision_cost(decision_cost)
     mode = parse_declare(declare)
     from rich.console import Console
@@ -79,7 +102,7 @@ def run_bench_command(
             plots=plots,
         )
     runner = step_runner_for(backend)
-    loaded = load_scenarios(scenarios)
+    loaded = _scenarios(scenarios, generate, seed)
     if physics is not None:
         loaded = under_physics(loaded, physics)
     skipped: dict[str, str] = {}

@@ -320,25 +320,38 @@ GPUS_GROUP = "gpus"
 """The name of the multi-GPU built-ins as one group (``--scenarios gpus``)."""
 
 
+AMORTIZE_GROUP = "amortize"
+"""Cold models whose loads the later steps repay (or do not), as one group
+(``--scenarios amortize``)."""
+GROUPS = {GPUS_GROUP: "scenarios_gpus", AMORTIZE_GROUP: "scenarios_amortize"}
+"""Built-in groups apart from the default set: name -> package folder."""
+
+
+def builtin_group_paths(group: str) -> list[Path]:
+    """The built-ins of one group (`GROUPS`), sorted by name."""
+    folder = resources.files("langgraph_devsched") / GROUPS[group]
+    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
 def builtin_gpu_scenario_paths() -> list[Path]:
     """The multi-GPU built-ins (a group apart from the one-GPU built-ins), sorted by name."""
-    folder = resources.files("langgraph_devsched") / "scenarios_gpus"
-    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return builtin_group_paths(GPUS_GROUP)
 
 
 def builtin_by_name(names: str) -> list[Path]:
     """The built-in scenario files named in ``names`` (comma-separated), in that order;
     `ScenarioError` listing the built-in names for one that is not. The multi-GPU built-ins
-    are named one by one or together as ``gpus``.
+    and the ``amortize`` ones are named one by one or together as ``gpus`` and ``amortize``.
 
     >>> [p.stem for p in builtin_by_name("serial_voice_assistant")]
     ['serial_voice_assistant']
     """
     known = {p.stem: p for p in builtin_scenario_paths()}
-    gpu_known = {p.stem: p for p in builtin_gpu_scenario_paths()}
+    groups = {g: {p.stem: p for p in builtin_group_paths(g)} for g in GROUPS}
     wanted = [n.strip() for n in names.split(",") if n.strip()]
-    wanted = [m for n in wanted for m in (gpu_known if n == GPUS_GROUP else (n,))]
-    known.update(gpu_known)
+    wanted = [m for n in wanted for m in groups.get(n, (n,))]
+    for members in groups.values():
+        known.update(members)
     unknown = [n for n in wanted if n not in known]
     if unknown or not wanted:
         raise ScenarioError(

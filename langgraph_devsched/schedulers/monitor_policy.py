@@ -76,8 +76,8 @@ from langgraph_devsched.schedulers.gpu_fit import PlacedRuns, fit_gpu_shares
 from langgraph_devsched.schedulers.gpu_placement import Placed, Placement, gpus_twin, place
 from langgraph_devsched.schedulers.gpu_workers import allowed_gpus
 from langgraph_devsched.schedulers.hedge import HedgeRule
-from langgraph_devsched.schedulers.investments import Investments, Preload, economics
 from langgraph_devsched.schedulers.heft import HeftScheduler
+from langgraph_devsched.schedulers.investments import Investments, Preload, economics
 from langgraph_devsched.schedulers.monitor_model import (
     SCREEN_MODELS,
     ContentionFit,
