@@ -18,8 +18,9 @@ the think time of an LLM turn between steps. Its parts are drawn from what agent
 Every workload is small enough for the exact whole-run reference (at most four calls a step
 and four models). Several GPUs are not drawn yet: the whole-run search models one GPU, and
 on several the per-step reference is no bound once models stay resident. Workload ``i`` of
-seed ``S`` depends only on (S, i), so ``--generate 200`` holds the 50 workloads of ``--generate 50`` first and any miss replays by its name:
-``gen-s{S}-{i}`` is `generated_scenario(S, i)`.
+seed ``S`` depends only on (S, i), so ``--generate 200`` holds the 50 workloads of
+``--generate 50`` first, and any miss replays by its name: ``gen-s{S}-{i}`` is
+`generated_scenario(S, i)`.
 
 >>> a = generate_scenarios(3, seed=1)
 >>> [s.name for s in a], a[2] == generated_scenario(1, 2)
