@@ -52,7 +52,7 @@ from langgraph_devsched.batchsim import Physics, check_physics
 from langgraph_devsched.ledger import Reservation, VramLedger
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import CallRecord, StepRecord
-from langgraph_devsched.residency import WarmModel, demoted, plan_room
+from langgraph_devsched.residency import ModelSide, WarmModel, demoted, plan_room
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
 SIM_GPU_DEVICE = "cuda:0"
@@ -521,22 +521,28 @@ class SimulatedTestbed:
             self._state, gpu=plans[0].after, host=frozenset(host), host_order=host,
             others=tuple(p.after for p in plans[1:]))
 
-    def model_loads(self) -> dict[str, float]:
-        """Every resident model the tools name, with its GPU load time (ms)."""
-        return {m: p.load_gpu_ms for m, p in self._models.items()}
+    def model_loads(self, side: ModelSide = "gpu") -> dict[str, float]:
+        """Every resident model the tools name, with its load time (ms) on ``side``."""
+        return {m: p.load_gpu_ms if side == "gpu" else p.load_cpu_ms
+                for m, p in self._models.items()}
 
     def with_loaded(
         self, state: batchsim.Residency, model: str, gpu: int = 0,
-        evict: Sequence[str] = (),
+        evict: Sequence[str] = (), side: ModelSide = "gpu",
     ) -> batchsim.Residency | None:
-        """``state`` after loading ``model``'s weights on GPU ``gpu`` between two steps (a
-        background load): ``evict`` first (models the caller chose, e.g. by their worth),
-        then least recently used others as a step's load would (never one kept warm); the
-        model becomes the most recently used. None when it cannot get room (or is unknown,
-        or already there); pure."""
+        """``state`` after loading ``model``'s weights between two steps (a background load):
+        into host memory (``side="cpu"``), or on GPU ``gpu``, evicting ``evict`` first (models
+        the caller chose, e.g. by their worth) and then least recently used others as a
+        step's load would (never one kept warm); the model becomes the most recently used.
+        None when it cannot get room (or is unknown, or already there); pure."""
         p = self._models.get(model)
         if p is None or not 0 <= gpu < len(self._gpus):
             return None
+        if side == "cpu":
+            if model in state.host:
+                return None
+            order = (*state.host_order, model)
+            return dataclasses.replace(state, host=frozenset(order), host_order=order)
         weights = state.gpu if gpu == 0 else state.others[gpu - 1]
         if any(m == model for m, _ in weights):
             return None
@@ -555,15 +561,16 @@ class SimulatedTestbed:
         others[gpu - 1] = after
         return dataclasses.replace(state, others=tuple(others))
 
-    def preload(self, model: str, gpu: int = 0, evict: Sequence[str] = ()) -> float | None:
-        """Load ``model`` on GPU ``gpu`` between two steps (`with_loaded`; the clock is not
-        advanced: the load runs while the agent's LLM thinks); its load time (ms), or None
-        when it could not get room."""
-        after = self.with_loaded(self._state, model, gpu, evict)
+    def preload(self, model: str, gpu: int = 0, evict: Sequence[str] = (),
+                side: ModelSide = "gpu") -> float | None:
+        """Load ``model`` between two steps (`with_loaded`; the clock is not advanced: the
+        load runs while the agent's LLM thinks); its load time (ms), or None when it could
+        not get room (or was there already)."""
+        after = self.with_loaded(self._state, model, gpu, evict, side)
         if after is None:
             return None
         self._state = after
-        return self._models[model].load_gpu_ms
+        return self.model_loads(side)[model]
 
     def _gpu_of(self, call_id: str, index: object) -> int:
         if type(index) is not int or not 0 <= index < len(self._gpus):

@@ -43,6 +43,7 @@ a scheduler that loads it once pays 220 ms from the second round on.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,13 +51,12 @@ from typing import Any
 from langgraph_devsched import batchsim
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
+from langgraph_devsched.schedulers.investments import MAX_PRELOADS
 from langgraph_devsched.schedulers.oracle import OracleScheduler
 from langgraph_devsched.testbed import SimulatedTestbed
 
 MAX_STATES = 512
 """Resident-model states the search keeps per step; beyond it the result is inexact."""
-MAX_IDLE_LOADS = 2
-"""At most this many models load one after another in one idle time (the search's budget)."""
 MAX_CACHED_STATES = 4096
 """Idle-time expansions kept for reuse before the cache clears."""
 MAX_CACHED_ROWS = 1 << 23
@@ -133,28 +133,34 @@ class _Search:
         return found
 
     def idle(self, state: batchsim.Residency) -> list[batchsim.Residency]:
-        """``state`` and the states loads between two steps can leave from it: models that
-        load within ``think_ms``, one or two one after another, each evicting least recently
-        used models or one chosen resident model first (one GPU)."""
+        """``state`` and the states loads between two steps can leave from it: up to
+        `MAX_PRELOADS` models loaded one after another within ``think_ms``, each into host
+        memory or onto the GPU (evicting least recently used models, or one or two chosen
+        resident models first); one GPU."""
         key = _key(state)
         found = self.idles.get(key)
         if found is not None:
             return found
         out = {key: state}
         if self.think_ms > 0 and self.bed.gpu_count == 1:
-            loads = self.bed.model_loads()
+            loads = {side: self.bed.model_loads(side) for side in ("gpu", "cpu")}
             level = [(state, 0.0)]
-            for _ in range(MAX_IDLE_LOADS):
+            for _ in range(MAX_PRELOADS):
                 nxt = []
                 for s, spent in level:
-                    for model, ms in loads.items():
-                        if spent + ms > self.think_ms:
-                            continue
-                        for evict in ((), *((m,) for m, _ in s.gpu)):
-                            after = self.bed.with_loaded(s, model, 0, evict)
-                            if after is not None and _key(after) not in out:
-                                out[_key(after)] = after
-                                nxt.append((after, spent + ms))
+                    resident = [m for m, _ in s.gpu]
+                    evictions = [(), *((m,) for m in resident),
+                                 *itertools.combinations(resident, 2)]
+                    for side, times in loads.items():
+                        for model, ms in times.items():
+                            if spent + ms > self.think_ms:
+                                continue
+                            for evict in evictions if side == "gpu" else ((),):
+                                after = self.bed.with_loaded(
+                                    s, model, 0, evict, side="gpu" if side == "gpu" else "cpu")
+                                if after is not None and _key(after) not in out:
+                                    out[_key(after)] = after
+                                    nxt.append((after, spent + ms))
                 level = nxt
         if len(self.idles) > MAX_CACHED_STATES:
             self.idles.clear()

@@ -5,7 +5,8 @@ After each step (and its idle-time calibration runs), a scheduler with a ``prelo
 method (the monitor policy: `schedulers.investments`) is given the testbed's device state
 and the idle time left; each load it asks for runs on the testbed (`SimulatedTestbed.
 preload`: counted against the GPU's budget from its start, evicting only what the scheduler
-named and then idle models least recently used first). A scheduler asks only for loads that
+named and then idle models least recently used first; or into host memory), at most
+`MAX_PRELOADS`, one after another. A scheduler asks only for loads that
 end within the idle time, so no step arrives during one: the cost a step pays for a load
 in flight is zero by construction here, and the node's own loads between steps wait for a
 step's calls the same way (see docs/resident_models.md).
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_devsched.records import StepRecord
+from langgraph_devsched.schedulers.investments import MAX_PRELOADS
 from langgraph_devsched.testbed import SimulatedTestbed
 
 
@@ -64,26 +66,25 @@ class PreloadRuns:
 def run_preloads(bed: SimulatedTestbed, scheduler: Any, idle_ms: float,
                  totals: PreloadRuns) -> None:
     """Run the loads ``scheduler.preloads(device, idle_ms)`` asks for (none without that
-    method) on ``bed``, loads on one GPU one after another within ``idle_ms``."""
+    method) on ``bed``, at most `MAX_PRELOADS`, one after another within ``idle_ms``."""
     ask = getattr(scheduler, "preloads", None)
     if ask is None or idle_ms <= 0:
         return
-    busy: dict[int, float] = {}
-    truth = bed.model_loads()
-    for p in ask(bed.device_state(), idle_ms):
-        start = busy.get(p.gpu, 0.0)
-        if start + p.load_ms > idle_ms or p.model not in truth:
+    busy = 0.0
+    for p in ask(bed.device_state(), idle_ms)[:MAX_PRELOADS]:
+        truth = bed.model_loads(p.side)
+        if busy + p.load_ms > idle_ms or p.model not in truth:
             continue
-        if start + truth[p.model] > idle_ms:  # estimated short: cancelled when the step came
-            busy[p.gpu] = idle_ms
+        if busy + truth[p.model] > idle_ms:  # estimated short: cancelled when the step came
             totals.cancelled += 1
-            totals.wasted_ms += idle_ms - start
-            totals.device_ms += idle_ms - start
-            continue
-        took = bed.preload(p.model, p.gpu, p.evict)
+            totals.wasted_ms += idle_ms - busy
+            totals.device_ms += idle_ms - busy
+            return
+        took = bed.preload(p.model, p.gpu, p.evict, side=p.side)
         if took is None:
             continue
-        busy[p.gpu] = start + took
+        busy += took
         totals.loads += 1
         totals.device_ms += took
-        totals.pending[p.model] = took
+        if p.side == "gpu":
+            totals.pending[p.model] = took

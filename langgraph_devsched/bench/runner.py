@@ -572,6 +572,9 @@ def _run_one(
     scheduler = build_scheduler(name, testbed=bed, monitor=monitor,
                                 options=scheduler_options)
     batches = scenario_batches(scenario, declare=declare or Declare(), seed=seed)
+    declare_tools = getattr(scheduler, "declare_tools", None)
+    if declare_tools is not None:  # the app's tools are known before any step, as to a node
+        declare_tools({c.tool: c.spec for b in batches for c in b.calls})
     cache: dict[tuple[Any, ...], float] = {}
     round_spans: list[float] = []
     measured: list[float] = []

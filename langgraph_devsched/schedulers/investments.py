@@ -31,9 +31,10 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.forecast import UseForecast
 from langgraph_devsched.options import is_gpu
-from langgraph_devsched.residency import WarmModel
+from langgraph_devsched.residency import ModelSide, WarmModel
 from langgraph_devsched.schedulers.base import Batch, CallRequest
 from langgraph_devsched.schedulers.rent_or_buy import TRUST, buy, worth_ms
 from langgraph_devsched.schedulers.tables import LruTable
@@ -42,8 +43,9 @@ from langgraph_devsched.testbed import ToolParams
 
 MAX_MODELS = 64
 """At most this many models' economics are remembered."""
-MAX_PRELOADS = 4
-"""At most this many loads between two steps."""
+MAX_PRELOADS = 2
+"""At most this many loads between two steps, one after another (the bench's whole-run
+reference searches the same)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class Economics:
     """The working memory of its calls (the largest)."""
     gpus: tuple[int, ...] | None = None
     """The GPUs its tools may run on (None: any)."""
+    cpu_load_ms: float = 0.0
+    """Its load time into host memory (what a cold CPU call waits for)."""
 
 
 def economics(batch: Batch, params: Mapping[str, ToolParams],
@@ -82,19 +86,21 @@ def economics(batch: Batch, params: Mapping[str, ToolParams],
         out[model] = Economics(saving_ms=saving, load_ms=ps[0].load_gpu_ms,
                                weights_mb=ps[0].weights_mb,
                                working_mb=max(p.vram_mb for p in ps),
-                               gpus=gpus)
+                               gpus=gpus, cpu_load_ms=ps[0].load_cpu_ms)
     return out
 
 
 @dataclass(frozen=True)
 class Preload:
-    """A load between two steps: ``model`` on GPU ``gpu``, evicting ``evict`` first."""
+    """A load between two steps: ``model`` on GPU ``gpu`` (evicting ``evict`` first), or
+    into host memory (``side="cpu"``)."""
 
     model: str
     gpu: int
     load_ms: float
     worth_ms: float
     evict: tuple[str, ...] = ()
+    side: ModelSide = "gpu"
 
 
 @dataclass
@@ -111,6 +117,8 @@ class Investments:
     _economics: LruTable[str, Economics] = field(
         default_factory=lambda: LruTable[str, Economics](MAX_MODELS))
     _rent: LruTable[str, _Rent] = field(default_factory=lambda: LruTable[str, _Rent](MAX_MODELS))
+    _declared: dict[str, Economics] = field(default_factory=dict)
+    """Models the app declared (at most `MAX_MODELS`), for warming before a first use."""
 
     def __len__(self) -> int:
         return len(self._economics)
@@ -126,6 +134,22 @@ class Investments:
         """The policy's current estimates of these models' economics."""
         for model, eco in economics.items():
             self._economics[model] = eco
+
+    def declare(self, specs: Mapping[str, ToolDeviceSpec]) -> None:
+        """The app's tools as declared (the node knows them all before any step): the
+        models whose profile and load times are declared can be warmed while the machine is
+        idle before their first use (`preloads`); what a step measures replaces them."""
+        for tool, spec in specs.items():
+            model = spec.model_name(tool)
+            profile, load = spec.profile, spec.load_ms
+            if (model is None or model in self._declared or profile is None
+                    or profile.cpu_ms is None or profile.gpu_ms is None or load is None
+                    or load.gpu_ms is None or len(self._declared) >= MAX_MODELS):
+                continue
+            self._declared[model] = Economics(
+                saving_ms=profile.cpu_ms - profile.gpu_ms, load_ms=load.gpu_ms,
+                weights_mb=spec.weights_mb, working_mb=spec.vram_mb or 0.0, gpus=spec.gpus,
+                cpu_load_ms=load.cpu_ms or 0.0)
 
     def economics(self, model: str) -> Economics | None:
         return self._economics.get(model)
@@ -165,15 +189,19 @@ class Investments:
 
     def preloads(self, device: DeviceState, idle_ms: float) -> list[Preload]:
         """The loads to run in ``idle_ms`` of idle time before the next step (see the
-        module), most gain first; loads on one GPU run one after another.
+        module), one after another, most gain first.
 
-        A load's gain is what the next step saves with the model warm (its forecast uses
-        next times its saving). Evicting an idle model loses the same figure for it when
-        its own load also fits in an idle time (it can come back before it is needed
-        again), else its whole worth; a load evicts only models that lose less."""
+        A GPU load's gain is what the next step saves with the model warm (its forecast
+        uses next times its saving). Evicting an idle model loses the same figure for it
+        when its own load also fits in an idle time (it can come back before it is needed
+        again), else its whole worth; a load evicts only models that lose less. A model
+        expected next whose calls are better served on the CPU loads into host memory
+        instead, so that its first CPU call does not wait for it."""
         if idle_ms <= 0 or not device.devices:
             return []
         gpus = {g.index: _Room(g) for g in device.devices}
+        host = {w.model for w in device.resident if w.side == "cpu"}
+        busy = 0.0
         wanted = sorted(((self.gain(m), m) for m in self.forecast.models()
                          if not any(r.holds(m) for r in gpus.values())), reverse=True)
         out: list[Preload] = []
@@ -181,13 +209,13 @@ class Investments:
             eco = self._economics.get(model)
             if eco is None or gain <= 0 or len(out) >= MAX_PRELOADS:
                 continue
+            if busy + eco.load_ms > idle_ms:
+                continue
+            lost = functools.partial(self.lost, idle_ms=idle_ms)
             best: tuple[tuple[float, float], Preload] | None = None
             for index, room in gpus.items():
                 if eco.gpus is not None and index not in eco.gpus:
                     continue
-                if room.busy_ms + eco.load_ms > idle_ms:
-                    continue
-                lost = functools.partial(self.lost, idle_ms=idle_ms)
                 evict = room.evictions(eco.weights_mb + eco.working_mb, gain, lost)
                 if evict is None:
                     continue
@@ -197,7 +225,44 @@ class Investments:
             if best is not None:
                 chosen = best[1]
                 gpus[chosen.gpu].add(chosen, eco.weights_mb)
+                busy += chosen.load_ms
                 out.append(chosen)
+        for model in self.forecast.models():  # what runs on the CPU next: its host load
+            eco = self._economics.get(model)
+            if (eco is None or model in host or len(out) >= MAX_PRELOADS
+                    or eco.cpu_load_ms <= 0 or busy + eco.cpu_load_ms > idle_ms
+                    or self.forecast.next_rate(model) <= 0
+                    or any(r.holds(model) for r in gpus.values())):
+                continue
+            out.append(Preload(model, 0, eco.cpu_load_ms,
+                               eco.cpu_load_ms * min(1.0, self.forecast.next_rate(model)),
+                               side="cpu"))
+            busy += eco.cpu_load_ms
+        return out + self._warm_ups(gpus, host, idle_ms - busy, MAX_PRELOADS - len(out),
+                                    {p.model for p in out})
+
+    def _warm_ups(self, gpus: dict[int, _Room], host: set[str], idle_ms: float, most: int,
+                  planned: set[str]) -> list[Preload]:
+        """Declared models never used yet, warmed with what idle time and room are left:
+        onto a GPU with free room (evicting nothing) where warm GPU calls save time, else
+        into host memory; most saving first."""
+        out: list[Preload] = []
+        for model, eco in sorted(self._declared.items(), key=lambda kv: -kv[1].saving_ms):
+            if (len(out) >= most or model in planned or model in self.forecast.models()
+                    or any(r.holds(model) for r in gpus.values())):
+                continue
+            room = next((r for i, r in gpus.items() if (eco.gpus is None or i in eco.gpus)
+                         and r.evictions(eco.weights_mb + eco.working_mb, 0.0,
+                                         lambda m: 0.0) == ()), None)
+            if eco.saving_ms > 0 and room is not None and eco.load_ms <= idle_ms:
+                chosen = Preload(model, room.gpu.index, eco.load_ms, 0.0)
+                room.add(chosen, eco.weights_mb)
+            elif model not in host and 0 < eco.cpu_load_ms <= idle_ms:
+                chosen = Preload(model, 0, eco.cpu_load_ms, 0.0, side="cpu")
+            else:
+                continue
+            out.append(chosen)
+            idle_ms -= chosen.load_ms
         return out
 
     def gain(self, model: str) -> float:

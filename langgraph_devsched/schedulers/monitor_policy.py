@@ -566,6 +566,12 @@ class MonitorPolicy(SchedulerBase):
                 and not any(g.warm(m) for g in device.devices)}
         return self._investments.to_buy(cold) if cold else set()
 
+    def declare_tools(self, specs: Mapping[str, ToolDeviceSpec]) -> None:
+        """The app's tools and their hints, known before any step (the node's, or a
+        benchmark's): models declared with profiles and load times may be warmed while the
+        machine is idle before their first use (`preloads`)."""
+        self._investments.declare(specs)
+
     def preloads(self, device: DeviceState, idle_ms: float) -> list[Preload]:
         """The model loads worth running in ``idle_ms`` before the next step
         (`investments.Investments.preloads`): ``device`` is the state now."""
