@@ -9,6 +9,7 @@ import itertools
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -69,23 +70,46 @@ def _tiny(rng: random.Random, physics: str) -> tuple[Scenario, int]:
                                      "rounds": rounds}}), rounds
 
 
+def _idle_states(bed: SimulatedTestbed, think_ms: float) -> list[Any]:
+    """The state now and every state one load between two steps can leave (into host
+    memory, or onto the GPU evicting least recently used models or one chosen first), as
+    the bench lets a scheduler load while the agent thinks."""
+    state = bed.residency()
+    out = [state]
+    if think_ms <= 0:
+        return out
+    for side in ("gpu", "cpu"):
+        for model, ms in bed.model_loads(side).items():
+            if ms > think_ms:
+                continue
+            for evict in [(), *((m,) for m, _ in state.gpu)] if side == "gpu" else [()]:
+                after = bed.with_loaded(state, model, 0, evict, side=side)
+                if after is not None and after not in out:
+                    out.append(after)
+    return out
+
+
 @pytest.mark.parametrize("case", range(8))
 def test_the_reference_is_the_least_any_sequence_of_mappings_pays_each_round(case: int) -> None:
-    """Every sequence of mappings over the rounds, simulated step by step on the testbed:
-    each round's least cost is the reference's, and the reference's mapping pays the last."""
+    """Every sequence of mappings (and of loads between steps) over the rounds, simulated
+    step by step on the testbed: each round's least cost is the reference's, the reference's
+    mapping pays the last, and the least total is the whole-run reference's."""
     rng = random.Random(case)
     physics = ["processor_sharing", "time_slicing", "idle_queue", "bandwidth"][case % 4]
     scenario, rounds = _tiny(rng, physics)
+    think_ms = scenario.workload.think_ms
     ref = scenario_reference(scenario, rounds)
     batches = scenario_batches(scenario)
     steps = [b for _ in range(rounds) for b in batches]
     bed = scenario.make_testbed(noise=0.0)
     best = [float("inf")] * rounds
     last_with_mapping = [float("inf")]
+    least_total = [float("inf")]
 
     def walk(k: int, spent: list[float], same: bool) -> None:
         if k == len(steps):
             best[:] = [min(x, y) for x, y in zip(best, spent, strict=True)]
+            least_total[0] = min(least_total[0], sum(spent))
             if same:
                 last_with_mapping[0] = min(last_with_mapping[0], spent[-1])
             return
@@ -97,12 +121,16 @@ def test_the_reference_is_the_least_any_sequence_of_mappings_pays_each_round(cas
             more = list(spent)
             more[k // len(batches)] += bed.run_step(calls).makespan_ms
             mine = all(ref.mapping[c] == o for c, o in zip(batch.call_ids, options, strict=True))
-            walk(k + 1, more, same and (k < len(steps) - len(batches) or mine))
+            for after in _idle_states(bed, think_ms if k + 1 < len(steps) else 0.0):
+                bed.restore(after)
+                walk(k + 1, more, same and (k < len(steps) - len(batches) or mine))
 
     walk(0, [0.0] * rounds, True)
     assert ref.exact
     assert list(ref.round_ms) == pytest.approx(best, rel=1e-12)
     assert last_with_mapping[0] == pytest.approx(ref.round_ms[-1], rel=1e-12)
+    whole = runner.scenario_whole_run(scenario, rounds)
+    assert whole.exact and whole.total_ms == pytest.approx(least_total[0], rel=1e-12)
 
 
 def test_without_resident_models_the_reference_is_the_per_batch_optimum() -> None:

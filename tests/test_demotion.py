@@ -103,4 +103,5 @@ def test_nothing_declared_the_visual_suite_reloads_no_diffusion_model_after_roun
                                    scenario.reference_makespans_ms, strict=True)]
     assert monitor.optimal, (monitor.final_mapping, scenario.optimal_mapping)
     assert max(extra[1:]) < 1_000, extra  # before: round 2 loaded both again (+5,700 ms)
-    assert monitor.regret_ms < 2_000, monitor.regret_ms  # before: 8,727 ms
+    # the whole run within 8 % of the best sequence of mappings and loads between steps
+    assert monitor.total_ratio is not None and monitor.total_ratio < 1.08, monitor.total_ratio

@@ -45,8 +45,10 @@ def test_an_eviction_costs_the_load_seen_on_an_earlier_step() -> None:
     extra = [s - r for s, r in zip(monitor.round_makespans_ms,
                                    scenario.reference_makespans_ms, strict=True)]
     assert monitor.optimal, (monitor.final_mapping, scenario.optimal_mapping)
-    assert max(extra[1:]) < 500, extra  # no reload after round 1
-    assert monitor.regret_ms < 1_500, monitor.regret_ms
+    # the reference loads the next turn's model while the agent thinks; the monitor learns
+    # which turn follows which in round 2, and then pays no load on a step
+    assert max(extra[2:]) < 500, extra
+    assert monitor.total_ratio is not None and monitor.total_ratio < 1.5, monitor.total_ratio
 
 
 def test_a_load_seen_stays_learned_when_no_estimate_is_known() -> None:

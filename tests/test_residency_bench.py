@@ -29,7 +29,9 @@ ALTERNATING = {
         "cap": {"params": {"cpu_ms": 5200, "gpu_ms": 300, "vram_mb": 900,
                            "weights_mb": 4400, "load_gpu_ms": 2600, "load_cpu_ms": 1200}},
     },
-    "workload": {"kind": "sequence", "batches": [["asr"], ["cap"]], "rounds": 4},
+    # back to back: no idle time between steps in which a model could load (the think
+    # time's loads are `test_loads_as_investments`'s)
+    "workload": {"kind": "sequence", "batches": [["asr"], ["cap"]], "rounds": 4, "think_ms": 0},
 }
 
 
@@ -98,12 +100,13 @@ def test_the_residency_table_shows_only_scenarios_with_resident_models() -> None
     without = run_benchmark([plain], ["all_gpu", "oracle"])
     assert len(tables(without)) == 2 and plain.has_resident_models() is False
     both = run_benchmark([plain, Scenario.model_validate(ALTERNATING)], ["all_gpu", "oracle"])
-    assert len(tables(both)) == 3
+    assert len(tables(both)) == 4  # and the whole run's
     console = Console(width=200, record=True)
-    console.print(tables(both)[2])
+    console.print(tables(both)[3])
     text = console.export_text()
     assert "swap" in text and "fft" not in text and "2.11× 0.88 8" in text
-    assert residency_markdown(both).splitlines()[2] == "| swap | 2.11× · 0.88 | 1.00× · 0.00 |"
+    assert residency_markdown(both).splitlines()[2] == (
+        "| swap | 2.11× · 0.88 · Σ1.70× | 1.00× · 0.00 · Σ1.00× |")
 
 
 def test_the_builtin_residency_scenarios_reward_knowing_residency() -> None:
@@ -111,6 +114,8 @@ def test_the_builtin_residency_scenarios_reward_knowing_residency() -> None:
     assert len(residency) >= 4
     for s in residency:
         assert all(len(b) <= 10 for b in s.batches())
+        # back to back (no think time to load in), the per-step oracle is optimal on each
+        s = s.model_copy(update={"workload": s.workload.model_copy(update={"think_ms": 0})})
         r = run_scenario(s, ["all_gpu", "oracle"], rounds=6)
         assert r.results["oracle"].optimal
         # everything on the GPU is never better here, and loses on all but the cold burst

@@ -43,7 +43,6 @@ a scheduler that loads it once pays 220 ms from the second round on.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,8 +134,8 @@ class _Search:
     def idle(self, state: batchsim.Residency) -> list[batchsim.Residency]:
         """``state`` and the states loads between two steps can leave from it: up to
         `MAX_PRELOADS` models loaded one after another within ``think_ms``, each into host
-        memory or onto the GPU (evicting least recently used models, or one or two chosen
-        resident models first); one GPU."""
+        memory or onto the GPU (evicting least recently used models, or one chosen resident
+        model first); one GPU."""
         key = _key(state)
         found = self.idles.get(key)
         if found is not None:
@@ -149,8 +148,7 @@ class _Search:
                 nxt = []
                 for s, spent in level:
                     resident = [m for m, _ in s.gpu]
-                    evictions = [(), *((m,) for m in resident),
-                                 *itertools.combinations(resident, 2)]
+                    evictions = [(), *((m,) for m in resident)]
                     for side, times in loads.items():
                         for model, ms in times.items():
                             if spent + ms > self.think_ms:

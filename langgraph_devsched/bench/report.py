@@ -247,7 +247,7 @@ def write_json(bench: BenchResult, path: str | Path) -> Path:
 
 def _cell(r: SchedulerResult, s: ScenarioResult) -> str:
     mark = "[green]✓[/]" if r.optimal else "[red]✗[/]"
-    return f"{mark} {ratio(r, s):.2f}× {r.regret_ms:,.0f} Σ{total_ratio(r):.2f}×"
+    return f"{mark} {ratio(r, s):.2f}× {r.regret_ms:,.0f}"
 
 
 def _mark(r: SchedulerResult) -> str:
@@ -258,8 +258,7 @@ def wide_width(bench: BenchResult) -> int:
     """Columns the wide per-scenario table needs (one column per scheduler)."""
     label = max((len(s.name) + len(s.category) + 3 for s in bench.scenarios), default=8)
     cells = [
-        max([len(n)] + [len(f"✓ {ratio(s.results[n], s):.2f}× {s.results[n].regret_ms:,.0f} "
-                            f"Σ{total_ratio(s.results[n]):.2f}×")
+        max([len(n)] + [len(f"✓ {ratio(s.results[n], s):.2f}× {s.results[n].regret_ms:,.0f}")
                         for s in bench.scenarios if n in s.results])
         for n in bench.schedulers
     ]
@@ -274,8 +273,7 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
     from rich.table import Table
 
     caption = declare_caption(bench)
-    title = ("Final mapping vs brute-force optimum (✓ optimal · ratio · regret ms · Σ total "
-             "ratio to the whole-run reference)")
+    title = "Final mapping vs brute-force optimum (✓ optimal · ratio · regret ms)"
     if width is None or wide_width(bench) <= width:
         per = Table(title=title, caption=caption)
         per.add_column("scenario", no_wrap=True)
@@ -291,7 +289,7 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
     else:
         per = Table(title="Final mapping vs brute-force optimum", caption=caption)
         for col in ("scenario", "optimum ms", "scheduler", "optimal", "ratio", "regret ms",
-                    "round", "total ratio"):
+                    "round"):
             per.add_column(col, justify="left" if col in ("scenario", "scheduler") else "right",
                            no_wrap=True)
         for s in bench.scenarios:
@@ -303,23 +301,18 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
                     f"{s.optimal_makespan_ms:,.1f}" if i == 0 else "",
                     n, _mark(r), f"{ratio(r, s):.2f}×", f"{r.regret_ms:,.0f}",
                     "—" if r.rounds_to_optimal is None else str(r.rounds_to_optimal),
-                    f"{total_ratio(r):.2f}×",
                     end_section=i == len(names) - 1,
                 )
     wall = "wall regret ms" + (" (no decision cost)" if bench.decision_cost == "none" else "")
     summ = Table(title="Summary (wall = decision time + makespan)", caption=caption)
-    for col in ("scheduler", "optimal (final)", "optimal (total)", "total ratio p50/max",
-                "regret ms", wall, "mean ratio", "decision p50 ms", "decision p95 ms",
-                "LLM calls"):
+    for col in ("scheduler", "optimal (final)", "regret ms", wall, "mean ratio",
+                "decision p50 ms", "decision p95 ms", "LLM calls"):
         summ.add_column(col, justify="left" if col == "scheduler" else "right",
                         overflow="fold")
     for name, row in summary(bench).items():
         summ.add_row(
             name,
             f"{row['optimal']}/{row['total']}",
-            f"{row['optimal_total']}/{row['total']}",
-            f"{row['total_ratio_p50']:.3f}/{row['total_ratio_max']:.3f}"
-            if row["total_ratio_p50"] is not None else "",
             f"{row['regret_ms']:,.0f}",
             f"{row['wall_regret_ms']:,.0f}",
             f"{row['mean_ratio']:.3f}",
@@ -328,6 +321,8 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
             str(row["llm_calls"]),
         )
     out = [per, summ]
+    if any(s.resident_models for s in bench.scenarios):  # else each round stands alone
+        out.append(whole_run_table(bench, caption=caption))
     extra = hedge_table(bench, caption=caption)
     if extra is not None:
         out.append(extra)
@@ -344,6 +339,24 @@ def tables(bench: BenchResult, *, width: int | None = None) -> list[Any]:
     if devices is not None:
         out.append(devices)
     return out
+
+
+def whole_run_table(bench: BenchResult, *, caption: str = "") -> Any:
+    """Per scheduler: the runs optimal on the total (within `TOTAL_TOLERANCE` of the
+    whole-run reference) and the distribution of the total ratio."""
+    from rich.table import Table
+
+    table = Table(title="Whole run (Σ: each run's total over the whole-run reference)",
+                  caption=caption)
+    for col in ("scheduler", "optimal (total)", "Σ ratio p50", "p95", "max"):
+        table.add_column(col, justify="left" if col == "scheduler" else "right")
+    for name, r in summary(bench).items():
+        if r["total_ratio_p50"] is None:
+            continue
+        table.add_row(name, f"{r['optimal_total']}/{r['total']}",
+                      f"{r['total_ratio_p50']:.3f}", f"{r['total_ratio_p95']:.3f}",
+                      f"{r['total_ratio_max']:.3f}")
+    return table
 
 
 def preload_table(bench: BenchResult, *, caption: str = "") -> Any:
@@ -430,31 +443,33 @@ def physics_markdown(bench: BenchResult) -> str:
 
 def residency_table(bench: BenchResult, *, caption: str = "") -> Any:
     """Scenarios with resident models: per scheduler the ratio to the reference's final round,
-    evictions per step and loads; None when no scenario has resident models."""
+    evictions per step, loads and the total ratio (Σ: the run's total over the whole-run
+    reference); None when no scenario has resident models."""
     from rich.table import Table
 
     scenarios = [s for s in bench.scenarios if s.resident_models]
     if not scenarios:
         return None
     table = Table(title="Resident models (ratio to the reference's final round · evictions/step · "
-                  "loads)", caption=caption)
+                  "loads · Σ total ratio)", caption=caption)
     table.add_column("scenario", no_wrap=True)
     for name in bench.schedulers:
         table.add_column(name, justify="right", no_wrap=True)
     for s in scenarios:
         table.add_row(s.name, *(
-            f"{ratio(r, s):.2f}× {r.evictions_per_step:.2f} {r.loads}"
+            f"{ratio(r, s):.2f}× {r.evictions_per_step:.2f} {r.loads} Σ{total_ratio(r):.2f}×"
             if (r := s.results.get(n)) is not None else "" for n in bench.schedulers))
     return table
 
 
 def residency_markdown(bench: BenchResult) -> str:
-    """`residency_table` as Markdown: ratio to the reference's final round, evictions per step."""
+    """`residency_table` as Markdown: ratio to the reference's final round, evictions per step,
+    the total ratio."""
     scenarios = [s for s in bench.scenarios if s.resident_models]
     lines = ["| scenario | " + " | ".join(bench.schedulers) + " |",
              "| --- | " + " | ".join("---:" for _ in bench.schedulers) + " |"]
     for s in scenarios:
-        cells = [f"{ratio(r, s):.2f}× · {r.evictions_per_step:.2f}"
+        cells = [f"{ratio(r, s):.2f}× · {r.evictions_per_step:.2f} · Σ{total_ratio(r):.2f}×"
                  if (r := s.results.get(n)) is not None else "" for n in bench.schedulers]
         lines.append(f"| {s.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -43,7 +43,7 @@ from langgraph_devsched.testbed import ToolParams
 
 MAX_MODELS = 64
 """At most this many models' economics are remembered."""
-MAX_PRELOADS = 2
+MAX_PRELOADS = 1
 """At most this many loads between two steps, one after another (the bench's whole-run
 reference searches the same)."""
 
