@@ -11,8 +11,9 @@ the think time of an LLM turn between steps. Its parts are drawn from what agent
 * a **pattern** per tool: called every step, every k-th step, only from some step on, or
   only until some step (then never again: a model the agent stopped using);
 * **steps** of one to four calls (parallel calls of one message, or a single call);
-* **machines** with one GPU of 8-48 GB (some with a resident LLM server as background),
-  4-16 cores, and each of the testbed's contention physics;
+* **machines** with one GPU of 2.2-48 GB (the small ones memory-bound: a step's calls do not
+  all fit at once; some large ones hold an LLM server as background), 4-16 cores, and each
+  of the testbed's contention physics;
 * **think time** 0 (steps back to back), 1, 3 or 5 s.
 
 Every workload is small enough for the exact whole-run reference (at most four calls a step
@@ -57,7 +58,7 @@ def parse_generated_name(name: str) -> tuple[int, int] | None:
 def generated_scenario(seed: int, index: int) -> Scenario:
     """Workload ``index`` of seed ``seed``."""
     rng = random.Random(f"devsched-generate:{seed}:{index}")
-    vram = float(rng.choice((8000, 12000, 16000, 24000, 24000, 48000)))
+    vram = float(rng.choice((2200, 4000, 8000, 12000, 16000, 24000, 24000, 48000)))
     server = rng.random() < 0.3 and vram >= 16000
     background = {"vram_mb": float(rng.choice((4000, 6000))) if server else 0.0,
                   "gpu_share": 0.2 if server else 0.0}
