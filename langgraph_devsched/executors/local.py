@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -130,6 +131,10 @@ class LocalBackend:
     ``gpu=None`` detects every visible CUDA device through torch (budget: each device's
     total memory, or ``vram_budget_mb``); ``gpu=False`` is CPU only; a `GpuConfig` (or a
     list, one per GPU: ``cuda:0``, ``cuda:1``, ...) trusts the given GPUs.
+
+    ``shared``: a file path every process of the machine names alike: their GPU ledgers
+    then hold one budget per GPU between them (`shared_ledger`, docs/processes.md);
+    None (the default): this process's own budget.
     """
 
     name = "local"
@@ -145,6 +150,7 @@ class LocalBackend:
         telemetry_ttl_s: float = 1.0,
         max_models: int = MAX_MODELS,
         clock: Callable[[], float] = time.perf_counter,
+        shared: str | os.PathLike[str] | None = None,
     ) -> None:
         if cpu_workers is not None and cpu_workers < 1:
             raise ValueError(f"cpu_workers must be >= 1 or None, got {cpu_workers}")
@@ -158,6 +164,8 @@ class LocalBackend:
         self._no_gpu_reason: str | None = None
         self._gpu_list = _gpu_list(gpu)
         self._gpu_arg = gpu
+        self.shared = None if shared is None else os.fspath(shared)
+        """The machine-wide ledger's file (docs/processes.md), or None: this process alone."""
         self._vram_budget_arg = vram_budget_mb
         self._gpu: GpuConfig | None = None
         self._lanes: list[_Lane] = []
@@ -193,15 +201,26 @@ class LocalBackend:
                 else:
                     self._no_gpu_reason = reason
             for index, config in enumerate(configs):
-                ledger = VramLedger(config.vram_budget_mb, reserved_mb=config.background_mb,
-                                    max_active=self.gpu_concurrency)
                 models = self._models if index == 0 else ModelCache(
                     max_models=self._max_models, clock=self._clock)
+                ledger = self._new_ledger(index, config, models)
                 models.ledger = ledger
                 self._lanes.append(_Lane(index, config, ledger, models))
             if self._lanes:
                 self._gpu = self._lanes[0].config
             self._detected = True
+
+    def _new_ledger(self, index: int, config: GpuConfig, models: ModelCache) -> VramLedger:
+        if self.shared is None:
+            return VramLedger(config.vram_budget_mb, reserved_mb=config.background_mb,
+                              max_active=self.gpu_concurrency)
+        from langgraph_devsched.shared_ledger import SharedVramLedger, gpu_key
+
+        ledger = SharedVramLedger(config.vram_budget_mb, store=self.shared, gpu=gpu_key(index),
+                                  reserved_mb=config.background_mb,
+                                  max_active=self.gpu_concurrency)
+        ledger.on_evicted = lambda names: models.drop(names, idle_only=True)
+        return ledger
 
     @property
     def _ledger(self) -> VramLedger | None:
@@ -271,6 +290,10 @@ class LocalBackend:
         """Free every resident model (instances and idle weights), on every GPU."""
         for cache in self.caches:
             cache.clear()
+        for lane in self._lanes:
+            close = getattr(lane.ledger, "close", None)  # a machine-wide ledger leaves
+            if close is not None:
+                close()
 
     def device_state(self) -> DeviceState:
         """Telemetry, read at most every ``telemetry_ttl_s`` (NVML calls cost per step);
