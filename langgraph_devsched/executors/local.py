@@ -59,6 +59,7 @@ from langgraph_devsched.ledger import (
 )
 from langgraph_devsched.models import MAX_MODELS, CallModels, ModelCache, ModelRoomError
 from langgraph_devsched.records import CallRecord
+from langgraph_devsched.shared_ledger.background import NvmlBackground
 from langgraph_devsched.telemetry import (
     DeviceState,
     GpuDevice,
@@ -134,7 +135,9 @@ class LocalBackend:
 
     ``shared``: a file path every process of the machine names alike: their GPU ledgers
     then hold one budget per GPU between them (`shared_ledger`, docs/processes.md);
-    None (the default): this process's own budget.
+    None (the default): this process's own budget. ``nvml_background``: each GPU's
+    background follows NVML's reading of the memory other processes hold (`NvmlBackground`);
+    None (the default): on for detected GPUs, off for declared ones.
     """
 
     name = "local"
@@ -151,6 +154,7 @@ class LocalBackend:
         max_models: int = MAX_MODELS,
         clock: Callable[[], float] = time.perf_counter,
         shared: str | os.PathLike[str] | None = None,
+        nvml_background: bool | None = None,
     ) -> None:
         if cpu_workers is not None and cpu_workers < 1:
             raise ValueError(f"cpu_workers must be >= 1 or None, got {cpu_workers}")
@@ -167,6 +171,9 @@ class LocalBackend:
         self.shared = None if shared is None else os.fspath(shared)
         """The machine-wide ledger's file (docs/processes.md), or None: this process alone."""
         self._vram_budget_arg = vram_budget_mb
+        self.nvml_background = nvml_background
+        self._followers: list[tuple[_Lane, NvmlBackground]] = []
+        self._next_background = -float("inf")
         self._gpu: GpuConfig | None = None
         self._lanes: list[_Lane] = []
         self._max_models = max_models
@@ -206,6 +213,11 @@ class LocalBackend:
                 ledger = self._new_ledger(index, config, models)
                 models.ledger = ledger
                 self._lanes.append(_Lane(index, config, ledger, models))
+                if self.nvml_background or (self.nvml_background is None and not (
+                        self._gpu_list or isinstance(gpu, GpuConfig))):
+                    exclude = getattr(ledger, "holder_pids", None)
+                    self._followers.append(
+                        (self._lanes[-1], NvmlBackground(index, exclude=exclude)))
             if self._lanes:
                 self._gpu = self._lanes[0].config
             self._detected = True
@@ -351,7 +363,21 @@ class LocalBackend:
         )
 
     def start_step(self, calls: Sequence[PlannedCall]) -> _LocalStep:
+        if self._followers:
+            self._follow_background()
         return _LocalStep(self, calls)
+
+    def _follow_background(self) -> None:
+        """Each GPU's background follows NVML's reading of other processes (at most every
+        ``telemetry_ttl_s``), never below the declared ``background_mb``."""
+        now = self._clock()
+        if now < self._next_background:
+            return
+        self._next_background = now + self.telemetry_ttl_s
+        for lane, follower in self._followers:
+            others = follower.others_mb()
+            if others is not None:
+                lane.ledger.set_background(max(lane.config.background_mb, others))
 
 
 class _LocalStep(BookedStep):

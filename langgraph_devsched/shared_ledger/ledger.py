@@ -305,6 +305,12 @@ class SharedVramLedger(VramLedger):
         for idle in pick:
             self._store.ask(self.gpu, idle.owner, idle.model, self.holder)
 
+    def holder_pids(self) -> frozenset[int]:
+        """The pids of every process holding its part in this store (NVML's background
+        leaves them out: they are counted here already)."""
+        with self._machine_lock.thread:
+            return frozenset(who.pid for _, who in self._store.holders())
+
     # -- the end ---------------------------------------------------------------------------
     def close(self) -> None:
         """Stop the watcher; with no call running, leave the store (rows and holder)."""

@@ -96,7 +96,7 @@ class LedgerStore:
         self._db = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None,
                                    check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA synchronous=OFF")
         self._seq = 0
         self._db.executescript(_SCHEMA)  # idempotent: every process may run it
 
