@@ -115,7 +115,7 @@ class SharedVramLedger(VramLedger):
                          max_active=max_active)
         self.gpu = gpu
         """The GPU's name in the store (the same physical GPU: the same name everywhere)."""
-        self.path = str(store)
+        self.path = os.path.abspath(os.fspath(store))  # the finalizer may run elsewhere
         self.poll_s, self.sweep_s = poll_s, sweep_s
         self.request_ttl_s, self.max_wait_s = request_ttl_s, max_wait_s
         self.me = ProcessId.current()
@@ -129,8 +129,8 @@ class SharedVramLedger(VramLedger):
         """What the other processes held at the last transaction (inf: store unreachable)."""
         self.reclaimed: list[str] = []
         """Holders this process found dead and reclaimed (the last 100)."""
-        self._store = LedgerStore(store, timeout_s=lock_timeout_s)
-        self._reader = LedgerStore(store, timeout_s=lock_timeout_s)  # the watcher's reads
+        self._store = LedgerStore(self.path, timeout_s=lock_timeout_s)
+        self._reader = LedgerStore(self.path, timeout_s=lock_timeout_s)  # the watcher's reads
         self._written: dict[_Key, Row] | None = None
         self._dropped: list[str] = []
         self._online = False
