@@ -139,6 +139,7 @@ class SharedVramLedger(VramLedger):
         with self._store.transaction():
             self._store.declare_gpu(gpu, float(budget_mb))
             self._store.add_holder(self.holder, gpu, self.me)
+            self._sweep_locked(time.monotonic())  # a newcomer reclaims the dead at once
         self._registered = True
         self._machine_lock = _MachineLock(self)
         self._lock = self._machine_lock  # type: ignore[assignment]
