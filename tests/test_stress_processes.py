@@ -1,0 +1,44 @@
+"""``devsched stress --processes N``: real spawned processes against one declared GPU and the
+machine-wide ledger, killed mid-call and mid-load (a short run through the CLI)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from langgraph_devsched.cli import app
+from langgraph_devsched.stress.processes import make_steps
+
+RATES = ["kill_call=0.1", "kill_load=0.1", "error=0.1", "slow=0.05"]
+
+
+def test_processes_killed_mid_call_and_mid_load_lose_nothing(tmp_path: Path) -> None:
+    steps = make_steps(calls=30, seed=3, rates={"kill_call": 0.1, "kill_load": 0.1,
+                                                "error": 0.1, "slow": 0.05})
+    planned = [f for _, calls in steps for _c, _t, f in calls if f.startswith("kill")]
+    assert sorted(planned) == ["kill_call", "kill_load"]
+    out = tmp_path / "p.json"
+    args = ["stress", "--processes", "2", "--calls", "30", "--seed", "3", "--json", str(out)]
+    for rate in RATES:
+        args += ["--fault-rate", rate]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["violations"] == []
+    assert (report["answered"], report["lost"], report["duplicated"]) == (30, 0, 0)
+    assert (report["killed_mid_call"], report["killed_mid_load"]) == (1, 1)
+    assert report["killed_holding_vram"] == 2 and report["reclaimed"] == 2
+    assert report["spawned"] == 4  # two slots, each worker killed once and replaced
+    assert report["peak_mb"] <= report["budget_mb"] == 2000.0
+    assert (report["end_mb"], report["end_holders"]) == (0.0, 0)
+    assert report["at_rest_checked"] == 2
+    assert report["error_answers"] == sum(
+        1 for _, calls in steps for _c, _t, f in calls if f == "error")
+
+
+def test_bad_process_fault_kind_names_the_valid_ones() -> None:
+    result = CliRunner().invoke(app, ["stress", "--processes", "2", "--fault-rate", "hang=0.1"])
+    assert result.exit_code == 2
+    assert "kill_call, kill_load, error, slow" in result.output
