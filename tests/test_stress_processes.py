@@ -42,3 +42,35 @@ def test_bad_process_fault_kind_names_the_valid_ones() -> None:
     result = CliRunner().invoke(app, ["stress", "--processes", "2", "--fault-rate", "hang=0.1"])
     assert result.exit_code == 2
     assert "kill_call, kill_load, error, slow" in result.output
+
+
+def test_the_verdict_names_each_broken_check(tmp_path: Path) -> None:
+    """The checks can fail: a run whose answers, store and rest rows are broken on purpose."""
+    import multiprocessing as mp
+
+    from langgraph_devsched.shared_ledger import Reclaimed, StoreSnapshot
+    from langgraph_devsched.stress import processes as ps
+
+    steps = [(0, [("s0c0", "embed", ""), ("s0c1", "embed", "")]),
+             (1, [("s1c0", "embed", "kill_call")])]
+    run = ps._Run(1, steps, tmp_path, mp.get_context("spawn"))
+    run.answers = {"s0c0": [("s0c0@cuda:0:emb", "success")] * 2,  # duplicated
+                   "s1c0": [("s0c1@cpu:emb", "success")]}  # stray; s0c1 lost
+    run.kills = [{"kill": 1, "mode": "call", "at": 100.0, "pid": 7},
+                 {"kill": 1, "mode": "load", "at": 100.0, "pid": 8}]
+    run.rests = [{"store_weights": ["asr"], "instances": [], "work_mb": 0.0, "in_use": 0,
+                  "active": 0, "queued": 0}]
+    snap = StoreSnapshot(gpus={"gpu0": (2000.0, 2100.0)},
+                         holds=[("h", "gpu0", "work", "", 100.0, 1)], holders={},
+                         reclaimed=[Reclaimed("x", 7, "gpu0", 100.0, 106.0, "w")],
+                         counters={}, open_requests=0)
+    report = ps.ProcessStressReport(processes=1, calls=3, seed=0, rates={})
+    ps._check(report, run, steps, snap, "harness", "gpu0")
+    text = "\n".join(report.violations)
+    assert (report.lost, report.duplicated, report.stray) == (1, 1, 1)
+    for phrase in ("never answered", "answered more than once", "answered 's0c1@cpu:emb'",
+                   "process 8 killed mid-load was never reclaimed",
+                   "reclaimed after more than 5 s", "over the 2000 MB budget",
+                   "not back to 0", "at rest the store and the live instances differ"):
+        assert phrase in text
+    assert not report.ok

@@ -232,6 +232,7 @@ class LocalBackend:
                                   reserved_mb=config.background_mb,
                                   max_active=self.gpu_concurrency)
         ledger.on_evicted = lambda names: models.drop(names, idle_only=True)
+        ledger.in_use = models.in_use
         return ledger
 
     @property

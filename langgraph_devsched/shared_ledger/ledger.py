@@ -20,9 +20,9 @@ exact machine-wide total: the largest is kept as the GPU's ``peak_mb`` in the st
   owners of idle models (no call of theirs uses them, none kept warm) to evict as many as
   the call at the head of the queue needs (`LedgerStore.ask`).
 * **Eviction requests.** An owner answers at its next transaction (a call's reservation or
-  release, or its watcher within ``poll_s``): it evicts the model when it is idle and not
-  kept warm (its `ModelCache` frees the instance: ``on_evicted``), else refuses. A request
-  no one answers expires after ``request_ttl_s``.
+  release, or its watcher within ``poll_s``): it evicts the model when no call pins or uses
+  it and it is not kept warm (its `ModelCache` frees the instance: ``on_evicted``), else
+  refuses. A request no one answers expires after ``request_ttl_s``.
 * **Never waits forever.** A queued reservation waits at most ``max_wait_s`` (its own
   timeout when shorter); the store's lock at most ``lock_timeout_s``, after which the ledger
   admits nothing new until the store answers again (releases are written then).
@@ -123,6 +123,9 @@ class SharedVramLedger(VramLedger):
         """This ledger's name in the store (pid, start time, a serial per process)."""
         self.on_evicted: Callable[[tuple[str, ...]], None] | None = None
         """Called (outside the lock) with the models it evicted for another process."""
+        self.in_use: Callable[[str], bool] | None = None
+        """Whether a call still uses the model's instance (the ledger's pin goes back a
+        little before the call's end): such a model is not evicted on request."""
         self.machine_peak_mb = 0.0
         """The highest machine-wide total this process's commits left on its GPU."""
         self.others_mb = 0.0
@@ -187,7 +190,8 @@ class SharedVramLedger(VramLedger):
             self.others_mb, _ = store.others(self.gpu, self.holder)
             for request, model in store.requests_for(self.holder):
                 held = self._weights.get(model)
-                served = held is not None and held.in_use == 0 and not held.keep_warm
+                served = (held is not None and held.in_use == 0 and not held.keep_warm
+                          and not (self.in_use is not None and self.in_use(model)))
                 if served:
                     self._drop_locked(model)
                     self._dropped.append(model)
@@ -199,7 +203,7 @@ class SharedVramLedger(VramLedger):
 
     def _sweep_locked(self, now: float) -> None:
         self._next_sweep = now + self.sweep_s
-        for gone in self._store.sweep(request_ttl_s=self.request_ttl_s):
+        for gone in self._store.sweep(request_ttl_s=self.request_ttl_s, by=self.holder):
             self.reclaimed = [*self.reclaimed[-99:], gone.holder]
             logger.warning("shared ledger: process %d is gone; reclaimed its %.0f MB on %s",
                            gone.pid, gone.mb, gone.gpu or self.gpu)

@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS requests(id INTEGER PRIMARY KEY, gpu TEXT NOT NULL,
     UNIQUE(requester, owner, model));
 CREATE INDEX IF NOT EXISTS requests_owner ON requests(owner);
 CREATE TABLE IF NOT EXISTS reclaimed(id INTEGER PRIMARY KEY, holder TEXT NOT NULL,
-    pid INTEGER NOT NULL, gpu TEXT NOT NULL, mb REAL NOT NULL, at REAL NOT NULL);
+    pid INTEGER NOT NULL, gpu TEXT NOT NULL, mb REAL NOT NULL, at REAL NOT NULL,
+    by TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, n INTEGER NOT NULL);
 """
 
@@ -68,6 +69,8 @@ class Reclaimed:
     mb: float
     at: float
     """Wall time (``time.time``) of the reclaim."""
+    by: str = ""
+    """The holder whose transaction reclaimed it ("" : none, e.g. a supervisor's sweep)."""
 
 
 @dataclass(frozen=True)
@@ -228,7 +231,7 @@ class LedgerStore:
         return [(str(h), ProcessId(int(p), int(s), str(b))) for h, p, s, b in self._db.execute(
             "SELECT holder, pid, start, boot FROM holders")]
 
-    def sweep(self, *, request_ttl_s: float) -> list[Reclaimed]:
+    def sweep(self, *, request_ttl_s: float, by: str = "") -> list[Reclaimed]:
         """Reclaim every holder whose process is dead (pid gone, or reused: another start
         time, or another boot), holds left by no holder, and expired requests."""
         now = self._clock()
@@ -240,9 +243,9 @@ class LedgerStore:
                 "SELECT COALESCE(MAX(gpu), ''), COALESCE(SUM(mb), 0) FROM holds "
                 "WHERE holder=?", (holder,)).fetchone()
             self.forget_holder(holder)
-            out.append(Reclaimed(holder, who.pid, str(gpu), float(mb), now))
-            self._db.execute("INSERT INTO reclaimed(holder, pid, gpu, mb, at) "
-                             "VALUES(?, ?, ?, ?, ?)", (holder, who.pid, gpu, mb, now))
+            out.append(Reclaimed(holder, who.pid, str(gpu), float(mb), now, by))
+            self._db.execute("INSERT INTO reclaimed(holder, pid, gpu, mb, at, by) "
+                             "VALUES(?, ?, ?, ?, ?, ?)", (holder, who.pid, gpu, mb, now, by))
         if out:
             self._db.execute("DELETE FROM reclaimed WHERE id <= "
                              "(SELECT MAX(id) FROM reclaimed) - ?", (RECLAIM_LOG,))
@@ -263,9 +266,9 @@ class LedgerStore:
                      in self._db.execute(
                          "SELECT holder, gpu, kind, model, mb, in_use FROM holds")]
             holders = {h: w for h, w in self.holders()}
-            reclaimed = [Reclaimed(str(h), int(p), str(g), float(mb), float(a))
-                         for h, p, g, mb, a in self._db.execute(
-                             "SELECT holder, pid, gpu, mb, at FROM reclaimed ORDER BY id")]
+            reclaimed = [Reclaimed(str(h), int(p), str(g), float(mb), float(a), str(b))
+                         for h, p, g, mb, a, b in self._db.execute(
+                             "SELECT holder, pid, gpu, mb, at, by FROM reclaimed ORDER BY id")]
             counters = {str(n): int(c) for n, c in self._db.execute(
                 "SELECT name, n FROM counters")}
             requests = int(self._db.execute("SELECT COUNT(*) FROM requests").fetchone()[0])

@@ -12,7 +12,9 @@ step without its kill (a queue redelivering its message). Checked:
 * every call answered exactly once (lost, duplicated, stray: an answer naming another call);
 * the machine-wide ledger never over budget: the store's exact peak (`SharedVramLedger`);
 * back to 0 at the end: no hold and no holder left in the store;
-* every killed process reclaimed, and how long after its kill (the goal: within 5 s);
+* every killed process reclaimed, and how long after its kill (the goal: within 5 s), and
+  by whom: a worker's ledger, or the harness's own (an idle ledger on the GPU, as an app
+  process between steps holds one);
 * at rest, in each worker that ends normally, its rows in the store against the model
   instances its cache holds (the same models, no working memory, nothing in use).
 
@@ -73,6 +75,11 @@ class ProcessStressReport(BaseModel):
     reclaimed: int = 0
     reclaim_s_p50: float = 0.0
     reclaim_s_max: float = 0.0
+    reclaim_s: list[float] = Field(default_factory=list)
+    """Each killed process: seconds from its kill to its reclaim (kill order)."""
+    reclaimed_by_workers: int = 0
+    """Kills reclaimed by a worker's ledger (the others: by the harness's own idle ledger,
+    or by its final sweep)."""
     budget_mb: float = BUDGET_MB
     peak_mb: float = 0.0
     """The largest machine-wide total any commit left (exact)."""
@@ -204,7 +211,7 @@ def run_process_stress(*, processes: int, calls: int, seed: int,
                        rates: Mapping[str, float] | None = None,
                        max_seconds: float = 540.0) -> ProcessStressReport:
     """Run the harness (see the module) and check it."""
-    from langgraph_devsched.shared_ledger import LedgerStore
+    from langgraph_devsched.shared_ledger import LedgerStore, SharedVramLedger, gpu_key
 
     if processes < 1:
         raise ValueError(f"processes must be >= 1, got {processes}")
@@ -219,7 +226,9 @@ def run_process_stress(*, processes: int, calls: int, seed: int,
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="devsched-stress-") as folder:
         run = _Run(processes, steps, Path(folder), mp.get_context("spawn"))
-        LedgerStore(run.store).close()  # the file exists before the first worker
+        # the harness is a process on the GPU too: an idle ledger, as an app between steps
+        # holds one; it sees a kill while every worker is starting up after kills of its own
+        harness = SharedVramLedger(BUDGET_MB, store=run.store, gpu=gpu_key(0))
         while True:
             over = time.monotonic() - t0 > max_seconds
             if over and not report.stopped_early:
@@ -237,6 +246,7 @@ def run_process_stress(*, processes: int, calls: int, seed: int,
             if not run.running and (report.stopped_early or not any(run.queues)):
                 break
             time.sleep(0.02)
+        harness.close()
         store = LedgerStore(run.store)
         with store.transaction():  # the last kills, if no worker was left to see them
             store.sweep(request_ttl_s=0.0)
@@ -244,11 +254,12 @@ def run_process_stress(*, processes: int, calls: int, seed: int,
         store.close()
     report.wall_s = round(time.monotonic() - t0, 2)
     report.spawned = run.spawned
-    _check(report, run, steps, snap)
+    _check(report, run, steps, snap, harness.holder, harness.gpu)
     return report
 
 
-def _check(report: ProcessStressReport, run: _Run, steps: list[Step], snap: Any) -> None:
+def _check(report: ProcessStressReport, run: _Run, steps: list[Step], snap: Any,
+           harness: str, gpu: str) -> None:
     v = run.violations
     faults = {c: f for _, calls in steps for c, _t, f in calls}
     sent = set(run.answers) if report.stopped_early else set(faults)
@@ -278,8 +289,10 @@ def _check(report: ProcessStressReport, run: _Run, steps: list[Step], snap: Any)
             v.append(f"process {kill['pid']} killed mid-{kill['mode']} was never reclaimed")
             continue
         latencies.append(found[0].at - kill["at"])
+        report.reclaimed_by_workers += int(found[0].by != "" and found[0].by != harness)
         report.killed_holding_vram += int(found[0].mb > 0)
     report.reclaimed = len(latencies)
+    report.reclaim_s = [round(x, 3) for x in latencies]
     if latencies:
         report.reclaim_s_p50 = round(statistics.median(latencies), 3)
         report.reclaim_s_max = round(max(latencies), 3)
@@ -287,7 +300,7 @@ def _check(report: ProcessStressReport, run: _Run, steps: list[Step], snap: Any)
         if slow:
             v.append(f"{len(slow)} killed process(es) reclaimed after more than "
                      f"{RECLAIM_GOAL_S:.0f} s (the slowest {max(slow):.1f} s)")
-    budget, peak = snap.gpus.get("gpu0", (BUDGET_MB, 0.0))
+    budget, peak = snap.gpus.get(gpu, (BUDGET_MB, 0.0))
     report.budget_mb, report.peak_mb = budget, round(peak, 3)
     if peak > budget + 1e-6:
         v.append(f"machine-wide peak {peak:.0f} MB over the {budget:.0f} MB budget")
@@ -302,3 +315,4 @@ def _check(report: ProcessStressReport, run: _Run, steps: list[Step], snap: Any)
                 or rest["in_use"] or rest["active"] or rest["queued"]):
             v.append(f"at rest the store and the live instances differ: {rest}")
     report.eviction_requests = {k: n for k, n in sorted(snap.counters.items())}
+    report.violations = v
