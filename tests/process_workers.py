@@ -76,3 +76,16 @@ def keep_idle_model(path: str, loaded: Any, go: Any, results: Any, *, keep_warm:
     loaded.set()
     go.wait(WAIT_S)
     results.put((first, b.models.holds("asr", "gpu"), released))
+
+
+def reserve_in_fork(backend_: LocalBackend, results: Any) -> None:
+    """In a forked child of a process that built ``backend_``: reserve 300 MB and report
+    who holds what in the store."""
+    from langgraph_devsched.shared_ledger import LedgerStore
+
+    ledger = backend_.ledger
+    assert ledger is not None
+    held = ledger.try_reserve(300)
+    snap = LedgerStore(backend_.shared or "").snapshot()
+    results.put((held is not None, os.getpid(),
+                 sorted((who.pid, snap.total_mb("gpu0")) for who in snap.holders.values())))

@@ -159,3 +159,23 @@ def test_bad_shared_options_name_what_is_wrong(tmp_path: Path) -> None:
         LocalBackend(gpu=GpuConfig(vram_budget_mb=2000), shared=path)
     with pytest.raises(ValueError, match=r"folder of .* does not exist"):
         LocalBackend(gpu=GpuConfig(vram_budget_mb=1000), shared=tmp_path / "no" / "l.db")
+
+
+def test_a_forked_child_holds_its_part_as_itself(tmp_path: Path) -> None:
+    """A backend built before a fork (gunicorn ``--preload``): the child is its own holder."""
+    import os
+
+    path = tmp_path / "ledger.db"
+    backend = LocalBackend(gpu=GpuConfig(vram_budget_mb=1000), shared=path)
+    assert backend.ledger is not None
+    held = backend.ledger.try_reserve(600)
+    assert held is not None
+    fork = mp.get_context("fork")
+    results = fork.Queue()
+    child = fork.Process(target=pw.reserve_in_fork, args=(backend, results))
+    child.start()
+    reserved, pid, holders = results.get(timeout=pw.WAIT_S)
+    child.join(pw.WAIT_S)
+    assert reserved and pid != os.getpid()
+    assert [p for p, _ in holders] == sorted([os.getpid(), pid])
+    assert holders[0][1] == 900.0  # the parent's 600 and the child's 300, one budget

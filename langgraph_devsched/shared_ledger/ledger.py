@@ -132,6 +132,7 @@ class SharedVramLedger(VramLedger):
         """What the other processes held at the last transaction (inf: store unreachable)."""
         self.reclaimed: list[str] = []
         """Holders this process found dead and reclaimed (the last 100)."""
+        self._lock_timeout_s = lock_timeout_s
         self._store = LedgerStore(self.path, timeout_s=lock_timeout_s)
         self._reader = LedgerStore(self.path, timeout_s=lock_timeout_s)  # the watcher's reads
         self._written: dict[_Key, Row] | None = None
@@ -174,6 +175,8 @@ class SharedVramLedger(VramLedger):
 
     # -- one transaction per locked block --------------------------------------------------
     def _begin(self) -> None:
+        if os.getpid() != self.me.pid:
+            self._forked()
         store = self._store
         try:
             store.begin()
@@ -200,6 +203,30 @@ class SharedVramLedger(VramLedger):
         except sqlite3.Error as exc:
             store.rollback()
             self._offline(exc)
+
+    def _forked(self) -> None:
+        """A forked child (e.g. gunicorn ``--preload``): its own identity, connections and
+        watcher; the parent's connections are left alone (SQLite forbids using them here).
+        What the parent held (its calls, its resident models) stays the parent's: the child
+        starts with nothing (its cache drops the copies of the parent's GPU models)."""
+        self._dropped.extend(self._weights)
+        self._weights = {}
+        self._queue.clear()
+        self._in_use_mb = self._peak_mb = self._base_mb
+        self._share = self._base_share
+        self._active = 0
+        self.me = ProcessId.current()
+        self.holder = f"{self.me.pid}.{self.me.start}.{next(_SERIAL)}"
+        self._store = LedgerStore(self.path, timeout_s=self._lock_timeout_s)
+        self._reader = LedgerStore(self.path, timeout_s=self._lock_timeout_s)
+        self._written = None
+        self._registered = False
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _forget, self.path, self.holder)
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=_watch, args=(weakref.ref(self), self._stop),
+                                         name=f"devsched-shared-ledger-{self.gpu}", daemon=True)
+        self._watcher.start()
 
     def _sweep_locked(self, now: float) -> None:
         self._next_sweep = now + self.sweep_s
