@@ -42,6 +42,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from langgraph_devsched.ledger import _EPS, Reservation, VramLedger, WeightsNeed
+from langgraph_devsched.residency import WarmModel
 from langgraph_devsched.shared_ledger.procs import ProcessId
 from langgraph_devsched.shared_ledger.store import LedgerStore, Row
 
@@ -160,6 +161,11 @@ class SharedVramLedger(VramLedger):
 
     def fits(self, mb: float) -> bool:
         return self._in_use_mb + self.others_mb + mb <= self.budget_mb + _EPS
+
+    def resident(self) -> tuple[WarmModel, ...]:
+        """This process's resident models (a local read: no transaction)."""
+        with self._machine_lock.thread:
+            return self._warm_locked()
 
     def reserve(self, mb: float, share: float = 0.0, timeout: float | None = None,
                 need: WeightsNeed | None = None) -> Reservation:
