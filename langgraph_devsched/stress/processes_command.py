@@ -8,7 +8,6 @@ from pathlib import Path
 from langgraph_devsched.stress.processes import (
     DEFAULT_PROCESS_RATES,
     PROCESS_FAULTS,
-    RECLAIM_GOAL_S,
     ProcessStressReport,
     run_process_stress,
 )
@@ -49,7 +48,7 @@ def print_process_report(report: ProcessStressReport) -> None:
                   f"{r.killed_mid_load} mid-load ({r.killed_holding_vram} holding VRAM); "
                   f"reclaimed {r.reclaimed} ({r.reclaimed_by_workers} by a worker), p50 "
                   f"{r.reclaim_s_p50:.2f} s, max {r.reclaim_s_max:.2f} s (goal "
-                  f"{RECLAIM_GOAL_S:.0f} s)", highlight=False)
+                  f"{r.reclaim_goal_s:g} s)", highlight=False)
     console.print(f"machine-wide ledger: peak {r.peak_mb:.0f} / {r.budget_mb:.0f} MB, end "
                   f"{r.end_mb:.0f} MB, {r.end_holders} holders; {r.at_rest_checked} processes "
                   f"checked at rest against their live models", highlight=False)
