@@ -277,6 +277,12 @@ def stress(
         int, typer.Option(min=1, max=8, help="GPUs of each backend's machine (several: "
                           "alternately full-size at speed 1 and half-size at speed 2)")
     ] = 1,
+    processes: Annotated[
+        int, typer.Option(min=0, help="N OS processes against one declared GPU and one "
+                          "machine-wide ledger, killed mid-call and mid-load (--backend and "
+                          "--gpus do not apply; fault kinds: kill_call, kill_load, error, "
+                          "slow); 0: one process")
+    ] = 0,
 ) -> None:
     """Drive DeviceToolNode with injected faults; exit 1 if an answer was lost or duplicated,
     a ledger went over budget or did not return to zero, or an invariant broke."""
@@ -284,6 +290,15 @@ def stress(
 
     try:
         check_output_paths(("--json", json_path, "file"))
+        if processes:
+            from langgraph_devsched.stress.processes_command import run_process_stress_command
+
+            proc_report = run_process_stress_command(
+                processes=processes, calls=calls, seed=seed, fault_rates=fault_rate or (),
+                max_seconds=max_seconds, json_path=json_path)
+            if not proc_report.ok:
+                raise typer.Exit(code=1)
+            return
         report = run_stress_command(
             calls=calls, seed=seed, backend=backend, fault_rates=fault_rate or (),
             max_seconds=max_seconds, json_path=json_path, gpus=gpus,

@@ -443,6 +443,18 @@ class VramLedger:
             self._admit_queue_locked()
             return True
 
+    def set_background(self, mb: float) -> None:
+        """Make the background reservation ``mb`` (at most the budget): what other processes
+        hold on the GPU now (NVML's reading, `shared_ledger.background`). Admission follows at
+        once; calls already admitted keep their memory."""
+        mb = min(max(0.0, float(mb)), self.budget_mb)
+        with self._lock:
+            delta = mb - self._base_mb
+            self._base_mb = mb
+            self._in_use_mb += delta
+            self._peak_mb += delta  # `peak_mb` counts calls only: unchanged
+            self._admit_queue_locked()
+
     def evict(self, model: str) -> bool:
         """Drop an idle resident model's weights (not one in use). Returns whether it did."""
         with self._lock:

@@ -333,6 +333,11 @@ class ModelCache:
                     self.ledger.evict(name)
         self._free(freed)
 
+    def in_use(self, model: str, side: ModelSide = "gpu") -> bool:
+        """Whether a call still uses an instance of ``model`` on ``side`` (until `finish`)."""
+        with self._lock:
+            return any(n == model and side_of(d) == side for n, d in self._users)
+
     def holds(self, model: str, side: ModelSide) -> bool:
         """Whether an instance of ``model`` is cached on ``side``."""
         with self._lock:

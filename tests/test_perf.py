@@ -25,8 +25,8 @@ def test_perf_command_writes_the_json_document(tmp_path: Path) -> None:
     ])
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
-    assert set(doc) == {"config", "decisions", "steps", "overhead", "quality"}
-    assert doc["overhead"] is None
+    assert set(doc) == {"config", "decisions", "steps", "overhead", "shared", "quality"}
+    assert doc["overhead"] is None and doc["shared"] is None
     assert doc["config"]["sizes"] == [1, 3, 15]
     rows = {(r["scheduler"], r["n"]): r for r in doc["decisions"]}
     assert set(rows) == {(s, n) for s in ("monitor", "ucb", "oracle") for n in (1, 3, 15)}
@@ -83,3 +83,22 @@ def test_learning_rounds_are_measured_through_the_protocol() -> None:
     assert len(row["first_reused"]) == 1
     with pytest.raises(ValueError, match="n, seeds and rounds must be >= 1"):
         measure_learning(0)
+
+
+def test_perf_shared_times_the_machine_wide_ledger_beside_the_in_process_one(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "perf.json"
+    result = CliRunner().invoke(app, [
+        "perf", "--schedulers", "static", "--sizes", "1", "--samples", "1", "--warmup", "0",
+        "--steps", "0", "--overhead", "0", "--shared", "20", "--json", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    assert "Machine-wide ledger (shared=) against the in-process one" in result.output
+    shared = json.loads(out.read_text())["shared"]
+    assert shared["ledger"]["pairs"] == 20 and shared["node"]["steps"] == 4
+    for side in ("in_process", "shared"):
+        for part in ("ledger", "node"):
+            row = shared[part][side]
+            assert 0 < row["p50_ms"] <= row["p99_ms"]
+    assert shared["node"]["calls_per_step"] == 3

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -58,6 +59,7 @@ from langgraph_devsched.ledger import (
 )
 from langgraph_devsched.models import MAX_MODELS, CallModels, ModelCache, ModelRoomError
 from langgraph_devsched.records import CallRecord
+from langgraph_devsched.shared_ledger.background import NvmlBackground
 from langgraph_devsched.telemetry import (
     DeviceState,
     GpuDevice,
@@ -130,6 +132,12 @@ class LocalBackend:
     ``gpu=None`` detects every visible CUDA device through torch (budget: each device's
     total memory, or ``vram_budget_mb``); ``gpu=False`` is CPU only; a `GpuConfig` (or a
     list, one per GPU: ``cuda:0``, ``cuda:1``, ...) trusts the given GPUs.
+
+    ``shared``: a file path every process of the machine names alike: their GPU ledgers
+    then hold one budget per GPU between them (`shared_ledger`, docs/processes.md);
+    None (the default): this process's own budget. ``nvml_background``: each GPU's
+    background follows NVML's reading of the memory other processes hold (`NvmlBackground`);
+    None (the default): on for detected GPUs, off for declared ones.
     """
 
     name = "local"
@@ -145,6 +153,8 @@ class LocalBackend:
         telemetry_ttl_s: float = 1.0,
         max_models: int = MAX_MODELS,
         clock: Callable[[], float] = time.perf_counter,
+        shared: str | os.PathLike[str] | None = None,
+        nvml_background: bool | None = None,
     ) -> None:
         if cpu_workers is not None and cpu_workers < 1:
             raise ValueError(f"cpu_workers must be >= 1 or None, got {cpu_workers}")
@@ -158,7 +168,12 @@ class LocalBackend:
         self._no_gpu_reason: str | None = None
         self._gpu_list = _gpu_list(gpu)
         self._gpu_arg = gpu
+        self.shared = None if shared is None else os.fspath(shared)
+        """The machine-wide ledger's file (docs/processes.md), or None: this process alone."""
         self._vram_budget_arg = vram_budget_mb
+        self.nvml_background = nvml_background
+        self._followers: list[tuple[_Lane, NvmlBackground]] = []
+        self._next_background = -float("inf")
         self._gpu: GpuConfig | None = None
         self._lanes: list[_Lane] = []
         self._max_models = max_models
@@ -193,15 +208,32 @@ class LocalBackend:
                 else:
                     self._no_gpu_reason = reason
             for index, config in enumerate(configs):
-                ledger = VramLedger(config.vram_budget_mb, reserved_mb=config.background_mb,
-                                    max_active=self.gpu_concurrency)
                 models = self._models if index == 0 else ModelCache(
                     max_models=self._max_models, clock=self._clock)
+                ledger = self._new_ledger(index, config, models)
                 models.ledger = ledger
                 self._lanes.append(_Lane(index, config, ledger, models))
+                if self.nvml_background or (self.nvml_background is None and not (
+                        self._gpu_list or isinstance(gpu, GpuConfig))):
+                    exclude = getattr(ledger, "holder_pids", None)
+                    self._followers.append(
+                        (self._lanes[-1], NvmlBackground(index, exclude=exclude)))
             if self._lanes:
                 self._gpu = self._lanes[0].config
             self._detected = True
+
+    def _new_ledger(self, index: int, config: GpuConfig, models: ModelCache) -> VramLedger:
+        if self.shared is None:
+            return VramLedger(config.vram_budget_mb, reserved_mb=config.background_mb,
+                              max_active=self.gpu_concurrency)
+        from langgraph_devsched.shared_ledger import SharedVramLedger, gpu_key
+
+        ledger = SharedVramLedger(config.vram_budget_mb, store=self.shared, gpu=gpu_key(index),
+                                  reserved_mb=config.background_mb,
+                                  max_active=self.gpu_concurrency)
+        ledger.on_evicted = lambda names: models.drop(names, idle_only=True)
+        ledger.in_use = models.in_use
+        return ledger
 
     @property
     def _ledger(self) -> VramLedger | None:
@@ -271,6 +303,10 @@ class LocalBackend:
         """Free every resident model (instances and idle weights), on every GPU."""
         for cache in self.caches:
             cache.clear()
+        for lane in self._lanes:
+            close = getattr(lane.ledger, "close", None)  # a machine-wide ledger leaves
+            if close is not None:
+                close()
 
     def device_state(self) -> DeviceState:
         """Telemetry, read at most every ``telemetry_ttl_s`` (NVML calls cost per step);
@@ -328,7 +364,21 @@ class LocalBackend:
         )
 
     def start_step(self, calls: Sequence[PlannedCall]) -> _LocalStep:
+        if self._followers:
+            self._follow_background()
         return _LocalStep(self, calls)
+
+    def _follow_background(self) -> None:
+        """Each GPU's background follows NVML's reading of other processes (at most every
+        ``telemetry_ttl_s``), never below the declared ``background_mb``."""
+        now = self._clock()
+        if now < self._next_background:
+            return
+        self._next_background = now + self.telemetry_ttl_s
+        for lane, follower in self._followers:
+            others = follower.others_mb()
+            if others is not None:
+                lane.ledger.set_background(max(lane.config.background_mb, others))
 
 
 class _LocalStep(BookedStep):

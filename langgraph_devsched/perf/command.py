@@ -3,7 +3,7 @@ RSS through the node over many steps, the node's overhead against `ToolNode`, an
 (optionally) quality on generated scenarios.
 
 `run_perf` returns the JSON document (keys: ``config``, ``decisions`` — one row per
-scheduler and size —, ``steps``, ``overhead``, ``quality``); `perf_command` is the typer
+scheduler and size —, ``steps``, ``overhead``, ``shared``, ``quality``); `perf_command` is the typer
 command that ``devsched`` registers.
 """
 
@@ -38,6 +38,7 @@ def run_perf(
     seed: int = 0,
     say: Any = None,
     gpus: int = 1,
+    shared: int = 0,
 ) -> dict[str, Any]:
     """Measure and return the JSON document (see the module docstring)."""
     from langgraph_devsched.bench.runner import default_schedulers, validate_scheduler_names
@@ -52,7 +53,7 @@ def run_perf(
         "config": {
             "schedulers": names, "sizes": list(sizes), "samples": samples, "warmup": warmup,
             "steps": steps, "every": every, "overhead": overhead, "quality": quality,
-            "seed": seed, "gpus": gpus,
+            "seed": seed, "gpus": gpus, "shared": shared,
             "python": platform.python_version(), "machine": platform.machine(),
         },
     }
@@ -71,6 +72,13 @@ def run_perf(
         doc["overhead"] = measure_overhead(steps=overhead)
     else:
         doc["overhead"] = None
+    if shared > 0:
+        from langgraph_devsched.perf.shared import measure_shared
+
+        note(f"shared ledger: {shared} reserve+release pairs, {shared // 5} steps")
+        doc["shared"] = measure_shared(pairs=shared, steps=max(1, shared // 5))
+    else:
+        doc["shared"] = None
     if quality > 0:
         from langgraph_devsched.perf.quality import measure_quality
 
@@ -121,6 +129,24 @@ def tables(doc: dict[str, Any]) -> list[Any]:
             ot.add_row(label, f"{r['tool_node_ms']:.3f}", f"{r['device_ms']:.3f}",
                        f"{r['ratio']:.3f}", f"{r['diff_ms']:+.3f}")
         out.append(ot)
+    sh = doc.get("shared")
+    if sh:
+        led, node = sh["ledger"], sh["node"]
+        tt = Table(title=f"Machine-wide ledger (shared=) against the in-process one "
+                         f"({led['pairs']} reserve+release pairs; {node['steps']} steps of "
+                         f"{node['calls_per_step']} GPU calls)")
+        for col in ("what", "in-process p50", "p99", "shared p50", "p99", "added p50",
+                    "added p99"):
+            tt.add_column(col, justify="left" if col == "what" else "right")
+        tt.add_row("reserve+release (ms)", f"{led['in_process']['p50_ms']:.4f}",
+                   f"{led['in_process']['p99_ms']:.4f}", f"{led['shared']['p50_ms']:.4f}",
+                   f"{led['shared']['p99_ms']:.4f}", f"{led['added_p50_ms']:+.4f}",
+                   f"{led['added_p99_ms']:+.4f}")
+        tt.add_row("node step (ms; added: a call)", f"{node['in_process']['p50_ms']:.3f}",
+                   f"{node['in_process']['p99_ms']:.3f}", f"{node['shared']['p50_ms']:.3f}",
+                   f"{node['shared']['p99_ms']:.3f}", f"{node['added_p50_ms_a_call']:+.4f}",
+                   f"{node['added_p99_ms_a_call']:+.4f}")
+        out.append(tt)
     q = doc.get("quality")
     if q:
         sq = Table(title="Bounded search on the noise-free testbed (mapping / optimum)")
@@ -169,6 +195,11 @@ def perf_command(
     gpus: Annotated[int, typer.Option(min=1, max=8, help="GPUs of the decisions' simulated "
                                       "machine (several: alternately 24 GB at speed 1 and "
                                       "12 GB at speed 2)")] = 1,
+    shared: Annotated[
+        int, typer.Option(min=0, help="reserve+release pairs timed against the machine-wide "
+                          "ledger (shared=) and the in-process one, and a fifth as many node "
+                          "steps (0: skip; 2000 is a good run)")
+    ] = 0,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write the results as JSON here")
     ] = None,
@@ -186,7 +217,7 @@ def perf_command(
         doc = run_perf(
             schedulers=names, sizes=size_list, samples=samples, warmup=warmup, steps=steps,
             every=every, overhead=overhead, quality=quality, seed=seed, gpus=gpus,
-            say=lambda text: console.log(text, highlight=False),
+            shared=shared, say=lambda text: console.log(text, highlight=False),
         )
     except ValueError as exc:
         typer.echo(f"Error: {exc}", err=True)
