@@ -18,8 +18,8 @@ With one GPU the answer is always 0, so every scheduler that names no GPU runs a
 >>> two = (GpuDevice(0, "a", 24000, resident=(WarmModel("llm", 16000),)), GpuDevice(1, "b", 24000))
 >>> default_gpus([GpuCall("c1", "embed", 500), GpuCall("c2", "llm", 900, 16000)], two)
 {'c1': 1, 'c2': 0}
->>> gpu_device(1), gpu_index("cuda:1"), gpu_index("cpu")
-('cuda:1', 1, None)
+>>> gpu_device(1), gpu_index("cuda:1"), gpu_index("cpu"), gpu_index("cuda:¹")
+('cuda:1', 1, None, None)
 """
 
 from __future__ import annotations
@@ -42,9 +42,19 @@ def gpu_index(device: str) -> int | None:
     """The GPU index a device string names (``cuda`` alone: 0), None for ``cpu``/``none``."""
     if device == "cuda":
         return 0
-    if device.startswith("cuda:") and device[5:].isdigit():
-        return int(device[5:])
+    if device.startswith("cuda:"):
+        return ascii_index(device[5:])
     return None
+
+
+def ascii_index(text: str) -> int | None:
+    """``text`` read as a GPU index: ASCII digits only (``"1"``), else None. `str.isdigit`
+    also passes ``"²"`` and other Unicode digits, which `int` cannot read.
+
+    >>> ascii_index("12"), ascii_index("²"), ascii_index("-1"), ascii_index("")
+    (12, None, None, None)
+    """
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 @dataclass(frozen=True)

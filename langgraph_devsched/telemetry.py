@@ -196,7 +196,7 @@ def nvml_target(cuda_index: int, env: Mapping[str, str] | None = None) -> int | 
     if cuda_index >= len(entries):
         return cuda_index
     entry = entries[cuda_index]
-    return int(entry) if entry.isdigit() else entry
+    return int(entry) if entry.isascii() and entry.isdigit() else entry
 
 
 def nvml_reading(

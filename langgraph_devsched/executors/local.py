@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -95,6 +96,24 @@ class GpuConfig:
     background_mb: float = 0.0
     speed: float = 1.0
     """Declared relative compute speed (schedulers read it in `GpuDevice.speed`)."""
+
+    def __post_init__(self) -> None:
+        check_gpu_config(self)
+
+
+def check_gpu_config(config: GpuConfig) -> None:
+    """`ValueError` naming the GPU and the field for a budget, background or speed that is
+    not a finite number in range (each GPU of a list is checked alike, one GPU too)."""
+    rules = (("vram_budget_mb", config.vram_budget_mb, "a finite number of MB > 0", 0.0, False),
+             ("background_mb", config.background_mb, "a finite number of MB >= 0", 0.0, True),
+             ("speed", config.speed, "a finite number > 0 (1: the tools' declared speed)",
+              0.0, False))
+    for field, value, valid, low, low_ok in rules:
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and math.isfinite(value) and (value >= low if low_ok else value > low))
+        if not ok:
+            raise ValueError(f"GpuConfig(device={config.device!r}): {field} must be {valid}, "
+                             f"got {value!r}")
 
 
 @dataclass
