@@ -203,7 +203,7 @@ class DeviceToolNode(ToolNode):
             self.idle = IdleCalibration(
                 scheduler=self.scheduler, backend=self.backend, tools=self.tools_by_name,
                 specs=self.device_specs, device_args=self._device_args,
-                observe=self._observe_idle)
+                observe=self._observe_idle, impls=self._impls)
         if wrap_tool_call is not None and awrap_tool_call is None:
             # upstream runs a sync wrapper on the event loop under ainvoke, one call at a time
             self._awrap_tool_call = threaded_wrapper(wrap_tool_call)
