@@ -217,6 +217,7 @@ class LocalBackend:
                 models = self._models if index == 0 else ModelCache(
                     max_models=self._max_models, clock=self._clock)
                 models.ledger = ledger
+                models.route = self.cache_for  # each device's instances in its own cache
                 self._lanes.append(_Lane(index, config, ledger, models))
             if self._lanes:
                 self._gpu = self._lanes[0].config
