@@ -222,6 +222,13 @@ class VramLedger:
     def queued(self) -> int:
         return len(self._queue)
 
+    def running(self) -> dict[str, float | int | None]:
+        """What runs on this GPU now, as `telemetry.GpuDevice` reads it: ``working_mb``,
+        ``active`` and the cap ``max_active``."""
+        with self._lock:
+            return {"working_mb": self.working_mb, "active": self._active,
+                    "max_active": self.max_active}
+
     @property
     def share_in_use(self) -> float:
         return self._share

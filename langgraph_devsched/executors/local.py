@@ -308,11 +308,14 @@ class LocalBackend:
         return dataclasses.replace(cached[1], resident=resident)
 
     def _with_resident(self, state: DeviceState) -> DeviceState:
-        """Several GPUs: each device's weights now, and all of them (then the host's) flat."""
+        """Several GPUs: each device's weights and running calls now (`VramLedger.running`),
+        and all the weights (then the host's) flat."""
         per_gpu = [tuple(w for w in lane.models.resident() if w.side == "gpu")
                    for lane in self._lanes]
         host = tuple(w for w in self._models.resident() if w.side == "cpu")
-        gpus = tuple(dataclasses.replace(d, resident=per_gpu[d.index]) for d in state.gpus)
+        gpus = tuple(dataclasses.replace(d, resident=per_gpu[d.index],
+                                         **self._lanes[d.index].ledger.running())
+                     for d in state.gpus)
         return dataclasses.replace(state, resident=sum(per_gpu, ()) + host, gpus=gpus)
 
     def _read_state(self) -> DeviceState:
