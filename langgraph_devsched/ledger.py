@@ -222,12 +222,10 @@ class VramLedger:
     def queued(self) -> int:
         return len(self._queue)
 
-    def running(self) -> dict[str, float | int | None]:
-        """What runs on this GPU now, as `telemetry.GpuDevice` reads it: ``working_mb``,
-        ``active`` and the cap ``max_active``."""
+    def running(self) -> tuple[float, int, int | None]:
+        """What runs on this GPU now, read at once: ``(working_mb, active, max_active)``."""
         with self._lock:
-            return {"working_mb": self.working_mb, "active": self._active,
-                    "max_active": self.max_active}
+            return self.working_mb, self._active, self.max_active
 
     @property
     def share_in_use(self) -> float:

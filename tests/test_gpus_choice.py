@@ -6,6 +6,7 @@ testbed and the local backend."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Annotated, Any
 
 import pytest
@@ -124,10 +125,8 @@ async def test_a_call_goes_to_the_idle_gpu_while_another_steps_call_holds_the_ca
     @tool
     async def slow(text: str, device: Annotated[str, InjectedDevice] = "cpu") -> str:
         """Holds its GPU until the other step's call has answered (or 5 s)."""
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(other_done.wait(), 5)
-        except TimeoutError:
-            pass
         return device
 
     backend = LocalBackend(gpu=[GpuConfig(24000, "cuda:0"), GpuConfig(8000, "cuda:1")],

@@ -313,9 +313,8 @@ class LocalBackend:
         per_gpu = [tuple(w for w in lane.models.resident() if w.side == "gpu")
                    for lane in self._lanes]
         host = tuple(w for w in self._models.resident() if w.side == "cpu")
-        gpus = tuple(dataclasses.replace(d, resident=per_gpu[d.index],
-                                         **self._lanes[d.index].ledger.running())
-                     for d in state.gpus)
+        gpus = tuple(_live(dataclasses.replace(d, resident=per_gpu[d.index]),
+                           self._lanes[d.index].ledger) for d in state.gpus)
         return dataclasses.replace(state, resident=sum(per_gpu, ()) + host, gpus=gpus)
 
     def _read_state(self) -> DeviceState:
@@ -592,6 +591,12 @@ class _LocalStep(BookedStep):
             raise
         finally:
             lease.end(lambda: self._end(call, state))
+
+
+def _live(device: GpuDevice, ledger: VramLedger) -> GpuDevice:
+    """``device`` with what runs on it now (`VramLedger.running`)."""
+    working, active, cap = ledger.running()
+    return dataclasses.replace(device, working_mb=working, active=active, max_active=cap)
 
 
 @dataclass
