@@ -117,11 +117,15 @@ def test_a_step_spreads_over_gpus_at_their_cap(option):
     assert all(c.fallback is None for c in node.history[-1].record.calls)  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("option", ["gpu_now", "gpu_queued"])
-async def test_a_call_goes_to_the_idle_gpu_while_another_steps_call_holds_the_cap(option):
+FAST_ON_GPU = {"vram_mb": 100, "profile": {"cpu_ms": 2000, "gpu_ms": 20}}
+
+
+@pytest.mark.parametrize("scheduler", ["gpu_now", "gpu_queued", "monitor", "all_gpu", "heft",
+                                       "dmda", "ucb", "static"])
+async def test_a_call_goes_to_the_idle_gpu_while_another_steps_call_holds_the_cap(scheduler):
     other_done = asyncio.Event()
 
-    @device_hints(vram_mb=100)
+    @device_hints(**FAST_ON_GPU)
     @tool
     async def slow(text: str, device: Annotated[str, InjectedDevice] = "cpu") -> str:
         """Holds its GPU until the other step's call has answered (or 5 s)."""
@@ -132,7 +136,9 @@ async def test_a_call_goes_to_the_idle_gpu_while_another_steps_call_holds_the_ca
     backend = LocalBackend(gpu=[GpuConfig(24000, "cuda:0"), GpuConfig(8000, "cuda:1")],
                            gpu_concurrency=1, queue_timeout_s=30)
     first = DeviceToolNode([slow], scheduler=Fixed("gpu_now"), backend=backend)
-    second = DeviceToolNode([ocr], scheduler=Fixed(option), backend=backend)
+    chosen = Fixed(scheduler) if scheduler.startswith("gpu_") else scheduler
+    second = DeviceToolNode([ocr], hints={"ocr": FAST_ON_GPU}, scheduler=chosen,
+                            backend=backend)
     held = asyncio.ensure_future(app(first).ainvoke(calls(("slow", "s"))))
     for _ in range(5000):  # until the first step's call runs on cuda:0
         if backend.ledgers[0].active:
