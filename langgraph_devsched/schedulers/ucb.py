@@ -12,9 +12,9 @@ GPU-placed call: a call's choices are ``cpu`` and each GPU option on each GPU it
 hint allows (2k + 1 with k GPUs), and the static estimate takes each GPU apart (its calls'
 declared GPU time over its declared ``speed``, plus their model's declared load where it is
 cold there, a ``gpu_now`` counted as CPU where it does not fit that GPU's room, its idle
-models evicted: ``GpuDevice.room_mb``, or the GPU runs its cap of calls now; of arms alike in that estimate, the one with less
-work in all, loads included, first). The decision
-names the arm's GPUs (``Decision.gpus``). One GPU: the arms and the decisions of
+models evicted: ``GpuDevice.room_mb``, or the GPU runs its cap of calls now; of arms
+alike in that estimate, the one with less work in all, loads included, first). The
+decision names the arm's GPUs (``Decision.gpus``). One GPU: the arms and the decisions of
 before, exactly (no GPU named).
 
 Bounded: up to ``enumerate_limit`` mappings the arms are every mapping, sorted by the static
