@@ -455,7 +455,8 @@ class StepPlanner:
                                    decision.gpus.get(c.call_id))
             for c in batch.calls
         }
-        seconds = hedge_ids(planned, [c for c in batch.call_ids if c in decision.hedges])
+        seconds = hedge_ids(planned, [c for c in batch.call_ids if c in decision.hedges]
+                            ) if decision.hedges else {}
         for c in batch.calls:  # a hedged call's second run (`hedging`): a call of its own
             if c.call_id in seconds:
                 second = seconds[c.call_id]
