@@ -84,7 +84,7 @@ def is_sync_only(tool: BaseTool | None) -> bool:
     return type(tool)._arun is BaseTool._arun
 
 
-def _spawn(fn: Callable[[], R]) -> Future[R]:
+def spawn(fn: Callable[[], R]) -> Future[R]:
     """Run ``fn`` in a daemon thread of its own (a hung tool never takes a pool's slot)."""
     future: Future[R] = Future()
     ctx = contextvars.copy_context()
@@ -204,7 +204,7 @@ class CallRunner:
             return self.timeout_answer(call, exc)
 
     def _wait_thread(self, step: PlannedStep, deadline: Deadline, fn: Callable[[], Any]) -> Any:
-        work = _spawn(fn)
+        work = spawn(fn)
         try:
             return work.result(deadline.remaining())
         except TimeoutError:
@@ -247,7 +247,7 @@ class CallRunner:
                 if threaded:
                     assert sync_execute is not None
                     fn = sync_execute
-                    result = await self._await_thread(step, deadline, _spawn(lambda: fn(req, cfg)))
+                    result = await self._await_thread(step, deadline, spawn(lambda: fn(req, cfg)))
                 elif deadline is not None:
                     result = await _await_task(deadline, execute(req, cfg))
                 else:

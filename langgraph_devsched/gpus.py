@@ -6,10 +6,16 @@ whose decision names no GPU gets the one default rule, `default_gpus`:
 
 0. only among the GPUs the tool's ``gpus`` hint allows (default: any; a hint naming none
    of this machine's GPUs is logged and leaves any GPU);
-1. a GPU where the call's model is warm (resident now, or placed there earlier in the step);
-2. else the GPU with the most free VRAM (its free memory less what the step's earlier calls
-   placed there: their working memory and cold weights);
-3. else (a tie) the lowest index.
+1. a GPU that can take the call now: below its concurrency cap (``max_active``, counting
+   the calls running there and the step's earlier calls placed there), and its memory
+   (working memory, and its model's weights when they are not resident there) fits in
+   what the GPU holds once its idle models are evicted (`GpuDevice.room_mb`, less what the
+   step's earlier calls placed there); only when none can does the rule go on among all;
+2. a GPU where the call's model is warm (resident now, or placed there earlier in the step);
+3. else the GPU with the most free VRAM (its free memory less the running calls' working
+   memory and what the step's earlier calls placed there: their working memory and cold
+   weights);
+4. else (a tie) the lowest index.
 
 With one GPU the answer is always 0, so every scheduler that names no GPU runs as before.
 
@@ -18,8 +24,8 @@ With one GPU the answer is always 0, so every scheduler that names no GPU runs a
 >>> two = (GpuDevice(0, "a", 24000, resident=(WarmModel("llm", 16000),)), GpuDevice(1, "b", 24000))
 >>> default_gpus([GpuCall("c1", "embed", 500), GpuCall("c2", "llm", 900, 16000)], two)
 {'c1': 1, 'c2': 0}
->>> gpu_device(1), gpu_index("cuda:1"), gpu_index("cpu")
-('cuda:1', 1, None)
+>>> gpu_device(1), gpu_index("cuda:1"), gpu_index("cpu"), gpu_index("cuda:¹")
+('cuda:1', 1, None, None)
 """
 
 from __future__ import annotations
@@ -42,9 +48,19 @@ def gpu_index(device: str) -> int | None:
     """The GPU index a device string names (``cuda`` alone: 0), None for ``cpu``/``none``."""
     if device == "cuda":
         return 0
-    if device.startswith("cuda:") and device[5:].isdigit():
-        return int(device[5:])
+    if device.startswith("cuda:"):
+        return ascii_index(device[5:])
     return None
+
+
+def ascii_index(text: str) -> int | None:
+    """``text`` read as a GPU index: ASCII digits only (``"1"``), else None. `str.isdigit`
+    also passes ``"²"`` and other Unicode digits, which `int` cannot read.
+
+    >>> ascii_index("12"), ascii_index("²"), ascii_index("-1"), ascii_index("")
+    (12, None, None, None)
+    """
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -67,21 +83,71 @@ def default_gpus(calls: Sequence[GpuCall], devices: Sequence[GpuDevice]) -> dict
     (a CPU-only machine) or one: every call on index 0 (0 is where a lone GPU is)."""
     if len(devices) <= 1:
         return {c.call_id: 0 if c.gpu is None else c.gpu for c in calls}  # one GPU: 0
-    free = {d.index: d.free_mb for d in devices}
+    free = {d.index: d.free_mb - d.working_mb for d in devices}
+    room = _Room(devices)
     warm = {d.index: {w.model for w in d.resident if w.side == "gpu"} for d in devices}
     out: dict[str, int] = {}
     for call in calls:
         index = call.gpu
         if index is None:
             index = min(candidates(call, free), key=lambda i: (
+                not room.takes(call, i, call.model in warm[i]),
                 call.model is None or call.model not in warm[i], -free[i], i))
         out[call.call_id] = index
         if index in free:
             cold = call.model is not None and call.model not in warm[index]
             free[index] -= call.vram_mb + (call.weights_mb if cold else 0.0)
+            room.place(call, index, cold)
             if call.model is not None:
                 warm[index].add(call.model)
     return out
+
+
+def takes_now(call: GpuCall, device: GpuDevice) -> bool:
+    """Whether ``device`` can take ``call`` now: below its cap, and its memory fits once
+    the GPU's idle models are evicted (rule 1 of the module docstring, for one call).
+
+    >>> from langgraph_devsched.residency import WarmModel
+    >>> gpu = GpuDevice(1, "b", 24000, resident=(WarmModel("idle", 17000),))
+    >>> takes_now(GpuCall("c", "m", 14000, 1000), gpu), gpu.free_mb
+    (True, 7000.0)
+    """
+    warm = call.model is not None and device.warm(call.model)
+    return _Room([device]).takes(call, device.index, warm)
+
+
+class _Room:
+    """Per GPU, what a call could get now (idle models evicted) and the calls it may still
+    start under its cap, as the default rule places a step's calls one by one."""
+
+    def __init__(self, devices: Sequence[GpuDevice]) -> None:
+        self.mb = {d.index: d.room_mb for d in devices}
+        self.slots = {d.index: None if d.max_active is None else d.max_active - d.active
+                      for d in devices}
+        self.idle = {d.index: {w.model: w.weights_mb for w in d.resident if w.side == "gpu"
+                               and w.in_use == 0 and not w.keep_warm} for d in devices}
+
+    def _need(self, call: GpuCall, index: int, warm: bool) -> float:
+        """Its working memory plus its weights: to load (cold), or resident but idle (the
+        room counts them as evictable; the call would keep them)."""
+        if call.model is None:
+            return call.vram_mb
+        if not warm:
+            return call.vram_mb + call.weights_mb
+        return call.vram_mb + self.idle[index].get(call.model, 0.0)
+
+    def takes(self, call: GpuCall, index: int, warm: bool) -> bool:
+        slots = self.slots[index]
+        return (slots is None or slots > 0) and (
+            self._need(call, index, warm) <= self.mb[index] + 1e-9)
+
+    def place(self, call: GpuCall, index: int, cold: bool) -> None:
+        self.mb[index] -= self._need(call, index, not cold)
+        if call.model is not None:
+            self.idle[index].pop(call.model, None)  # in use now: never evicted
+        slots = self.slots[index]
+        if slots is not None:
+            self.slots[index] = slots - 1
 
 
 def candidates(call: GpuCall, devices: Iterable[int]) -> list[int]:

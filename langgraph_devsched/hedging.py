@@ -27,7 +27,7 @@ outcomes of the hedges in ``extra["hedges"]``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from langgraph_devsched.hints import ToolDeviceSpec
@@ -45,6 +45,26 @@ HEDGES_KEY = "hedges"
 def hedge_id(call_id: str) -> str:
     """The id of a hedged call's second run."""
     return f"{call_id}{HEDGE_SUFFIX}"
+
+
+def hedge_ids(call_ids: Iterable[str], hedged: Iterable[str]) -> dict[str, str]:
+    """The id of each hedged call's second run: `hedge_id`, unless a call of the step (or
+    another second run) has it already (ids come from the model: any string may arrive);
+    then with a number added.
+
+    >>> hedge_ids(["a", "a~hedge"], ["a"])
+    {'a': 'a~hedge~2'}
+    """
+    taken = set(call_ids)
+    out: dict[str, str] = {}
+    for cid in hedged:
+        second, n = hedge_id(cid), 1
+        while second in taken:  # at most len(taken) tries
+            n += 1
+            second = f"{hedge_id(cid)}~{n}"
+        taken.add(second)
+        out[cid] = second
+    return out
 
 
 @dataclass(frozen=True)
@@ -103,11 +123,13 @@ def hedged_calls(
 
 
 def settle(
-    record: StepRecord, hedges: Mapping[str, DeviceOption], *, bound: float = HEDGE_BOUND
+    record: StepRecord, hedges: Mapping[str, DeviceOption], *, bound: float = HEDGE_BOUND,
+    seconds: Mapping[str, str] | None = None,
 ) -> StepRecord:
     """The step as answered: each hedged call's winner under its own id, the losers cut at
     their bound, the makespan up to the last loser's stop; ``extra["hedges"]``: the
-    outcomes (`HedgeOutcome`). A record without hedges is returned as it is."""
+    outcomes (`HedgeOutcome`). ``seconds``: each hedged call's second run id (`hedge_ids`;
+    default `hedge_id`). A record without hedges is returned as it is."""
     if not hedges:
         return record
     if bound < 1.0:
@@ -117,11 +139,12 @@ def settle(
     answered: list[CallRecord] = []
     outcomes: list[HedgeOutcome] = []
     stops = []
-    seconds = {hedge_id(cid) for cid in hedges}
+    second_of = dict(seconds) if seconds is not None else {c: hedge_id(c) for c in hedges}
+    second_ids = {second_of[cid] for cid in hedges if cid in second_of}
     for rec in record.calls:
-        if rec.call_id in seconds:  # a second run (a call's own id may end like one too)
+        if rec.call_id in second_ids:  # a second run (a call's own id may end like one too)
             continue
-        second = runs.get(hedge_id(rec.call_id))
+        second = runs.get(second_of.get(rec.call_id, ""))
         if rec.call_id not in hedges or second is None:
             answered.append(rec)
             continue
@@ -136,7 +159,7 @@ def settle(
             complete = loser.error is None and loser.end_ms <= stop
             stop = min(stop, loser.end_ms)
         clipped = dataclasses.replace(
-            loser, call_id=loser.call_id if loser is second else hedge_id(rec.call_id),
+            loser, call_id=loser.call_id if loser is second else second_of[rec.call_id],
             start_ms=min(loser.start_ms, stop), end_ms=stop)
         answered.append(dataclasses.replace(winner, call_id=rec.call_id))
         outcomes.append(HedgeOutcome(rec.call_id, rec.tool, answered[-1], clipped, complete,

@@ -10,6 +10,11 @@ no winner (`hedging.HedgeOutcome`). The run is cancelled as soon as the next ste
 (then it is censored: its side takes at least what it ran). One run at a time, at most
 `MAX_RUNS` between two steps; the arguments of the last call of at most `MAX_TOOLS` tools
 are kept. A sync step (``invoke``) starts nothing: a thread could not be cancelled.
+
+Each run is the implementation of the side it measures (a tool's ``cpu_impl`` on the CPU,
+its ``gpu_impl`` on a GPU, else the tool). A sync tool runs in a thread of its own: when its
+run is cut, the thread runs on, and what it holds (its VRAM, its CPU slot) stays held until
+it returns, as for a cut call (`executors.lease`).
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 from langchain_core.tools import BaseTool
 
+from langgraph_devsched.call_runner import is_sync_only, spawn
 from langgraph_devsched.device import placed
 from langgraph_devsched.executors.base import Backend, PlannedCall
+from langgraph_devsched.executors.lease import current_lease
 from langgraph_devsched.hedging import HEDGES_KEY, HedgeOutcome
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.records import StepRecord
@@ -46,10 +54,13 @@ class IdleCalibration:
         self, *, scheduler: Any, backend: Backend, tools: Mapping[str, BaseTool],
         specs: Mapping[str, ToolDeviceSpec], device_args: Mapping[str, tuple[str, ...]],
         observe: Observe, max_runs: int = MAX_RUNS,
+        impls: Mapping[tuple[str, str], BaseTool] | None = None,
     ) -> None:
         self._scheduler = scheduler
         self._backend = backend
         self._tools = tools
+        self._impls = impls or {}
+        """A tool's own implementation per side (``(name, "cpu"|"gpu")``), where it has one."""
         self._specs = specs
         self._device_args = device_args
         self._observe = observe
@@ -117,8 +128,12 @@ class IdleCalibration:
 
         async def run(placement: Any) -> tuple[Any, bool]:
             with placed(placement):
+                side = "gpu" if placement.on_gpu else "cpu"
+                impl = self._impls.get((call.tool, side), tool)  # the side it measures
                 given = {**args, **dict.fromkeys(names, placement.device)}
-                return await tool.ainvoke(given), False
+                if is_sync_only(impl):
+                    return await held_thread(spawn(lambda: impl.invoke(given))), False
+                return await impl.ainvoke(given), False
 
         self.runs += 1
         try:
@@ -134,3 +149,17 @@ class IdleCalibration:
                 with contextlib.suppress(Exception):  # learning must not break the node
                     self._observe(batch, decision,
                                   StepRecord((), 0.0, extra={HEDGES_KEY: (outcome,)}))
+
+
+async def held_thread(work: Future[Any]) -> Any:
+    """The result of ``work`` (a thread running a sync tool). Cut while it runs, the
+    thread's call keeps what it holds until it returns (`Lease.outlive`)."""
+    waited = asyncio.wrap_future(work)
+    try:
+        await asyncio.wait({waited})
+    except asyncio.CancelledError:
+        lease = current_lease()
+        if lease is not None and not work.done():
+            lease.outlive(work)
+        raise
+    return waited.result()

@@ -222,6 +222,11 @@ class VramLedger:
     def queued(self) -> int:
         return len(self._queue)
 
+    def running(self) -> tuple[float, int, int | None]:
+        """What runs on this GPU now, read at once: ``(working_mb, active, max_active)``."""
+        with self._lock:
+            return self.working_mb, self._active, self.max_active
+
     @property
     def share_in_use(self) -> float:
         return self._share

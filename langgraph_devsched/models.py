@@ -144,6 +144,9 @@ class CallModels:
     """The (model, device) instances handed to the call (in use until it ends)."""
     ended: bool = False
     """`ModelCache.finish` ran: a load the call started that ends later holds nothing."""
+    elsewhere: dict[str, tuple[ModelCache, CallModels]] = field(default_factory=dict)
+    """What the call did with models on other devices (a tool on ``cuda:0`` asking for
+    ``get("cuda:1")``), per device: that device's cache and record, finished with this one."""
 
 
 class _Scope:
@@ -229,6 +232,10 @@ class ModelCache:
         self._cleared = 0
         """How many times `clear` ran: a load that started before the last one ends closed."""
         self._measured: dict[str, float] = {}
+        self.route: Callable[[str], ModelCache] | None = None
+        """The cache of a device's instances (a backend with several GPUs sets it): a
+        `ResidentModel.get` for another device loads there, its weights in that GPU's
+        ledger."""
         self.loads = 0
         self.hits = 0
         self.evictions = 0
@@ -273,6 +280,10 @@ class ModelCache:
         for res in record.extra:  # each to the ledger (GPU) that pinned it
             res.release()
         record.extra.clear()
+        elsewhere = list(record.elsewhere.values())
+        record.elsewhere.clear()
+        for cache, used in elsewhere:  # what it used on other devices, in their caches
+            cache.finish(used)
         with self._lock:
             record.ended = True
             for key in record.held:
@@ -373,7 +384,10 @@ class ModelCache:
         self, handle: ResidentModel[M], device: str, record: CallModels | None = None
     ) -> M:
         """The instance of ``handle`` on ``device``, loaded (once, also under concurrent
-        calls) when absent."""
+        calls) when absent; by the cache of ``device`` (`route`) when that is another."""
+        owner = self.route(device) if self.route is not None else self
+        if owner is not self:
+            return owner.instance(handle, device, _elsewhere(record, owner, device))
         side = side_of(device)
         key = (handle.name, device)
         name = handle.name
@@ -509,6 +523,20 @@ class ModelCache:
             entry.instance = None
         if cuda:
             _empty_cuda_cache()
+
+
+def _elsewhere(record: CallModels | None, cache: ModelCache, device: str) -> CallModels | None:
+    """The record of what a call does on ``device`` (another cache's): made on first use,
+    finished with the call's own record."""
+    if record is None:
+        return None
+    if record.ended:  # the call already ended: nothing will finish a new record
+        return None
+    found = record.elsewhere.get(device)
+    if found is None:
+        found = (cache, CallModels(device))
+        record.elsewhere[device] = found
+    return found[1]
 
 
 def _cuda_allocated(device: str) -> float | None:

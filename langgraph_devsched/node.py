@@ -39,7 +39,6 @@ from langgraph_devsched.call_runner import CallRunner, is_sync_only
 from langgraph_devsched.device import injected_device_args, placed
 from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.hedge_race import race
-from langgraph_devsched.hedging import hedge_id
 from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
 from langgraph_devsched.idle import IdleCalibration
 from langgraph_devsched.langsmith_check import check_langsmith
@@ -203,7 +202,7 @@ class DeviceToolNode(ToolNode):
             self.idle = IdleCalibration(
                 scheduler=self.scheduler, backend=self.backend, tools=self.tools_by_name,
                 specs=self.device_specs, device_args=self._device_args,
-                observe=self._observe_idle)
+                observe=self._observe_idle, impls=self._impls)
         if wrap_tool_call is not None and awrap_tool_call is None:
             # upstream runs a sync wrapper on the event loop under ainvoke, one call at a time
             self._awrap_tool_call = threaded_wrapper(wrap_tool_call)
@@ -387,8 +386,8 @@ class DeviceToolNode(ToolNode):
         recorded as such, and the step closes if nothing else of it still runs."""
         if step is None:
             return
-        if step.report.decision.hedges:
-            own = own + [hedge_id(c) for c in own if hedge_id(c) in step.planned]  # unraced
+        if step.seconds:
+            own = own + [step.seconds[c] for c in own if c in step.seconds]  # unraced
         try:
             step.execution.close_unstarted(
                 own, "not run: its invocation ended (cancelled or answered) before it started"
@@ -487,7 +486,7 @@ class DeviceToolNode(ToolNode):
                 sync_execute if is_sync_only(request.tool) else None,
             )
 
-        if hedge_id(call_id or "") in step.planned:  # side-effect free: run on both sides
+        if call_id in step.seconds:  # side-effect free: run on both sides
             return await self._arun_hedged(step, request, planned)
         return await planned(request)
 
@@ -498,7 +497,7 @@ class DeviceToolNode(ToolNode):
         """A hedged call: its two runs raced (`hedge_race.race`), one answer under the
         call's own id, the loser cancelled at the decision's bound."""
         call_id = request.tool_call.get("id") or ""
-        second_id = hedge_id(call_id)
+        second_id = step.seconds[call_id]
         second = request.override(tool_call={**request.tool_call, "id": second_id})
         observed = (step.execution.observed_ms(call_id), step.execution.observed_ms(second_id))
         answer, second_won = await race(

@@ -40,7 +40,7 @@ from langgraph_devsched.decision_trace import (
 )
 from langgraph_devsched.executors.base import Backend, PlannedCall, StepExecution
 from langgraph_devsched.gpus import check_gpus, describe_devices
-from langgraph_devsched.hedging import HEDGE_BOUND, checked_hedges, hedge_id, settle
+from langgraph_devsched.hedging import HEDGE_BOUND, checked_hedges, hedge_ids, settle
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import (
@@ -97,6 +97,8 @@ class PlannedStep:
     plain: bool = False
     """A lean step (`lean_step`) whose runs nobody observes: the node runs each call as
     `ToolNode` does and the execution books it (``run_plain``)."""
+    seconds: dict[str, str] = field(default_factory=dict)
+    """The id of each hedged call's second run (`hedging.hedge_ids`: never a call's id)."""
 
 
 def shared_step_key(batch: Batch, config: RunnableConfig | None) -> StepKey | None:
@@ -453,14 +455,16 @@ class StepPlanner:
                                    decision.gpus.get(c.call_id))
             for c in batch.calls
         }
+        seconds = hedge_ids(planned, [c for c in batch.call_ids if c in decision.hedges]
+                            ) if decision.hedges else {}
         for c in batch.calls:  # a hedged call's second run (`hedging`): a call of its own
-            if c.call_id in decision.hedges:
-                second = hedge_id(c.call_id)
+            if c.call_id in seconds:
+                second = seconds[c.call_id]
                 planned[second] = PlannedCall(second, c.tool, decision.hedges[c.call_id],
                                               c.spec)
         execution = self.backend.start_step(list(planned.values()))
         report = StepReport(batch, decision, self.scheduler.name, fallbacks)
-        return PlannedStep(report, execution, planned, key)
+        return PlannedStep(report, execution, planned, key, seconds=seconds)
 
     # -- closing ------------------------------------------------------------------------------
     def close(self, step: PlannedStep | None) -> StepReport | None:
@@ -477,7 +481,8 @@ class StepPlanner:
                 if self._steps.get(step.key) is step:
                     del self._steps[step.key]
         decision = step.report.decision
-        record = settle(step.execution.record(), decision.hedges, bound=decision.hedge_bound)
+        record = settle(step.execution.record(), decision.hedges, bound=decision.hedge_bound,
+                        seconds=step.seconds)
         step.report.record = record
         for hook in self._on_close:
             try:

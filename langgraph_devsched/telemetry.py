@@ -58,6 +58,13 @@ class GpuDevice:
     """Model weights resident on this GPU now, least recently used first."""
     speed: float = 1.0
     """Declared relative compute speed (1: the reference GPU; 2: twice as fast)."""
+    working_mb: float = 0.0
+    """Working memory the calls running here now reserve (their weights are in
+    ``resident``); 0 where the reader does not see them (telemetry alone)."""
+    active: int = 0
+    """Calls running on this GPU now (as its ledger counts them)."""
+    max_active: int | None = None
+    """Its concurrency cap (``gpu_concurrency``), None: none."""
 
     @property
     def device(self) -> str:
@@ -76,6 +83,20 @@ class GpuDevice:
     def warm(self, model: str) -> bool:
         """Whether ``model``'s weights are resident on this GPU now."""
         return any(w.model == model and w.side == "gpu" for w in self.resident)
+
+    @property
+    def room_mb(self) -> float:
+        """What a call could get here now once every idle model is evicted: the budget less
+        what else holds it, the running calls' working memory, and the weights in use or
+        kept warm."""
+        kept = sum(w.weights_mb for w in self.resident
+                   if w.side == "gpu" and (w.in_use > 0 or w.keep_warm))
+        return float(self.budget_mb - self.used_mb - self.working_mb - kept)
+
+    @property
+    def at_cap(self) -> bool:
+        """Whether it already runs its concurrency cap of calls."""
+        return self.max_active is not None and self.active >= self.max_active
 
 
 @dataclass(frozen=True)
@@ -196,7 +217,7 @@ def nvml_target(cuda_index: int, env: Mapping[str, str] | None = None) -> int | 
     if cuda_index >= len(entries):
         return cuda_index
     entry = entries[cuda_index]
-    return int(entry) if entry.isdigit() else entry
+    return int(entry) if entry.isascii() and entry.isdigit() else entry
 
 
 def nvml_reading(

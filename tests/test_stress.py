@@ -124,3 +124,21 @@ def test_the_checker_counts_lost_duplicated_and_stray_answers() -> None:
     assert run.violations == 4  # a duplicated, zz stray, b lost, c answered by another tool
     assert any("got no answer" in v for v in run.violation_examples)
     assert any("unexpected answer 'ocr:c@cpu'" in v for v in run.violation_examples)
+
+
+def test_stress_on_several_gpus_prints_one_ledger_line_per_gpu(tmp_path: Path) -> None:
+    out = tmp_path / "s.json"
+    args = ["stress", "--gpus", "2", "--calls", "60", "--seed", "3", "--json", str(out)]
+    for kind in PROBE_FAULTS:
+        args += ["--fault-rate", f"{kind}=0"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    got = [(x["backend"], x["device"], x["budget_mb"]) for x in report["ledgers"]]
+    assert sorted(got) == [("local", "cuda:0", 8000.0), ("local", "cuda:1", 4000.0),
+                           ("simulated", "cuda:0", 8000.0), ("simulated", "cuda:1", 4000.0)]
+    for ledger in report["ledgers"]:  # each GPU against its own budget
+        assert ledger["peak_mb"] <= ledger["budget_mb"] and ledger["end_mb"] == 0
+    lines = [line for line in result.output.splitlines() if line.startswith("ledger ")]
+    assert len(lines) == 4 and any(line.startswith("ledger local cuda:1: ") for line in lines)
+    assert "/ 4000 MB" in "\n".join(lines)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import threading
 import time
@@ -97,6 +98,24 @@ class GpuConfig:
     background_mb: float = 0.0
     speed: float = 1.0
     """Declared relative compute speed (schedulers read it in `GpuDevice.speed`)."""
+
+    def __post_init__(self) -> None:
+        check_gpu_config(self)
+
+
+def check_gpu_config(config: GpuConfig) -> None:
+    """`ValueError` naming the GPU and the field for a budget, background or speed that is
+    not a finite number in range (each GPU of a list is checked alike, one GPU too)."""
+    rules = (("vram_budget_mb", config.vram_budget_mb, "a finite number of MB > 0", 0.0, False),
+             ("background_mb", config.background_mb, "a finite number of MB >= 0", 0.0, True),
+             ("speed", config.speed, "a finite number > 0 (1: the tools' declared speed)",
+              0.0, False))
+    for field, value, valid, low, low_ok in rules:
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and math.isfinite(value) and (value >= low if low_ok else value > low))
+        if not ok:
+            raise ValueError(f"GpuConfig(device={config.device!r}): {field} must be {valid}, "
+                             f"got {value!r}")
 
 
 @dataclass
@@ -212,6 +231,7 @@ class LocalBackend:
                     max_models=self._max_models, clock=self._clock)
                 ledger = self._new_ledger(index, config, models)
                 models.ledger = ledger
+                models.route = self.cache_for  # each device's instances in its own cache
                 self._lanes.append(_Lane(index, config, ledger, models))
                 if self.nvml_background or (self.nvml_background is None and not (
                         self._gpu_list or isinstance(gpu, GpuConfig))):
@@ -324,11 +344,13 @@ class LocalBackend:
         return dataclasses.replace(cached[1], resident=resident)
 
     def _with_resident(self, state: DeviceState) -> DeviceState:
-        """Several GPUs: each device's weights now, and all of them (then the host's) flat."""
+        """Several GPUs: each device's weights and running calls now (`VramLedger.running`),
+        and all the weights (then the host's) flat."""
         per_gpu = [tuple(w for w in lane.models.resident() if w.side == "gpu")
                    for lane in self._lanes]
         host = tuple(w for w in self._models.resident() if w.side == "cpu")
-        gpus = tuple(dataclasses.replace(d, resident=per_gpu[d.index]) for d in state.gpus)
+        gpus = tuple(_live(dataclasses.replace(d, resident=per_gpu[d.index]),
+                           self._lanes[d.index].ledger) for d in state.gpus)
         return dataclasses.replace(state, resident=sum(per_gpu, ()) + host, gpus=gpus)
 
     def _read_state(self) -> DeviceState:
@@ -619,6 +641,12 @@ class _LocalStep(BookedStep):
             raise
         finally:
             lease.end(lambda: self._end(call, state))
+
+
+def _live(device: GpuDevice, ledger: VramLedger) -> GpuDevice:
+    """``device`` with what runs on it now (`VramLedger.running`)."""
+    working, active, cap = ledger.running()
+    return dataclasses.replace(device, working_mb=working, active=active, max_active=cap)
 
 
 @dataclass

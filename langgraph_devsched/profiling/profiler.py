@@ -64,7 +64,8 @@ def parse_devices(devices: Sequence[str] | str) -> list[str]:
         if not raw:
             continue
         kind, _, index = raw.partition(":")
-        if kind not in DEVICE_KINDS or (index and (kind == "cpu" or not index.isdigit())):
+        digits = index.isascii() and index.isdigit()  # "²" passes isdigit, not int
+        if kind not in DEVICE_KINDS or (index and (kind == "cpu" or not digits)):
             raise ValueError(f"unknown device {raw!r}; valid devices: cpu, cuda, cuda:<index>")
         dev = "cpu" if kind == "cpu" else f"cuda:{index or 0}"
         if dev not in out:

@@ -42,7 +42,7 @@ from langgraph_devsched.schedulers.costs import (
     declared_transfer,
     load_cost,
 )
-from langgraph_devsched.schedulers.gpu_workers import WorkerQueues, allowed_gpus, gpu_load_cost
+from langgraph_devsched.schedulers.gpu_workers import WorkerQueues, fitting_gpus, gpu_load_cost
 from langgraph_devsched.schedulers.static import constrained
 from langgraph_devsched.schedulers.tables import LruTable
 from langgraph_devsched.telemetry import GpuDevice
@@ -189,7 +189,7 @@ class DmdaScheduler(SchedulerBase):
             best: tuple[float, int, int] = (float("inf"), 1, -1)
             if can_use(call.spec, "gpu", True):
                 declared = declared_cost(call.spec, "gpu")
-                for d in allowed_gpus(call.call_id, call.spec, devices):
+                for d in fitting_gpus(call.call_id, call.spec, call.tool, devices):
                     end = (queues.gpu[d.index]
                            + self.device_length(call.tool, d, declared, transfer) + transfer
                            + gpu_load_cost(call.spec, call.tool, d, queues.loaded))

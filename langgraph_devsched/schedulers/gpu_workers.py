@@ -4,7 +4,8 @@ Each GPU is one worker with its own queue end; a call's expected length there is
 compute divided by the GPU's declared ``speed``, plus the declared transfer (not faster on a
 faster GPU), plus its model's declared load time unless the model is warm on that GPU (or an
 earlier call of the batch loads it there). Only the GPUs the call's ``gpus`` hint allows
-are candidates (`gpus.candidates`). The first call given to a GPU gets ``gpu_now``, later
+are candidates (`gpus.candidates`), and of those the ones that can take the call now
+(`fitting_gpus`), when any can. The first call given to a GPU gets ``gpu_now``, later
 ones ``gpu_queued``.
 
 >>> from langgraph_devsched.hints import LoadProfile, ToolDeviceSpec
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from langgraph_devsched.gpus import GpuCall, candidates
+from langgraph_devsched.gpus import GpuCall, candidates, takes_now
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.telemetry import GpuDevice
@@ -47,6 +48,17 @@ def allowed_gpus(
         return list(devices)
     keep = set(candidates(GpuCall(call_id, allowed=spec.gpus), [d.index for d in devices]))
     return [d for d in devices if d.index in keep]
+
+
+def fitting_gpus(
+    call_id: str, spec: ToolDeviceSpec, tool: str, devices: Sequence[GpuDevice]
+) -> list[GpuDevice]:
+    """The allowed devices (`allowed_gpus`) that can take the call now (`gpus.takes_now`:
+    below their cap, its memory fits once their idle models are evicted); all the allowed
+    ones when none can."""
+    allowed = allowed_gpus(call_id, spec, devices)
+    call = GpuCall(call_id, spec.model_name(tool), spec.vram_mb, spec.weights_mb)
+    return [d for d in allowed if takes_now(call, d)] or allowed
 
 
 def gpu_option(used: set[int], index: int) -> DeviceOption:

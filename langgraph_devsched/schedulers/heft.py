@@ -28,7 +28,7 @@ from __future__ import annotations
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.schedulers.costs import declared_cost, declared_transfer, load_cost
-from langgraph_devsched.schedulers.gpu_workers import WorkerQueues, allowed_gpus, gpu_load_cost
+from langgraph_devsched.schedulers.gpu_workers import WorkerQueues, fitting_gpus, gpu_load_cost
 from langgraph_devsched.schedulers.static import constrained
 
 
@@ -108,7 +108,7 @@ class HeftScheduler(SchedulerBase):
             transfer = declared_transfer(call.spec)
             best: tuple[float, int, int] = (float("inf"), 1, -1)
             if gpu_cost != float("inf"):
-                for d in allowed_gpus(call.call_id, call.spec, devices):
+                for d in fitting_gpus(call.call_id, call.spec, call.tool, devices):
                     eft = (queues.gpu[d.index] + (gpu_cost - transfer) / d.speed + transfer
                            + gpu_load_cost(call.spec, call.tool, d, queues.loaded))
                     best = min(best, (eft, 0, d.index))

@@ -11,9 +11,10 @@ On a machine with several GPUs (``SchedulerView.devices``) an arm also names the
 GPU-placed call: a call's choices are ``cpu`` and each GPU option on each GPU its ``gpus``
 hint allows (2k + 1 with k GPUs), and the static estimate takes each GPU apart (its calls'
 declared GPU time over its declared ``speed``, plus their model's declared load where it is
-cold there, a ``gpu_now`` counted as CPU where it does not fit that GPU's free VRAM; of arms
-alike in that estimate, the one with less work in all, loads included, first). The decision
-names the arm's GPUs (``Decision.gpus``). One GPU: the arms and the decisions of
+cold there, a ``gpu_now`` counted as CPU where it does not fit that GPU's room, its idle
+models evicted: ``GpuDevice.room_mb``, or the GPU runs its cap of calls now; of arms
+alike in that estimate, the one with less work in all, loads included, first). The
+decision names the arm's GPUs (``Decision.gpus``). One GPU: the arms and the decisions of
 before, exactly (no GPU named).
 
 Bounded: up to ``enumerate_limit`` mappings the arms are every mapping, sorted by the static
@@ -183,9 +184,10 @@ class UcbScheduler(SchedulerBase):
             loaded: set[tuple[str, int]] = set()
             for c, g, x, mb, (o, k) in zip(calls, gpu, cpu, vram, arm, strict=True):
                 device = by_index.get(k) if k is not None else None
-                free = free_mb if device is None else device.free_mb
-                if o == "gpu_now" and held.get(k, 0.0) + mb > free:
-                    cpu_ms.append(x)  # declared VRAM does not fit: expect OOM, then CPU
+                free = free_mb if device is None else device.room_mb  # idle models go
+                if o == "gpu_now" and (held.get(k, 0.0) + mb > free
+                                       or (device is not None and device.at_cap)):
+                    cpu_ms.append(x)  # does not fit, or its GPU is at its cap: then CPU
                 elif o != "cpu":
                     if device is not None:  # several GPUs: its speed, a cold model's load
                         g = g / device.speed + gpu_load_cost(c.spec, c.tool, device, loaded)

@@ -49,6 +49,12 @@ class Lane:
     """The ledgers of GPUs 1, 2, ... of a local lane with several GPUs."""
     gpus: int = 1
     """GPUs of the lane's machine (several: the calls per device are counted)."""
+    more_figures: list[LedgerFigures] = field(default_factory=list)
+    """The figures of GPUs 1, 2, ... (``figures`` is GPU 0's), each against its own budget."""
+
+    def all_figures(self) -> list[LedgerFigures]:
+        """One `LedgerFigures` per GPU, index order."""
+        return [self.figures, *self.more_figures]
 
 
 class Checker:
@@ -251,6 +257,9 @@ class Checker:
                 per_gpu: list[dict[str, float]] = record.extra.get("gpus", [])  # type: ignore[assignment]
                 for i, gpu in enumerate(per_gpu):
                     peak, budget = gpu["vram_peak_mb"], gpu["vram_budget_mb"]
+                    if i < len(lane.all_figures()):
+                        fig = lane.all_figures()[i]
+                        fig.peak_mb, fig.end_mb = max(fig.peak_mb, peak), gpu["vram_end_mb"]
                     if peak > budget + 1e-6 or abs(gpu["vram_end_mb"]) > 1e-6:
                         self.violation(f"simulated ledger of cuda:{i}: peak {peak} of {budget}, "
                                        f"end {gpu['vram_end_mb']}")
@@ -307,11 +316,9 @@ class Checker:
         ledger = lane.ledger
         if ledger is None:
             return True
-        f = lane.figures
-        f.peak_mb, f.end_mb = ledger.peak_mb, ledger.in_use_mb
-        f.end_active, f.end_queued = ledger.active, ledger.queued
-        for more in lane.more_ledgers:
-            f.peak_mb = max(f.peak_mb, more.peak_mb)
+        for f, gpu in zip(lane.all_figures(), (ledger, *lane.more_ledgers), strict=False):
+            f.peak_mb, f.end_mb = gpu.peak_mb, gpu.in_use_mb  # each GPU against its own budget
+            f.end_active, f.end_queued = gpu.active, gpu.queued
         if not self.ledger_zero(lane):
             for i, gpu in enumerate((ledger, *lane.more_ledgers)):
                 if abs(gpu.in_use_mb) <= 1e-6 and gpu.active == 0 and gpu.queued == 0:

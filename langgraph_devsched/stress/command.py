@@ -77,7 +77,8 @@ def print_report(report: StressReport) -> None:
     console.print(table)
     for ledger in report.ledgers:
         console.print(
-            f"ledger {ledger.backend}: peak {ledger.peak_mb:.0f} / {ledger.budget_mb:.0f} MB, "
+            f"ledger {ledger.backend} {ledger.device}: peak {ledger.peak_mb:.0f} / "
+            f"{ledger.budget_mb:.0f} MB, "
             f"end {ledger.end_mb:.0f} MB ({ledger.end_active} active, {ledger.end_queued} queued)"
         )
     console.print(

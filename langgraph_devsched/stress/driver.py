@@ -198,8 +198,10 @@ class _Run:
             more = backend.ledgers[1:]
             node = DeviceToolNode(self.toolbox.tools(), backend=backend, **common)
         graph = StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
-        figures = LedgerFigures(backend=name, budget_mb=VRAM_BUDGET_MB)
-        return Lane(name, node, graph, scheduler, ledger, figures, reports, more, k)
+        per_gpu = [LedgerFigures(backend=name, budget_mb=budget, device=f"cuda:{i}")
+                   for i, (budget, _) in enumerate(stress_gpus(k))]
+        return Lane(name, node, graph, scheduler, ledger, per_gpu[0], reports, more, k,
+                    more_figures=per_gpu[1:])
 
     def _draw(self, kinds: tuple[str, ...]) -> str | None:
         u, acc = self.rng.random(), 0.0
@@ -475,7 +477,8 @@ class _Run:
             fallbacks={k[9:]: v for k, v in counts.items() if k.startswith("fallback:")},
             agentic_causes={k[8:]: v for k, v in counts.items() if k.startswith("agentic:")},
             faults=figures,
-            ledgers=[lane.figures for lane in self.lanes],
+            ledgers=[f.model_copy(update={"steps": lane.figures.steps})
+                     for lane in self.lanes for f in lane.all_figures()],
             counters=other,
             violations=c.violations,
             violations_by_kind=c.violations_by_kind.as_dict(),

@@ -60,6 +60,11 @@ ProbeFault = Literal[
     "close_during_call",
     "kept_no_room",
     "deadline_queue",
+    "cut_calibration",
+    "cross_gpu_get",
+    "cap_beside_idle",
+    "evictable_only_fit",
+    "hostile_ids",
 ]
 """Scenario faults (`langgraph_devsched.stress.probes`): each runs its own small node after a
 step, in its own thread and event loop, bounded in time. They are drawn independently of each
@@ -108,6 +113,13 @@ DEFAULT_RATES: dict[str, float] = {
     "close_during_call": 0.24,  # each probe: close() while the call runs, and while it loads
     "kept_no_room": 0.24,
     "deadline_queue": 0.24,
+    # several GPUs, hedges and idle calibration: a probe on both backends runs on one of
+    # them per probe (0.24), a local one always locally (0.12): each over 100 times
+    "cut_calibration": 0.24,  # each probe: a sync tool's idle run cut, on the GPU or the CPU
+    "cross_gpu_get": 0.12,  # local: a get() for another GPU, then a call beside its weights
+    "cap_beside_idle": 0.12,  # local: gpu_concurrency=1, the roomiest GPU busy
+    "evictable_only_fit": 0.24,  # the only GPU that fits holds an idle model
+    "hostile_ids": 0.24,  # call ids like a hedge's second run, Unicode, separators, long
 }
 """Rates that inject every kind well over 100 times in a 10,000-call run (about 1,200 steps;
 a flood counts each of its hanging or garbage consultations, a cancel_gpu_sync probe its two

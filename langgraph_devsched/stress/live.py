@@ -169,19 +169,21 @@ class LiveModels:
         with self._lock:
             return len(self._loading)
 
-    def held_gpu(self) -> list[Instance]:
-        """GPU instances loading or live (what the device really holds)."""
+    def held_gpu(self, device: str | None = None) -> list[Instance]:
+        """GPU instances loading or live (what the device really holds); ``device``: on
+        that GPU only."""
         with self._lock:
             both = [*self._loading.values(), *self._live.values()]
-        return [i for i in both if is_gpu_device(i.device)]
+        return [i for i in both if is_gpu_device(i.device) and device in (None, i.device)]
 
-    def live_gpu_mb(self) -> dict[str, float]:
-        """Live GPU instances' weights by model (loads finished, not released)."""
+    def live_gpu_mb(self, device: str | None = None) -> dict[str, float]:
+        """Live GPU instances' weights by model (loads finished, not released); ``device``:
+        on that GPU only."""
         with self._lock:
             live = list(self._live.values())
         out: dict[str, float] = {}
         for i in live:
-            if is_gpu_device(i.device):
+            if is_gpu_device(i.device) and device in (None, i.device):
                 out[i.model] = out.get(i.model, 0.0) + i.mb
         return out
 
@@ -190,9 +192,11 @@ class LiveLedger(VramLedger):
     """A `VramLedger` compared with `LiveModels` at every grant and release (see module)."""
 
     def __init__(self, budget_mb: float, models: LiveModels, *,
-                 max_active: int | None = None) -> None:
+                 max_active: int | None = None, device: str | None = None) -> None:
         super().__init__(budget_mb, max_active=max_active)
         self.live_models = models
+        self.device = device
+        """The GPU whose instances it is compared with (None: every GPU instance)."""
         self.problems: list[str] = []
         self.checks = 0
         self._freeing: set[str] = set()
@@ -207,7 +211,7 @@ class LiveLedger(VramLedger):
     def _compare_locked(self, where: str) -> None:
         self.checks += 1
         resident = {w.model for w in self._warm_locked()}
-        held = self.live_models.held_gpu()
+        held = self.live_models.held_gpu(self.device)
         freed_now = {m for m in self._freeing if all(i.model != m for i in held)}
         self._freeing -= freed_now | resident
         uncounted = [i for i in held if i.model not in resident and i.model not in self._freeing]
@@ -252,7 +256,7 @@ class LiveLedger(VramLedger):
         with self._lock:
             resident = {w.model: w.weights_mb for w in self._warm_locked()}
             working, active = self.working_mb, self.active
-        live = self.live_models.live_gpu_mb()
+        live = self.live_models.live_gpu_mb(self.device)
         if active or abs(working) > _EPS:
             out.append(f"not at rest: {active} active, {working:.0f} MB working memory")
         phantom = sorted(set(resident) - set(live))
@@ -290,3 +294,26 @@ def live_backend(
     backend._ledger = ledger
     backend.models.ledger = ledger
     return backend, ledger
+
+
+def live_gpus_backend(
+    models: LiveModels,
+    budgets: list[float],
+    *,
+    queue_timeout_s: float | None = None,
+    gpu_concurrency: int | None = None,
+) -> tuple[LocalBackend, list[LiveLedger]]:
+    """A `LocalBackend` on declared GPUs ``cuda:0``, ``cuda:1``, ... (one budget each), each
+    GPU's ledger a `LiveLedger` compared with the live instances on that GPU alone."""
+    with contextlib.suppress(ImportError):
+        importlib.import_module("torch")
+    backend = LocalBackend(gpu=[GpuConfig(mb, f"cuda:{i}") for i, mb in enumerate(budgets)],
+                           queue_timeout_s=queue_timeout_s, gpu_concurrency=gpu_concurrency)
+    ledgers = []
+    for i, mb in enumerate(budgets):
+        ledger = LiveLedger(mb, models, max_active=gpu_concurrency, device=f"cuda:{i}")
+        lane = backend.lane(i)
+        lane.ledger = ledger  # the checked ledger stands in for the GPU's own
+        lane.models.ledger = ledger
+        ledgers.append(ledger)
+    return backend, ledgers

@@ -21,6 +21,12 @@ from collections.abc import Callable
 
 from langgraph_devsched.stress.kit import ProbeContext, ProbeResult
 from langgraph_devsched.stress.probe_gpu import cancel_gpu_sync, oom_cpu_slots
+from langgraph_devsched.stress.probe_gpus import (
+    cap_beside_idle,
+    cross_gpu_get,
+    evictable_only_fit,
+)
+from langgraph_devsched.stress.probe_hostile import cut_calibration, hostile_ids
 from langgraph_devsched.stress.probe_llm import llm_garbage_flood, llm_hang_flood
 from langgraph_devsched.stress.probe_loads import cancel_load, loader_error, slow_load
 from langgraph_devsched.stress.probe_models import resident_models
@@ -136,6 +142,36 @@ PROBES: dict[str, tuple[Probe, tuple[str, ...], str]] = {
         deadline_queue, BOTH,
         "a gpu_queued call behind a timed-out sync tool (its VRAM, or the gpu_concurrency "
         "slot): answered within its deadline + 0.5 s + 10x a plain step's time",
+    ),
+    "cut_calibration": (
+        cut_calibration, BOTH,
+        "an idle calibration run of a sync tool cut by the next step: its thread keeps its "
+        "6,000 MB (the next GPU call: CPU, oom) or its CPU slot (cpu_workers=1) until it "
+        "returns, tools never over the budget nor 2 CPU runs at once (local); the next step "
+        "answered once",
+    ),
+    "cross_gpu_get": (
+        cross_gpu_get, ("local",),
+        "a tool on cuda:a asks for get('cuda:b'), then a 7,000 MB call on cuda:b: the "
+        "weights count on cuda:b's ledger, every GPU's ledger equals its live instances at "
+        "every grant and release and at rest, never over budget, 0 after close",
+    ),
+    "cap_beside_idle": (
+        cap_beside_idle, ("local",),
+        "gpu_concurrency=1, another step's call on the roomiest GPU: 1..k-1 gpu_now or "
+        "gpu_queued calls naming no GPU run at once on the idle GPUs, none on the CPU",
+    ),
+    "evictable_only_fit": (
+        evictable_only_fit, BOTH,
+        "the only GPU that fits 14,000 + 1,000 MB holds an idle 17,000 MB model: every "
+        "drawn scheduler's call runs there (the model evicted), never on the CPU; (local) "
+        "live instances == residents on every GPU",
+    ),
+    "hostile_ids": (
+        hostile_ids, BOTH,
+        "call ids like a hedge's (x~hedge, x~hedge~2), Unicode, separators, 200 characters, "
+        "x hedged: one answer per id with its own output, one record entry per id, each on "
+        "the device it was decided",
     ),
 }
 """Kind -> (probe, the backends it applies to, its expected outcome)."""

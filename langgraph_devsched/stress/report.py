@@ -16,6 +16,8 @@ class LedgerFigures(BaseModel):
 
     backend: str
     budget_mb: float
+    device: str = "cuda:0"
+    """The GPU of the backend's machine these figures are of (one line per GPU)."""
     peak_mb: float = 0.0
     end_mb: float = 0.0
     end_active: int = 0

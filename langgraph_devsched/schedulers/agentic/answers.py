@@ -241,8 +241,8 @@ def parse_answer(args: Any) -> ParsedAnswer:
 PICK_REASON_CHARS = 40
 MAX_PICK_TEXT = 4000
 _PICK_KEYS = ("pick", "candidate", "choice", "index", "answer", "number")
-_KEYED = re.compile(r'"(?:pick|candidate|choice|index)"\s*:\s*"?(\d+)')
-_INT = re.compile(r"(?<![\w.])(\d+)(?![\w])")
+_KEYED = re.compile(r'"(?:pick|candidate|choice|index)"\s*:\s*"?([0-9]+)')
+_INT = re.compile(r"(?<![\w.])([0-9]+)(?![\w])")  # ASCII digits: int() reads no others
 
 
 def parse_pick(text: str, k: int) -> tuple[int, str] | None:
@@ -260,7 +260,7 @@ def parse_pick(text: str, k: int) -> tuple[int, str] | None:
         if key is None:
             continue
         n = value[key]
-        n = int(n) if isinstance(n, str) and n.strip().isdigit() else n
+        n = int(n) if isinstance(n, str) and n.strip().isascii() and n.strip().isdigit() else n
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= k:
             return None
         return n, str(value.get("reason") or "")[: 2 * PICK_REASON_CHARS]

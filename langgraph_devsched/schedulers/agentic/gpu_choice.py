@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from langgraph_devsched.gpus import GpuCall, default_gpus, gpu_index
+from langgraph_devsched.gpus import GpuCall, ascii_index, default_gpus, gpu_index
 from langgraph_devsched.options import DEVICE_OPTIONS, GPU_OPTIONS
 from langgraph_devsched.schedulers.agentic.answers import ParsedAnswer
 from langgraph_devsched.schedulers.gpu_workers import allowed_gpus
@@ -56,7 +56,9 @@ def split(value: str) -> tuple[str, int | None]:
     if not sep:
         return option, None
     where = where.strip()
-    index = int(where) if where.isdigit() else gpu_index(where)
+    index = ascii_index(where)  # ASCII digits only: "²" passes isdigit, not int
+    if index is None:
+        index = gpu_index(where)
     return option.strip(), _BAD if index is None or where == "cuda" else index
 
 
