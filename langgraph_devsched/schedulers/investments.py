@@ -195,8 +195,9 @@ class Investments:
         uses next times its saving). Evicting an idle model loses the same figure for it
         when its own load also fits in an idle time (it can come back before it is needed
         again), else its whole worth; a load evicts only models that lose less. A model
-        expected next whose calls are better served on the CPU loads into host memory
-        instead, so that its first CPU call does not wait for it."""
+        expected next whose calls are better served on the CPU (warm there), or that gets
+        no GPU, loads into host memory instead, so that its first CPU call does not wait
+        for it."""
         if idle_ms <= 0 or not device.devices:
             return []
         gpus = {g.index: _Room(g) for g in device.devices}
@@ -232,7 +233,7 @@ class Investments:
             if (eco is None or model in host or len(out) >= MAX_PRELOADS
                     or eco.cpu_load_ms <= 0 or busy + eco.cpu_load_ms > idle_ms
                     or self.forecast.next_rate(model) <= 0
-                    or any(r.holds(model) for r in gpus.values())):
+                    or (eco.saving_ms > 0 and any(r.holds(model) for r in gpus.values()))):
                 continue
             out.append(Preload(model, 0, eco.cpu_load_ms,
                                eco.cpu_load_ms * min(1.0, self.forecast.next_rate(model)),
