@@ -167,6 +167,13 @@ class _Search:
 
     def greedy(self, state: batchsim.Residency) -> tuple[float, _Path]:
         """The round paid by the per-batch optimum from ``state`` (an upper bound)."""
+        total, path, _ = self.greedy_round(state)
+        return total, path
+
+    def greedy_round(
+        self, state: batchsim.Residency
+    ) -> tuple[float, _Path, batchsim.Residency]:
+        """`greedy`, and the state the round leaves."""
         np = batchsim.require_numpy()
         total, path = 0.0, []
         for b, codes in enumerate(self.codes):
@@ -177,7 +184,7 @@ class _Search:
             total += float(spans[row])
             path.append(tuple(DEVICE_OPTIONS[int(c)] for c in codes[row]))
             state = step.ends[int(step.index[row])]
-        return total, tuple(path)
+        return total, tuple(path), state
 
     def moves(
         self, step: _Step, b: int, limit: float
@@ -357,14 +364,8 @@ def whole_run_reference(
 def _greedy_total(search: _Search, state: batchsim.Residency, rounds: int) -> float:
     """The total of the per-step optimum run step after step (a feasible plan: an upper
     bound on the whole-run reference)."""
-    np = batchsim.require_numpy()
     total = 0.0
     for _ in range(rounds):
-        for b, codes in enumerate(search.codes):
-            step = search.step(state, b)
-            search.bed.restore(state)
-            spans = search.bed.codes_makespans(search.tools[b], codes, prune=True)
-            row = int(np.argmin(spans))
-            total += float(spans[row])
-            state = step.ends[int(step.index[row])]
+        spent, _, state = search.greedy_round(state)
+        total += spent
     return total

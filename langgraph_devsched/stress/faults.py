@@ -14,7 +14,7 @@ ValueError: --fault-rate 'nope=0.1': unknown fault kind 'nope'; valid kinds: too
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, cast, get_args
 
 CallFault = Literal["tool_error", "gpu_oom", "slow", "hang", "bad_call"]
@@ -127,19 +127,21 @@ cancellations, a loader_error, slow_load or cancel_load probe its two loads)."""
 
 
 def parse_fault_rates(
-    items: Iterable[str], base: Mapping[str, float] | None = None
+    items: Iterable[str], base: Mapping[str, float] | None = None,
+    kinds: Sequence[str] = FAULT_KINDS,
 ) -> dict[str, float]:
-    """``KIND=P`` strings over ``base`` (default `DEFAULT_RATES`); errors name the valid kinds."""
+    """``KIND=P`` strings over ``base`` (default `DEFAULT_RATES`), each KIND one of ``kinds``;
+    errors name the valid kinds."""
     rates = dict(DEFAULT_RATES if base is None else base)
     for item in items:
         kind, sep, value = item.partition("=")
         kind = kind.strip()
         if not sep:
             raise ValueError(f"--fault-rate {item!r}: expected KIND=P, e.g. hang=0.02")
-        if kind not in FAULT_KINDS:
+        if kind not in kinds:
             raise ValueError(
                 f"--fault-rate {item!r}: unknown fault kind {kind!r}; "
-                f"valid kinds: {', '.join(FAULT_KINDS)}"
+                f"valid kinds: {', '.join(kinds)}"
             )
         try:
             p = float(value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from langgraph_devsched.stress.faults import parse_fault_rates
 from langgraph_devsched.stress.processes import (
     DEFAULT_PROCESS_RATES,
     PROCESS_FAULTS,
@@ -19,20 +20,7 @@ def parse_process_rates(items: Iterable[str]) -> dict[str, float]:
     >>> parse_process_rates(["kill_call=0.01"])["kill_call"]
     0.01
     """
-    rates = dict(DEFAULT_PROCESS_RATES)
-    for item in items:
-        kind, sep, value = (x.strip() for x in item.partition("="))
-        if not sep or kind not in PROCESS_FAULTS:
-            raise ValueError(f"--fault-rate {item!r}: with --processes, expected KIND=P with "
-                             f"KIND one of {', '.join(PROCESS_FAULTS)}")
-        try:
-            p = float(value)
-        except ValueError:
-            raise ValueError(f"--fault-rate {item!r}: {value!r} is not a number") from None
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"--fault-rate {item!r}: a rate is a probability in [0, 1]")
-        rates[kind] = p
-    return rates
+    return parse_fault_rates(items, DEFAULT_PROCESS_RATES, PROCESS_FAULTS)
 
 
 def print_process_report(report: ProcessStressReport) -> None:
