@@ -161,15 +161,16 @@ class Investments:
             return 0.0
         return worth_ms(saving_ms=eco.saving_ms, coming_uses=self.forecast.coming(model))
 
-    def paid(self, uses: Iterable[tuple[str, bool, bool]]) -> None:
-        """An executed step's calls on models: (model, ran warm or loaded on a GPU, loaded
-        there this step). A call served cold pays its saving as rent; a load resets it."""
-        for model, on_gpu, loaded in uses:
+    def paid(self, uses: Iterable[tuple[str, bool]]) -> None:
+        """An executed step's calls on models: (model, ran on a GPU, warm or loaded there).
+        A call served off the GPU pays its saving as rent; a GPU call resets it (the model
+        was bought, or was already there)."""
+        for model, on_gpu in uses:
             eco = self._economics.get(model)
             if eco is None:
                 continue
             rent = self._rent.setdefault_with(model, _Rent)
-            if loaded or on_gpu:
+            if on_gpu:
                 rent.paid_ms = 0.0
             else:
                 rent.paid_ms += max(0.0, eco.saving_ms)

@@ -588,7 +588,7 @@ class MonitorPolicy(SchedulerBase):
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
         self._changes.observe(record)
-        self._investments.paid((c.model, c.on_gpu, c.loaded) for c in record.calls if c.model)
+        self._investments.paid((c.model, c.on_gpu) for c in record.calls if c.model)
         # a GPU load seen is what evicting that model costs later steps, whichever batch
         # comes next (a decision learns only its own batch's models' load times)
         if len(self._recent):  # it learns only of models a decision used
