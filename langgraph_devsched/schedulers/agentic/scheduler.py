@@ -79,6 +79,7 @@ from langgraph_devsched.schedulers.agentic.constraints import (
     repair_on_gpus,
 )
 from langgraph_devsched.schedulers.agentic.consult import Outcome, Runner, Tally
+from langgraph_devsched.schedulers.agentic.exploration import ExplorationLedger, Veto
 from langgraph_devsched.schedulers.agentic.gpu_choice import (
     kept,
     several,
@@ -97,7 +98,11 @@ from langgraph_devsched.schedulers.agentic.guard import (
 from langgraph_devsched.schedulers.agentic.model import ChannelState, openai_model
 from langgraph_devsched.schedulers.agentic.modes import Mode, Step, make_mode
 from langgraph_devsched.schedulers.agentic.observations import outcomes_of
-from langgraph_devsched.schedulers.agentic.record import AgenticDecision, ConsultationRecord
+from langgraph_devsched.schedulers.agentic.record import (
+    AgenticDecision,
+    ConsultationRecord,
+    Deviation,
+)
 from langgraph_devsched.schedulers.agentic.slots import ConsultationSlots
 from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerBase
 from langgraph_devsched.schedulers.base import SchedulerView as View
@@ -131,6 +136,11 @@ class AgenticScheduler(SchedulerBase):
     ``max_tokens``: completion tokens per turn (None: sized to the batch). ``guard_ratio``:
     reject an answer the twin predicts worse than this times the best mapping it knows,
     unless it measures what an exploration hint names (None: off).
+    ``max_explorations``: deviations from the policy whose mapping never ran, run as probes
+    per shape at most, each only while its predicted cost fits the shape's budget
+    (``explore_allowance_ms`` plus what the shape's deviations won; `exploration`); None:
+    unbounded (and with the guard off). A deviation measured slower than the fastest measured mapping of its shape is
+    refuted and vetoed (with the guard on).
     ``max_consultations``: consultation threads alive at once (a hung model holds one; all
     held: the step falls back at once, ``busy``). ``drift_tolerance``: the relative change
     of an estimate's mean that invalidates a cached decision. ``retry_failed_after``: steps
@@ -158,6 +168,8 @@ class AgenticScheduler(SchedulerBase):
         guard_ratio: float | None = 1.5,
         candidates: int = 0,
         pick_within: float | None = 1.05,
+        max_explorations: int | None = 2,
+        explore_allowance_ms: float = 0.0,
         max_consultations: int = 2,
         drift_tolerance: float = 0.25,
         retry_failed_after: int = 10,
@@ -193,6 +205,8 @@ class AgenticScheduler(SchedulerBase):
         self.candidates = candidates
         self.pick_within = pick_within
         self.retry_failed_after = retry_failed_after
+        self._explorations = None if max_explorations is None else ExplorationLedger(
+            allowance_ms=explore_allowance_ms, max_probes=max_explorations)
         self.clock = clock
         self.llm_calls = 0
         """Model calls made so far (every consultation's turns, late ones included)."""
@@ -264,8 +278,12 @@ class AgenticScheduler(SchedulerBase):
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
         deviation = getattr(getattr(decision, "consultation", None), "deviation", None)
-        if deviation is not None:
+        if deviation is not None and deviation.answer_measured_ms is None:
             deviation.measured(float(record.makespan_ms))
+            if self._explorations is not None and deviation.predicted_cost_ms is not None:
+                with self._lock:
+                    self._explorations.settled(batch.shape, deviation.predicted_cost_ms,
+                                               won_ms=deviation.won_ms)
         if self._last_device is not None and several(self._last_device):
             self._gpu_outcomes.record(record)
         if self._private_monitor is not None and self._last_device is not None:
@@ -356,8 +374,17 @@ class AgenticScheduler(SchedulerBase):
             return self._whole_fallback(step, entry.failure, "not consulted again yet", record,
                                         cached=True)
         prior = {c: entry.causes[where[c]] for c in batch.call_ids if where[c] in entry.causes}
-        return self._finish(step, answer, f"agentic (cached): {entry.reason}", record,
-                            prior=prior, fit_vram=not entry.fallback_mapping)[0]
+        decision, mapping = self._finish(step, answer, f"agentic (cached): {entry.reason}",
+                                         record, prior=prior, fit_vram=not entry.fallback_mapping)
+        if entry.fallback_mapping:
+            return decision
+        compared = agreement(batch, step.view, self.constraints, mapping, step.lead, step.obs,
+                             step.twin_view, decision.gpus)
+        deviation = compared.get("deviation")
+        if deviation is not None and self._explore(
+                step, deviation, self._measured_verdict(step, mapping, decision.gpus)):
+            return None  # a deviation the evidence no longer allows: the model is asked
+        return replace(decision, consultation=replace(record, **compared))
 
     def _probe(self, step: _Prepared, lead: Decision, *, trial: str | None = None) -> Decision:
         """The monitor's reprobe, run without consulting: symmetric, swap or unknown-side
@@ -431,10 +458,12 @@ class AgenticScheduler(SchedulerBase):
         extra: dict[str, Any] = {}
         measured = self._measured_verdict(step, mapping, decision.gpus)
         if measured is not None and measured.rejected and not outcome.unguarded:
-            rejected = replace(record, cause="guarded", detail=measured.text(),
+            veto = Veto("refuted", measured.answer_ms, measured.fastest_ms)
+            rejected = replace(record, cause="guarded", detail=veto.text(),
                                guard_answer_ms=measured.answer_ms,
-                               guard_best_ms=measured.fastest_ms, guard_by="measured")
-            return self._failed(step, "guarded", measured.text(), rejected)
+                               guard_best_ms=measured.fastest_ms, guard_by="measured",
+                               veto=veto)
+            return self._failed(step, "guarded", veto.text(), rejected)
         if self.guard_ratio is not None and step.twin_view is not None:
             verdict = guard(step.twin_view, mapping, ratio=self.guard_ratio)
             extra = {"guard_answer_ms": verdict.answer_ms, "guard_best_ms": verdict.best_ms}
@@ -446,6 +475,14 @@ class AgenticScheduler(SchedulerBase):
                 extra["guard_waived"] = asked_for
         extra.update(agreement(batch, step.view, self.constraints, mapping, step.lead, obs,
                                step.twin_view, decision.gpus))
+        deviation = extra.get("deviation")
+        if deviation is not None and not outcome.unguarded:
+            veto = self._explore(step, deviation, measured)
+            if veto is not None:
+                rejected = replace(record, cause="guarded", detail=veto.text(), veto=veto,
+                                   guard_by="measured" if measured is not None else "twin",
+                                   **{k: v for k, v in extra.items() if k != "guard_waived"})
+                return self._failed(step, "guarded", veto.text(), rejected)
         decision = replace(decision, consultation=replace(record, **extra))
         where = dict(zip(batch.call_ids, occurrences(batch), strict=True))
         self._cache.store(step.key, Entry(
@@ -456,6 +493,30 @@ class AgenticScheduler(SchedulerBase):
             gpus={where[c]: g for c, g in decision.gpus.items()},
         ))
         return decision
+
+    def _explore(
+        self, step: _Prepared, deviation: Deviation, measured: MeasuredVerdict | None
+    ) -> Veto | None:
+        """The shape's exploration budget on ``deviation`` (`exploration`): its cost
+        predicted from both measurements where its mapping and the policy's ran, else from
+        the twin (unknown: 0); a veto, or None with the deviation started on the budget."""
+        if self._explorations is None or self.guard_ratio is None:
+            return None  # the guard off: no bound on evidence either
+        if measured is not None and deviation.policy_measured_ms is not None:
+            cost = measured.answer_ms - deviation.policy_measured_ms
+        elif deviation.twin_won_ms is not None:
+            cost = -deviation.twin_won_ms
+        else:
+            cost = 0.0
+        explores = measured is None
+        shape = step.batch.shape
+        with self._lock:
+            veto = self._explorations.check(shape, cost, explores=explores)
+            if veto is None:
+                self._explorations.started(shape, cost, explores=explores)
+        if veto is None:
+            deviation.predicted_cost_ms, deviation.explored = cost, explores
+        return veto
 
     def _measured_verdict(
         self, step: _Prepared, mapping: Mapping[str, str], gpus: Mapping[str, int] | None = None
