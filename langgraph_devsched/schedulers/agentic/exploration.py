@@ -3,12 +3,15 @@
 A model's answer that is not the classical policy's mapping is a deviation. Where its mapping
 never ran (an exploration), it runs once as a probe: its cost is predicted beforehand (the
 twin's prediction against the policy's mapping, or both measurements), and it runs only while
-the shape's budget covers it (`ExplorationLedger.check`). The budget of a shape is
+the shape's budget covers it (`ExplorationLedger.check`), and only while the budget is
+positive: a predicted win is still a prediction. The budget of a shape is
 ``allowance_ms`` plus what its judged deviations won (negative when they lost), less what the
 deviations still running were predicted to cost; at most ``max_probes`` explorations per shape.
-An adversarial model therefore cannot spend what the sub-agent has not won: once a probe lost,
-the shape's exploration ends until a deviation wins it back. A measured deviation (its mapping
-ran) whose measurement is worse than the policy's measured mapping is priced the same way.
+An adversarial model therefore cannot spend what the sub-agent has not won: exploration is
+funded by deviations that measured faster than the policy's mapping (or by an operator's
+allowance), and once a probe lost, the shape's exploration ends until a deviation wins it
+back. A measured deviation (its mapping ran) whose measurement is worse than the policy's
+measured mapping is priced the same way.
 
 What measurement refuted (the mapping ran slower than the fastest measured mapping of its shape
 by more than the noise, `guard.measured_guard`) is vetoed outright; that veto ends when the
@@ -19,15 +22,21 @@ Every veto is a `Veto` with both figures, in the decision's reason and record.
 
 >>> ledger = ExplorationLedger(allowance_ms=0.0, max_probes=2)
 >>> ledger.check(("asr", "ocr"), 120.0, explores=True).text()
-'exploration vetoed: predicted cost 120.0 ms > budget 0.0 ms for this shape'
->>> ledger.check(("asr", "ocr"), 0.0, explores=True) is None
-True
->>> ledger.started(("asr", "ocr"), 0.0)
->>> ledger.settled(("asr", "ocr"), 0.0, won_ms=-40.0)
->>> ledger.budget_ms(("asr", "ocr"))
--40.0
->>> ledger.check(("asr", "ocr"), 0.0, explores=True).kind
+'exploration vetoed: predicted cost 120.0 ms against 0.0 ms of budget left for this shape'
+>>> ledger.check(("asr", "ocr"), -15.0, explores=True).kind   # predicted to win: unfunded
 'budget'
+>>> ledger.check(("asr", "ocr"), -15.0, explores=False) is None   # measured to win
+True
+>>> ledger.started(("asr", "ocr"), -15.0, explores=False)
+>>> ledger.settled(("asr", "ocr"), -15.0, won_ms=30.0)
+>>> ledger.check(("asr", "ocr"), 20.0, explores=True) is None   # funded by that win
+True
+>>> ledger.started(("asr", "ocr"), 20.0)
+>>> ledger.budget_ms(("asr", "ocr"))
+10.0
+>>> ledger.settled(("asr", "ocr"), 20.0, won_ms=-45.0)
+>>> ledger.budget_ms(("asr", "ocr")), ledger.check(("asr", "ocr"), -5.0, explores=True).kind
+(-15.0, 'budget')
 """
 
 from __future__ import annotations
@@ -54,8 +63,8 @@ class Veto:
         if self.kind == "refuted":
             return (f"refuted: the answer's mapping measured {self.answer_ms:.1f} ms vs "
                     f"{self.limit_ms:.1f} ms for the fastest measured mapping of this shape")
-        return (f"exploration vetoed: predicted cost {self.answer_ms:.1f} ms > budget "
-                f"{self.limit_ms:.1f} ms for this shape")
+        return (f"exploration vetoed: predicted cost {self.answer_ms:.1f} ms against "
+                f"{self.limit_ms:.1f} ms of budget left for this shape")
 
 
 @dataclass
@@ -96,8 +105,10 @@ class ExplorationLedger:
             return Veto("budget", max(cost_ms, 0.0), min(budget, 0.0))
         if cost_ms > 0 and cost_ms > budget + 1e-9:
             return Veto("budget", cost_ms, budget)
-        if explores and budget < -1e-9:
-            return Veto("budget", max(cost_ms, 0.0), budget)
+        if explores and budget <= 1e-9:
+            # unfunded: a predicted win is a prediction (the twin once predicted 37 ms won
+            # where the probe lost 71 ms); what measurement has not paid for does not run
+            return Veto("budget", cost_ms, budget)
         return None
 
     def started(self, shape: tuple[str, ...], cost_ms: float, *, explores: bool = True) -> None:

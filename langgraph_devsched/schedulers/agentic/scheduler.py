@@ -604,9 +604,13 @@ class AgenticScheduler(SchedulerBase):
     ) -> Decision:
         base, used = self._fallback_decision(step)
         lead_gpus = _lead_gpus(step, base, base.mapping)
+        # the policy's own mapping is not VRAM-fitted again (its twin weighed the VRAM, the
+        # ledger queues what does not fit): fitted, a vetoed answer's fallback moved a call
+        # the policy ran now to the queue (memory_llm_heavy, 1.05x against the policy alone)
         mapping, repairs, gpus = repair_on_gpus(
             ParsedAnswer(dict(base.mapping)), step.batch, step.view.device, self.constraints,
-            fallback={}, gpus=lead_gpus.get("gpus"))
+            fallback={}, gpus=lead_gpus.get("gpus"), vram_seen_mb=step.vram_seen,
+            fit_vram=base is not step.lead)
         self.last_fallbacks = dict.fromkeys(step.batch.call_ids, cause)
         self.last_issues = (detail,) if detail else ()
         how = "earlier consultation failed" if cached else "consultation failed"
