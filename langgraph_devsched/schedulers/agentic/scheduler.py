@@ -137,10 +137,10 @@ class AgenticScheduler(SchedulerBase):
     reject an answer the twin predicts worse than this times the best mapping it knows,
     unless it measures what an exploration hint names (None: off).
     ``max_explorations``: deviations from the policy whose mapping never ran, run as probes
-    per shape at most, each only while its predicted cost fits the shape's budget
-    (``explore_allowance_ms`` plus what the shape's deviations won; `exploration`); None:
-    unbounded (and with the guard off). A deviation measured slower than the fastest measured mapping of its shape is
-    refuted and vetoed (with the guard on).
+    per shape at most, each only while the shape's budget is positive and covers its
+    predicted cost (``explore_allowance_ms`` plus what the shape's deviations won;
+    `exploration`); None, or the guard off: unbounded. A deviation measured slower than the
+    fastest measured mapping of its shape is refuted and vetoed (with the guard on).
     ``max_consultations``: consultation threads alive at once (a hung model holds one; all
     held: the step falls back at once, ``busy``). ``drift_tolerance``: the relative change
     of an estimate's mean that invalidates a cached decision. ``retry_failed_after``: steps
@@ -477,12 +477,13 @@ class AgenticScheduler(SchedulerBase):
                                step.twin_view, decision.gpus))
         deviation = extra.get("deviation")
         if deviation is not None and not outcome.unguarded:
-            veto = self._explore(step, deviation, measured)
-            if veto is not None:
-                rejected = replace(record, cause="guarded", detail=veto.text(), veto=veto,
+            unfunded = self._explore(step, deviation, measured)
+            if unfunded is not None:
+                rejected = replace(record, cause="guarded", detail=unfunded.text(),
+                                   veto=unfunded,
                                    guard_by="measured" if measured is not None else "twin",
                                    **{k: v for k, v in extra.items() if k != "guard_waived"})
-                return self._failed(step, "guarded", veto.text(), rejected)
+                return self._failed(step, "guarded", unfunded.text(), rejected)
         decision = replace(decision, consultation=replace(record, **extra))
         where = dict(zip(batch.call_ids, occurrences(batch), strict=True))
         self._cache.store(step.key, Entry(
