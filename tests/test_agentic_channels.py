@@ -234,9 +234,13 @@ def test_the_guard_rejects_an_answer_the_twin_predicts_much_worse() -> None:
 
 
 def test_the_guard_passes_a_good_answer_and_records_both_predictions() -> None:
-    sched, _ = scheduler([submit({"c1": "gpu_now", "c2": "cpu"})], guard_ratio=1.5)
+    # predicted 40 ms faster than the policy's mapping, never run: an exploration, which
+    # runs where an allowance funds it (by default only what measurement won funds one)
+    sched, _ = scheduler([submit({"c1": "gpu_now", "c2": "cpu"})], guard_ratio=1.5,
+                         explore_allowance_ms=1.0)
     decision = sched.decide(PROFILED, PROFILED_VIEW)
     assert decision.fallback is None
+    assert decision.consultation.deviation.predicted_cost_ms == -40.0
     assert decision.consultation.guard_answer_ms is not None
     assert decision.consultation.guard_answer_ms <= 1.5 * decision.consultation.guard_best_ms
 

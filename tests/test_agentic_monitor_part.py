@@ -74,7 +74,8 @@ def test_an_answer_measured_slower_than_the_fastest_measured_mapping_is_not_kept
 
 def test_a_cached_answer_that_measures_slower_is_asked_about_again() -> None:
     model = ToolScriptModel(script=[AIMessage('{"c1": "gpu_now", "c2": "gpu_now"}')] * 3)
-    scheduler = AgenticScheduler(model, fallback="static", guard_ratio=10)  # measured only
+    scheduler = AgenticScheduler(model, fallback="static", guard_ratio=10,  # measured only
+                                 max_explorations=None)
     first = _measured(("gpu_now", "cpu", 90.0))
     assert dict(scheduler.decide(BATCH, first).mapping) == {"c1": "gpu_now", "c2": "gpu_now"}
     ran = _measured(("gpu_now", "cpu", 90.0), ("gpu_now", "gpu_now", 91.0))  # within 2 %

@@ -4,7 +4,9 @@ A model's answer that is not the classical policy's mapping is a deviation. Wher
 never ran (an exploration), it runs once as a probe: its cost is predicted beforehand (the
 twin's prediction against the policy's mapping, or both measurements), and it runs only while
 the shape's budget covers it (`ExplorationLedger.check`), and only while the budget is
-positive: a predicted win is still a prediction. The budget of a shape is
+positive: a predicted win is still a prediction. One that nothing can price (no twin, no
+measurement: several GPUs, a tool without a profile) runs while the shape has not lost,
+``max_probes`` at most. The budget of a shape is
 ``allowance_ms`` plus what its judged deviations won (negative when they lost), less what the
 deviations still running were predicted to cost; at most ``max_probes`` explorations per shape.
 An adversarial model therefore cannot spend what the sub-agent has not won: exploration is
@@ -97,12 +99,17 @@ class ExplorationLedger:
     def probes(self, shape: tuple[str, ...]) -> int:
         return self._of(shape).probes
 
-    def check(self, shape: tuple[str, ...], cost_ms: float, *, explores: bool) -> Veto | None:
-        """The veto on a deviation predicted to cost ``cost_ms`` (<= 0: predicted to win);
-        ``explores``: its mapping never ran. None: it may run."""
+    def check(self, shape: tuple[str, ...], cost_ms: float | None, *,
+              explores: bool) -> Veto | None:
+        """The veto on a deviation predicted to cost ``cost_ms`` (<= 0: predicted to win;
+        None: nothing can predict it, no twin and no measurement); ``explores``: its mapping
+        never ran. None: it may run. An unpriced exploration runs while the shape has not
+        lost (its probes counted); a priced one only where funded."""
         budget = self.budget_ms(shape)
         if explores and self._of(shape).probes >= self.max_probes:
-            return Veto("budget", max(cost_ms, 0.0), min(budget, 0.0))
+            return Veto("budget", max(cost_ms or 0.0, 0.0), min(budget, 0.0))
+        if cost_ms is None:
+            return Veto("budget", 0.0, budget) if budget < -1e-9 else None
         if cost_ms > 0 and cost_ms > budget + 1e-9:
             return Veto("budget", cost_ms, budget)
         if explores and budget <= 1e-9:
@@ -111,17 +118,19 @@ class ExplorationLedger:
             return Veto("budget", cost_ms, budget)
         return None
 
-    def started(self, shape: tuple[str, ...], cost_ms: float, *, explores: bool = True) -> None:
+    def started(self, shape: tuple[str, ...], cost_ms: float | None, *,
+                explores: bool = True) -> None:
         """A deviation predicted to cost ``cost_ms`` runs: held against the budget until it
         is settled."""
         s = self._of(shape)
-        s.pending_ms += max(cost_ms, 0.0)
+        s.pending_ms += max(cost_ms or 0.0, 0.0)
         if explores:
             s.probes += 1
 
-    def settled(self, shape: tuple[str, ...], cost_ms: float, *, won_ms: float | None) -> None:
+    def settled(self, shape: tuple[str, ...], cost_ms: float | None, *,
+                won_ms: float | None) -> None:
         """The deviation ran: its prediction released, what it won (or lost) kept."""
         s = self._of(shape)
-        s.pending_ms = max(0.0, s.pending_ms - max(cost_ms, 0.0))
+        s.pending_ms = max(0.0, s.pending_ms - max(cost_ms or 0.0, 0.0))
         if won_ms is not None:
             s.won_ms += won_ms

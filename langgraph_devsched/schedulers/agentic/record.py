@@ -32,8 +32,11 @@ class Deviation:
     """This step's measured makespan, set when the step has run (`measured`)."""
     predicted_cost_ms: float | None = None
     """What it was predicted to cost before it ran (its measured or the twin's makespan less
-    the policy's mapping's; negative: predicted to win), held against the shape's budget."""
+    the policy's mapping's; negative: predicted to win), held against the shape's budget;
+    None: nothing could price it (or it was not run on the budget)."""
     explored: bool = False
+    budgeted: bool = False
+    """It ran on the shape's exploration budget: what it won or lost is settled there."""
     """Its mapping had never run: an exploration, one probe of the shape's budget."""
 
     def measured(self, makespan_ms: float) -> None:

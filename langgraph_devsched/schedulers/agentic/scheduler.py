@@ -280,7 +280,7 @@ class AgenticScheduler(SchedulerBase):
         deviation = getattr(getattr(decision, "consultation", None), "deviation", None)
         if deviation is not None and deviation.answer_measured_ms is None:
             deviation.measured(float(record.makespan_ms))
-            if self._explorations is not None and deviation.predicted_cost_ms is not None:
+            if self._explorations is not None and deviation.budgeted:
                 with self._lock:
                     self._explorations.settled(batch.shape, deviation.predicted_cost_ms,
                                                won_ms=deviation.won_ms)
@@ -500,15 +500,16 @@ class AgenticScheduler(SchedulerBase):
     ) -> Veto | None:
         """The shape's exploration budget on ``deviation`` (`exploration`): its cost
         predicted from both measurements where its mapping and the policy's ran, else from
-        the twin (unknown: 0); a veto, or None with the deviation started on the budget."""
+        the twin (else unpriced); a veto, or None with the deviation started on the budget."""
         if self._explorations is None or self.guard_ratio is None:
             return None  # the guard off: no bound on evidence either
+        cost: float | None
         if measured is not None and deviation.policy_measured_ms is not None:
             cost = measured.answer_ms - deviation.policy_measured_ms
         elif deviation.twin_won_ms is not None:
             cost = -deviation.twin_won_ms
         else:
-            cost = 0.0
+            cost = None  # nothing predicts it: an unpriced probe
         explores = measured is None
         shape = step.batch.shape
         with self._lock:
@@ -517,6 +518,7 @@ class AgenticScheduler(SchedulerBase):
                 self._explorations.started(shape, cost, explores=explores)
         if veto is None:
             deviation.predicted_cost_ms, deviation.explored = cost, explores
+            deviation.budgeted = True
         return veto
 
     def _measured_verdict(
