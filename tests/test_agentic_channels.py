@@ -234,9 +234,13 @@ def test_the_guard_rejects_an_answer_the_twin_predicts_much_worse() -> None:
 
 
 def test_the_guard_passes_a_good_answer_and_records_both_predictions() -> None:
-    sched, _ = scheduler([submit({"c1": "gpu_now", "c2": "cpu"})], guard_ratio=1.5)
+    # predicted 40 ms faster than the policy's mapping, never run: an exploration, which
+    # runs where an allowance funds it (by default only what measurement won funds one)
+    sched, _ = scheduler([submit({"c1": "gpu_now", "c2": "cpu"})], guard_ratio=1.5,
+                         explore_allowance_ms=1.0)
     decision = sched.decide(PROFILED, PROFILED_VIEW)
     assert decision.fallback is None
+    assert decision.consultation.deviation.predicted_cost_ms == -40.0
     assert decision.consultation.guard_answer_ms is not None
     assert decision.consultation.guard_answer_ms <= 1.5 * decision.consultation.guard_best_ms
 
@@ -250,10 +254,17 @@ def test_the_guard_can_be_turned_off() -> None:
 def test_the_guard_never_vetoes_a_probe_the_hints_asked_for() -> None:
     """An answer the twin predicts beyond the ratio passes when it measures what an
     exploration hint names as unknown (asr never ran on the CPU); the override is recorded
-    with both predictions. Another bad answer is still rejected."""
+    with both predictions. Another bad answer is still rejected. The waived probe is still an
+    exploration, priced on the shape's budget: without an allowance that covers its predicted
+    cost it is vetoed, with both figures."""
     hint = ExplorationHint.make("unknown", ("asr",), devices=("cpu",), expected_gain_ms=5)
     view = SchedulerView(PROFILED_VIEW.device, Observations(step=3, hints=(hint,)))
     sched, _ = scheduler([AIMessage('{"c1": "cpu", "c2": "gpu_now"}', id="a")], guard_ratio=1.5)
+    vetoed = sched.decide(PROFILED, view).consultation
+    assert vetoed.cause == "guarded" and vetoed.veto is not None and vetoed.veto.kind == "budget"
+    assert vetoed.veto.answer_ms > 0 and vetoed.veto.limit_ms == 0.0
+    sched, _ = scheduler([AIMessage('{"c1": "cpu", "c2": "gpu_now"}', id="a")], guard_ratio=1.5,
+                         explore_allowance_ms=10_000.0)
     decision = sched.decide(PROFILED, view)
     record = decision.consultation
     assert decision.fallback is None and dict(decision.mapping) == {"c1": "cpu", "c2": "gpu_now"}

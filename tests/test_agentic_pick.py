@@ -54,6 +54,7 @@ def reply(text: str) -> AIMessage:
 def picker(script: list[AIMessage], **kw: Any) -> tuple[AgenticScheduler, ToolScriptModel]:
     model = ToolScriptModel(script=script)
     kw.setdefault("fallback", FALLBACK)
+    kw.setdefault("max_explorations", None)  # these tests are about picking, not its bound
     return AgenticScheduler(model, mode="pick", **kw), model
 
 

@@ -31,6 +31,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+MAX_VETO_FIGURES = 200
+"""Vetoes whose two figures a summary keeps (every veto is counted)."""
+
 
 class AgenticSummary(BaseModel):
     """What one agentic scheduler's decisions recorded over a run."""
@@ -72,6 +75,22 @@ class AgenticSummary(BaseModel):
     guarded_measured: int = Field(
         0, description="guarded answers judged by measurement (their mapping ran slower than "
                        "the fastest measured one of the shape), not by the twin")
+    cached_deviations: int = Field(
+        0, description="cached decisions that reused a deviation (counted in the deviations)")
+    explorations: int = Field(
+        0, description="deviations whose mapping had never run: probes of the shape's budget")
+    exploration_cost_ms: float = Field(
+        0.0, description="what the explorations lost against the policy's mapping, ms (>= 0)")
+    exploration_predicted_ms: float = Field(
+        0.0, description="what the explorations were predicted to cost before they ran, ms")
+    vetoes: dict[str, int] = Field(
+        default_factory=dict,
+        description="deviations vetoed by kind: refuted (measured slower than the fastest "
+                    "measured mapping) or budget (predicted cost over the shape's budget)")
+    veto_figures: list[tuple[str, float, float]] = Field(
+        default_factory=list,
+        description=f"each veto (first {MAX_VETO_FIGURES}): kind, the answer's ms (measured "
+                    "or predicted cost) and the limit it broke (fastest measured ms, budget)")
     latencies_ms: list[float] = Field(
         default_factory=list, description="each consultation's latency, in order"
     )
@@ -110,7 +129,12 @@ class AgenticStats:
         valid = [r for r in asked if r.valid]
         compared = [r for r in valid if getattr(r, "agrees", None) is not None]
         devs = [r.deviation for r in compared if not r.agrees and r.deviation is not None]
+        reused = [r.deviation for r in self.records if r.cached and r.cause is None
+                  and getattr(r, "deviation", None) is not None]
+        devs += reused
         won = [d.won_ms for d in devs if d.won_ms is not None]
+        explored = [d for d in devs if getattr(d, "explored", False)]
+        vetoes = [r.veto for r in self.records if getattr(r, "veto", None) is not None]
         agreed = sum(1 for r in compared if r.agrees)
         return _with_rates(
             decisions=len(self.records),
@@ -129,7 +153,15 @@ class AgenticStats:
             answered_via=dict(Counter(str(r.via) for r in valid)),
             compared=len(compared),
             agreed=agreed,
-            deviations=len(compared) - agreed,
+            deviations=len(compared) - agreed + len(reused),
+            cached_deviations=len(reused),
+            explorations=len(explored),
+            exploration_cost_ms=sum(max(0.0, -(d.won_ms or 0.0)) for d in explored),
+            exploration_predicted_ms=sum(max(0.0, d.predicted_cost_ms or 0.0)
+                                         for d in explored),
+            vetoes=dict(Counter(v.kind for v in vetoes)),
+            veto_figures=[(v.kind, round(v.answer_ms, 3), round(v.limit_ms, 3))
+                          for v in vetoes[:MAX_VETO_FIGURES]],
             deviations_won=sum(1 for w in won if w > 0),
             deviations_lost=sum(1 for w in won if w < 0),
             deviation_won_ms=sum(won),
@@ -149,7 +181,8 @@ def _with_rates(**counts: Any) -> AgenticSummary:
     """The summary of ``counts``, its rates and percentiles derived from them."""
     asked, prompt, compared = counts["consultations"], counts["prompt_tokens"], counts["compared"]
     return AgenticSummary(
-        **{**counts, "deviation_won_ms": round(counts["deviation_won_ms"], 3)},
+        **{**counts, **{k: round(counts[k], 3) for k in (
+            "deviation_won_ms", "exploration_cost_ms", "exploration_predicted_ms")}},
         valid_rate=counts["valid_answers"] / asked if asked else None,
         answered_rate=counts["answered"] / asked if asked else None,
         latency_p50_ms=_percentile(counts["latencies_ms"], 0.5),
@@ -182,6 +215,8 @@ def merge(summaries: Iterable[AgenticSummary | None]) -> AgenticSummary | None:
             counts[name] = dict(sum((Counter(v) for v in values), Counter()))
         elif isinstance(values[0], list):
             counts[name] = [x for v in values for x in v]
+            if name == "veto_figures":
+                counts[name] = counts[name][:MAX_VETO_FIGURES]
         else:
             counts[name] = sum(values)
     return _with_rates(**counts)
@@ -218,6 +253,10 @@ def format_agentic(name: str, s: AgenticSummary) -> str:
             f"deviations {s.deviations}: {s.deviations_won} won, {s.deviations_lost} lost, "
             f"net {s.deviation_won_ms:+.0f} ms ({s.deviations_measured} measured)"
         )
+    if s.explorations or s.vetoes:
+        parts.append(
+            f"exploration {s.explorations} probes, cost {s.exploration_cost_ms:.0f} ms "
+            f"(predicted {s.exploration_predicted_ms:.0f} ms), vetoes {kv(s.vetoes)}")
     if s.guard_waived:
         parts.append(f"{s.guard_waived} hinted probes past the guard")
     if s.guarded_measured:

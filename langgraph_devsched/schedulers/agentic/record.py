@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from langgraph_devsched.schedulers.agentic.exploration import Veto
 from langgraph_devsched.schedulers.base import Decision
 
 
@@ -29,6 +30,14 @@ class Deviation:
     policy_measured_ms: float | None = None
     answer_measured_ms: float | None = None
     """This step's measured makespan, set when the step has run (`measured`)."""
+    predicted_cost_ms: float | None = None
+    """What it was predicted to cost before it ran (its measured or the twin's makespan less
+    the policy's mapping's; negative: predicted to win), held against the shape's budget;
+    None: nothing could price it (or it was not run on the budget)."""
+    explored: bool = False
+    budgeted: bool = False
+    """It ran on the shape's exploration budget: what it won or lost is settled there."""
+    """Its mapping had never run: an exploration, one probe of the shape's budget."""
 
     def measured(self, makespan_ms: float) -> None:
         if self.answer_measured_ms is None:
@@ -85,6 +94,9 @@ class ConsultationRecord:
     (no policy mapping, or a whole-step fallback)."""
     deviation: Deviation | None = None
     """Where the answer deviates from the policy's mapping: what that won or lost."""
+    veto: Veto | None = None
+    """Why the answer's deviation did not run (refuted by measurement, or over the shape's
+    exploration budget), with both figures; the policy's mapping ran instead."""
     skipped: str | None = None
     """``pick`` mode, why the model was not asked: ``probe`` (the fallback's exploratory
     probe runs as it is: a measurement it asked for, not a choice to make) or

@@ -79,6 +79,7 @@ from langgraph_devsched.schedulers.agentic.constraints import (
     repair_on_gpus,
 )
 from langgraph_devsched.schedulers.agentic.consult import Outcome, Runner, Tally
+from langgraph_devsched.schedulers.agentic.exploration import ExplorationLedger, Veto
 from langgraph_devsched.schedulers.agentic.gpu_choice import (
     kept,
     several,
@@ -97,7 +98,11 @@ from langgraph_devsched.schedulers.agentic.guard import (
 from langgraph_devsched.schedulers.agentic.model import ChannelState, openai_model
 from langgraph_devsched.schedulers.agentic.modes import Mode, Step, make_mode
 from langgraph_devsched.schedulers.agentic.observations import outcomes_of
-from langgraph_devsched.schedulers.agentic.record import AgenticDecision, ConsultationRecord
+from langgraph_devsched.schedulers.agentic.record import (
+    AgenticDecision,
+    ConsultationRecord,
+    Deviation,
+)
 from langgraph_devsched.schedulers.agentic.slots import ConsultationSlots
 from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerBase
 from langgraph_devsched.schedulers.base import SchedulerView as View
@@ -131,6 +136,11 @@ class AgenticScheduler(SchedulerBase):
     ``max_tokens``: completion tokens per turn (None: sized to the batch). ``guard_ratio``:
     reject an answer the twin predicts worse than this times the best mapping it knows,
     unless it measures what an exploration hint names (None: off).
+    ``max_explorations``: deviations from the policy whose mapping never ran, run as probes
+    per shape at most, each only while the shape's budget is positive and covers its
+    predicted cost (``explore_allowance_ms`` plus what the shape's deviations won;
+    `exploration`); None, or the guard off: unbounded. A deviation measured slower than the
+    fastest measured mapping of its shape is refuted and vetoed (with the guard on).
     ``max_consultations``: consultation threads alive at once (a hung model holds one; all
     held: the step falls back at once, ``busy``). ``drift_tolerance``: the relative change
     of an estimate's mean that invalidates a cached decision. ``retry_failed_after``: steps
@@ -158,6 +168,8 @@ class AgenticScheduler(SchedulerBase):
         guard_ratio: float | None = 1.5,
         candidates: int = 0,
         pick_within: float | None = 1.05,
+        max_explorations: int | None = 2,
+        explore_allowance_ms: float = 0.0,
         max_consultations: int = 2,
         drift_tolerance: float = 0.25,
         retry_failed_after: int = 10,
@@ -193,6 +205,8 @@ class AgenticScheduler(SchedulerBase):
         self.candidates = candidates
         self.pick_within = pick_within
         self.retry_failed_after = retry_failed_after
+        self._explorations = None if max_explorations is None else ExplorationLedger(
+            allowance_ms=explore_allowance_ms, max_probes=max_explorations)
         self.clock = clock
         self.llm_calls = 0
         """Model calls made so far (every consultation's turns, late ones included)."""
@@ -264,13 +278,34 @@ class AgenticScheduler(SchedulerBase):
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
         deviation = getattr(getattr(decision, "consultation", None), "deviation", None)
-        if deviation is not None:
+        if deviation is not None and deviation.answer_measured_ms is None:
             deviation.measured(float(record.makespan_ms))
+            if self._explorations is not None and deviation.budgeted:
+                with self._lock:
+                    self._explorations.settled(batch.shape, deviation.predicted_cost_ms,
+                                               won_ms=deviation.won_ms)
         if self._last_device is not None and several(self._last_device):
             self._gpu_outcomes.record(record)
         if self._private_monitor is not None and self._last_device is not None:
             self._private_monitor.record_step(batch, decision, record, self._last_device)
         self.fallback.observe(batch, decision, record)
+
+    # -- the policy's loads as investments -----------------------------------------------------
+
+    def declare_tools(self, specs: Mapping[str, Any]) -> None:
+        """The app's tools, known before any step, passed to the policy beside the model
+        (``monitor``: its `Investments` may warm declared models before their first use)."""
+        declare = getattr(self.fallback, "declare_tools", None)
+        if declare is not None:
+            declare(specs)
+
+    def preloads(self, device: Any, idle_ms: float) -> list[Any]:
+        """The model loads the policy beside the model finds worth running in ``idle_ms``
+        before the next step (its `Investments`: forecast uses against load cost); none
+        without such a policy. Without this, the agentic scheduler ran its policy's mappings
+        without its preloads (`residency_cold_burst`: Σ 1.21x against the monitor's 1.04x)."""
+        ask = getattr(self.fallback, "preloads", None)
+        return list(ask(device, idle_ms)) if ask is not None else []
 
     def _with_observations(self, batch: Batch, view: View) -> View:
         """Without a monitor in the view, keep a private one fed by `observe`."""
@@ -356,8 +391,17 @@ class AgenticScheduler(SchedulerBase):
             return self._whole_fallback(step, entry.failure, "not consulted again yet", record,
                                         cached=True)
         prior = {c: entry.causes[where[c]] for c in batch.call_ids if where[c] in entry.causes}
-        return self._finish(step, answer, f"agentic (cached): {entry.reason}", record,
-                            prior=prior, fit_vram=not entry.fallback_mapping)[0]
+        decision, mapping = self._finish(step, answer, f"agentic (cached): {entry.reason}",
+                                         record, prior=prior, fit_vram=not entry.fallback_mapping)
+        if entry.fallback_mapping:
+            return decision
+        compared = agreement(batch, step.view, self.constraints, mapping, step.lead, step.obs,
+                             step.twin_view, decision.gpus)
+        deviation = compared.get("deviation")
+        if deviation is not None and self._explore(
+                step, deviation, self._measured_verdict(step, mapping, decision.gpus)):
+            return None  # a deviation the evidence no longer allows: the model is asked
+        return replace(decision, consultation=replace(record, **compared))
 
     def _probe(self, step: _Prepared, lead: Decision, *, trial: str | None = None) -> Decision:
         """The monitor's reprobe, run without consulting: symmetric, swap or unknown-side
@@ -431,10 +475,12 @@ class AgenticScheduler(SchedulerBase):
         extra: dict[str, Any] = {}
         measured = self._measured_verdict(step, mapping, decision.gpus)
         if measured is not None and measured.rejected and not outcome.unguarded:
-            rejected = replace(record, cause="guarded", detail=measured.text(),
+            veto = Veto("refuted", measured.answer_ms, measured.fastest_ms)
+            rejected = replace(record, cause="guarded", detail=veto.text(),
                                guard_answer_ms=measured.answer_ms,
-                               guard_best_ms=measured.fastest_ms, guard_by="measured")
-            return self._failed(step, "guarded", measured.text(), rejected)
+                               guard_best_ms=measured.fastest_ms, guard_by="measured",
+                               veto=veto)
+            return self._failed(step, "guarded", veto.text(), rejected)
         if self.guard_ratio is not None and step.twin_view is not None:
             verdict = guard(step.twin_view, mapping, ratio=self.guard_ratio)
             extra = {"guard_answer_ms": verdict.answer_ms, "guard_best_ms": verdict.best_ms}
@@ -446,6 +492,15 @@ class AgenticScheduler(SchedulerBase):
                 extra["guard_waived"] = asked_for
         extra.update(agreement(batch, step.view, self.constraints, mapping, step.lead, obs,
                                step.twin_view, decision.gpus))
+        deviation = extra.get("deviation")
+        if deviation is not None and not outcome.unguarded:
+            unfunded = self._explore(step, deviation, measured)
+            if unfunded is not None:
+                rejected = replace(record, cause="guarded", detail=unfunded.text(),
+                                   veto=unfunded,
+                                   guard_by="measured" if measured is not None else "twin",
+                                   **{k: v for k, v in extra.items() if k != "guard_waived"})
+                return self._failed(step, "guarded", unfunded.text(), rejected)
         decision = replace(decision, consultation=replace(record, **extra))
         where = dict(zip(batch.call_ids, occurrences(batch), strict=True))
         self._cache.store(step.key, Entry(
@@ -456,6 +511,32 @@ class AgenticScheduler(SchedulerBase):
             gpus={where[c]: g for c, g in decision.gpus.items()},
         ))
         return decision
+
+    def _explore(
+        self, step: _Prepared, deviation: Deviation, measured: MeasuredVerdict | None
+    ) -> Veto | None:
+        """The shape's exploration budget on ``deviation`` (`exploration`): its cost
+        predicted from both measurements where its mapping and the policy's ran, else from
+        the twin (else unpriced); a veto, or None with the deviation started on the budget."""
+        if self._explorations is None or self.guard_ratio is None:
+            return None  # the guard off: no bound on evidence either
+        cost: float | None
+        if measured is not None and deviation.policy_measured_ms is not None:
+            cost = measured.answer_ms - deviation.policy_measured_ms
+        elif deviation.twin_won_ms is not None:
+            cost = -deviation.twin_won_ms
+        else:
+            cost = None  # nothing predicts it: an unpriced probe
+        explores = measured is None
+        shape = step.batch.shape
+        with self._lock:
+            veto = self._explorations.check(shape, cost, explores=explores)
+            if veto is None:
+                self._explorations.started(shape, cost, explores=explores)
+        if veto is None:
+            deviation.predicted_cost_ms, deviation.explored = cost, explores
+            deviation.budgeted = True
+        return veto
 
     def _measured_verdict(
         self, step: _Prepared, mapping: Mapping[str, str], gpus: Mapping[str, int] | None = None
@@ -543,9 +624,13 @@ class AgenticScheduler(SchedulerBase):
     ) -> Decision:
         base, used = self._fallback_decision(step)
         lead_gpus = _lead_gpus(step, base, base.mapping)
+        # the policy's own mapping is not VRAM-fitted again (its twin weighed the VRAM, the
+        # ledger queues what does not fit): fitted, a vetoed answer's fallback moved a call
+        # the policy ran now to the queue (memory_llm_heavy, 1.05x against the policy alone)
         mapping, repairs, gpus = repair_on_gpus(
             ParsedAnswer(dict(base.mapping)), step.batch, step.view.device, self.constraints,
-            fallback={}, gpus=lead_gpus.get("gpus"))
+            fallback={}, gpus=lead_gpus.get("gpus"), vram_seen_mb=step.vram_seen,
+            fit_vram=base is not step.lead)
         self.last_fallbacks = dict.fromkeys(step.batch.call_ids, cause)
         self.last_issues = (detail,) if detail else ()
         how = "earlier consultation failed" if cached else "consultation failed"

@@ -1,0 +1,147 @@
+"""Bounded exploration: a deviation from the policy is a probe priced beforehand and capped per
+shape; a mapping measured slower than the fastest of its shape is vetoed, with both figures; a
+model that argues against the evidence never costs the user."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatResult
+from pydantic import Field
+
+from langgraph_devsched.bench.agentic_stats import format_agentic, summarize
+from langgraph_devsched.bench.runner import run_scenario
+from langgraph_devsched.bench.scenario import builtin_by_name, load_scenario
+from langgraph_devsched.schedulers.agentic import AgenticScheduler
+from langgraph_devsched.schedulers.registry import make_scheduler, registered
+from tests.agentic_fakes import ToolScriptModel
+from tests.test_agentic import BATCH, ByTool
+from tests.test_agentic_monitor_part import _measured
+
+OPTIONS = ("cpu", "gpu_queued", "gpu_now")
+
+
+class Adversary(ToolScriptModel):
+    """Answers every step with a different mapping than the last (the options of the step's
+    calls rotated by a step counter): it keeps proposing what the policy did not choose,
+    measured or not."""
+
+    script: list[AIMessage] = Field(default_factory=list)
+    turn: int = 0
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kw: Any) -> ChatResult:
+        calls = next(json.loads(str(m.content)) for m in messages
+                     if getattr(m, "name", None) == "step_calls")
+        self.turn += 1
+        answer = {c: OPTIONS[(self.turn + i) % 3] for i, c in enumerate(calls)}
+        self.script[:] = [AIMessage(json.dumps(answer))]
+        return super()._generate(messages, stop, run_manager, **kw)
+
+
+def _policy() -> Any:
+    return make_scheduler("monitor", max_decision_ms=None)  # no wall-clock budget
+
+
+def make_adversarial_agentic() -> AgenticScheduler:
+    return AgenticScheduler(Adversary(), timeout_s=5, fallback=_policy(), retry_failed_after=0)
+
+
+def make_wide_open_agentic() -> AgenticScheduler:
+    """Every exploration affordable (a huge allowance): only the count per shape bounds it."""
+    return AgenticScheduler(Adversary(), timeout_s=5, fallback=_policy(), retry_failed_after=0,
+                            explore_allowance_ms=1e9, max_explorations=1)
+
+
+def make_unbudgeted_monitor() -> Any:
+    return _policy()
+
+
+def test_a_model_that_keeps_proposing_a_refuted_mapping_is_vetoed_with_both_figures() -> None:
+    """The answer's mapping measured 120 ms, the fastest of its shape 90 ms: every time the
+    model proposes it again, the policy's mapping runs instead and the veto keeps both
+    figures, in the reason, the record and the benchmark's agentic stats."""
+    model = ToolScriptModel(script=[AIMessage('{"c1": "gpu_now", "c2": "gpu_now"}')])
+    scheduler = AgenticScheduler(model, fallback=ByTool({"asr": "gpu_now", "embed": "cpu"}),
+                                 retry_failed_after=0)
+    view = _measured(("gpu_now", "gpu_now", 120.0), ("gpu_now", "cpu", 90.0))
+    decisions = [scheduler.decide(BATCH, view) for _ in range(3)]
+    assert model.received and len(model.received) == 3  # asked each time, vetoed each time
+    for d in decisions:
+        assert dict(d.mapping) == {"c1": "gpu_now", "c2": "cpu"}
+        veto = d.consultation.veto
+        assert veto is not None and (veto.kind, veto.answer_ms, veto.limit_ms) == (
+            "refuted", 120.0, 90.0)
+        assert "measured 120.0 ms vs 90.0 ms" in d.reason
+    summary = summarize(decisions)
+    assert summary is not None and summary.vetoes == {"refuted": 3}
+    assert summary.veto_figures == [("refuted", 120.0, 90.0)] * 3
+    assert "vetoes refuted=3" in format_agentic("agentic", summary)
+
+
+def test_an_unmeasured_deviation_predicted_to_cost_more_than_the_budget_is_vetoed() -> None:
+    """Before it runs, a deviation's cost is predicted (the twin: the policy's mapping against
+    the answer's); with nothing won yet and no allowance, one predicted to cost is vetoed with
+    that prediction and the budget; with an allowance that covers it, it runs once, as a
+    probe on the shape's budget."""
+    from tests.test_agentic_channels import PROFILED, PROFILED_VIEW
+
+    answer = AIMessage('{"c1": "cpu", "c2": "gpu_now"}')
+    strict = AgenticScheduler(ToolScriptModel(script=[answer]), guard_ratio=100.0,
+                              fallback=ByTool({"asr": "gpu_now", "embed": "gpu_now"}))
+    vetoed = strict.decide(PROFILED, PROFILED_VIEW)
+    veto = vetoed.consultation.veto
+    assert veto is not None and veto.kind == "budget" and veto.answer_ms > 0
+    assert veto.limit_ms == 0.0 and f"predicted cost {veto.answer_ms:.1f} ms" in vetoed.reason
+    assert dict(vetoed.mapping) == {"c1": "gpu_now", "c2": "gpu_now"}
+    allowed = AgenticScheduler(ToolScriptModel(script=[answer]), guard_ratio=100.0,
+                               fallback=ByTool({"asr": "gpu_now", "embed": "gpu_now"}),
+                               explore_allowance_ms=veto.answer_ms + 1.0)
+    probe = allowed.decide(PROFILED, PROFILED_VIEW)
+    deviation = probe.consultation.deviation
+    assert dict(probe.mapping) == {"c1": "cpu", "c2": "gpu_now"} and deviation is not None
+    assert deviation.explored and deviation.predicted_cost_ms == pytest.approx(veto.answer_ms)
+
+
+@pytest.mark.parametrize("scenario", ["memory_diffusion_and_friends", "serial_voice_assistant"])
+def test_exploration_is_bounded_per_shape(scenario: str) -> None:
+    """A model that proposes a new mapping every step, every exploration affordable: one
+    probe per shape at most (``max_explorations=1``), the rest vetoed by the budget."""
+    loaded = load_scenario(builtin_by_name(scenario)[0])
+    shapes = {tuple(sorted(batch)) for batch in loaded.batches()}
+    with registered("open_agentic", "tests.test_agentic_exploration:make_wide_open_agentic"):
+        result = run_scenario(loaded, ["open_agentic"], rounds=8, seed=0, decision_cost="none")
+    stats = result.results["open_agentic"].agentic
+    assert stats is not None and stats.consultations >= 2
+    assert 1 <= stats.explorations <= len(shapes)
+    vetoed = sum(stats.vetoes.values())  # each with its two figures
+    assert vetoed == len(stats.veto_figures) >= 1 and stats.fallbacks["guarded"] >= vetoed
+
+
+@pytest.mark.parametrize("scenario", ["memory_diffusion_and_friends", "residency_cold_burst",
+                                      "memory_llm_heavy", "serial_voice_assistant"])
+def test_an_adversarial_model_never_costs_the_user(scenario: str) -> None:
+    """The three built-ins where the sub-agent ended worse than the monitor on the real
+    model, and one more: a model that proposes a different mapping every step nets no loss
+    (deviations won minus lost >= 0) and ends within 2 % of the policy alone."""
+    loaded = load_scenario(builtin_by_name(scenario)[0])
+    with registered("adversarial_agentic",
+                    "tests.test_agentic_exploration:make_adversarial_agentic"), \
+            registered("plain_monitor", "tests.test_agentic_exploration:make_unbudgeted_monitor"):
+        result = run_scenario(loaded, ["adversarial_agentic", "plain_monitor"], rounds=8,
+                              seed=0, decision_cost="none")
+    agentic, monitor = result.results["adversarial_agentic"], result.results["plain_monitor"]
+    stats = agentic.agentic
+    assert stats is not None and stats.consultations >= 1
+    assert stats.deviation_won_ms >= 0, stats
+    assert stats.exploration_cost_ms == 0.0
+    assert agentic.final_makespan_ms <= 1.02 * monitor.final_makespan_ms, (
+        agentic.round_makespans_ms, monitor.round_makespans_ms)
+    # the whole run too: the policy's loads between steps (its investments) run as they
+    # would without the model (residency_cold_burst: 1.21x against 1.04x without them)
+    assert agentic.total_ratio is not None and monitor.total_ratio is not None
+    assert agentic.total_ratio <= 1.02 * monitor.total_ratio
+    assert agentic.preloads == monitor.preloads
