@@ -9,6 +9,7 @@ appears.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -37,17 +38,20 @@ def count_load(counter: str, device: str) -> dict[str, Any]:
     return {"pid": os.getpid(), "device": device}
 
 
-def ask(graph: Any, text: str, call_id: str) -> str:
-    out = graph.invoke({"messages": [AIMessage("", tool_calls=[
-        {"name": "embed", "args": {"text": text}, "id": call_id}])]})
+def ask(graph: Any, text: str, call_id: str, use_async: bool = False) -> str:
+    state = {"messages": [AIMessage("", tool_calls=[
+        {"name": "embed", "args": {"text": text}, "id": call_id}])]}
+    out = asyncio.run(graph.ainvoke(state)) if use_async else graph.invoke(state)
     answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert len(answers) == 1
     return str(answers[0].content)
 
 
-def drive(address: str, counter: str, flags: str, texts: list[str], results: Any) -> None:
+def drive(address: str, counter: str, flags: str, texts: list[str], results: Any,
+          queued: bool = False) -> None:
     """Run one call per entry of ``texts`` (``"hold"``: stay in the tool until ``flags``/go
-    exists), putting ``("job", id)`` and then each answer on ``results``."""
+    exists), putting ``("job", id)`` and then each answer on ``results``; ``queued``: the
+    calls are ``gpu_queued`` and run through the graph's async path."""
     import ray
     from ray import cloudpickle
 
@@ -72,10 +76,11 @@ def drive(address: str, counter: str, flags: str, texts: list[str], results: Any
 
     results.put(("job", ray.get_runtime_context().get_job_id()))
     node = DeviceToolNode([embed], backend=RayBackend(cluster_slots=True),
-                          hints={"embed": model.hints(vram_mb=CALL_MB, pinned="gpu_now")})
+                          hints={"embed": model.hints(
+        vram_mb=CALL_MB, pinned="gpu_queued" if queued else "gpu_now")})
     graph = StateGraph(MessagesState).add_node("tools", node).add_edge(
         START, "tools").compile()
     for i, text in enumerate(texts):
-        results.put(("answer", ask(graph, text, f"c{i}")))
+        results.put(("answer", ask(graph, text, f"c{i}", use_async=queued)))
     node.close()
     results.put(("done", ""))

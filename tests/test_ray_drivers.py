@@ -13,22 +13,31 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.graph import START, MessagesState, StateGraph
 
+from langgraph_devsched import DeviceToolNode, current_device
 from tests import ray_drivers
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install '.[ray]')")
+
+from ray import cloudpickle  # noqa: E402
 
 from langgraph_devsched.executors.ray_ledger import (  # noqa: E402
     NAMESPACE,
     LedgerView,
     cluster_slot_views,
 )
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 pytestmark = pytest.mark.ray
 
@@ -68,6 +77,31 @@ def the_view() -> LedgerView:
     return next(iter(views.values()))
 
 
+@tool
+def big(text: str) -> str:
+    """A 5000 MB GPU call on no resident model: reports the device it ran on."""
+    return current_device()
+
+
+def this_driver() -> Any:
+    """A graph in the test's own process (a driver of its own job) on the shared slots."""
+    from langgraph_devsched.executors import RayBackend
+
+    node = DeviceToolNode([big], backend=RayBackend(cluster_slots=True),
+                          hints={"big": {"vram_mb": 5000, "pinned": "gpu_now"}})
+    return StateGraph(MessagesState).add_node("tools", node).add_edge(
+        START, "tools").compile(), node
+
+
+def big_call(driver: Any) -> str:
+    graph, _ = driver
+    out = graph.invoke({"messages": [AIMessage("", tool_calls=[
+        {"name": "big", "args": {"text": "x"}, "id": "big"}])]})
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert len(answers) == 1
+    return str(answers[0].content)
+
+
 def test_two_drivers_share_one_loaded_model_and_a_killed_driver_leaves_no_reservation(
     head: str, tmp_path: Path
 ) -> None:
@@ -75,8 +109,8 @@ def test_two_drivers_share_one_loaded_model_and_a_killed_driver_leaves_no_reserv
     counter, flags = tmp_path / "loads.txt", tmp_path / "flags"
     flags.mkdir()
     results_a, results_b = ctx.Queue(), ctx.Queue()
-    a = ctx.Process(target=ray_drivers.drive,
-                    args=(head, str(counter), str(flags), ["a"], results_a))
+    a = ctx.Process(target=ray_drivers.drive,  # async, gpu_queued: it waits in the actor
+                    args=(head, str(counter), str(flags), ["a"], results_a, True))
     b = ctx.Process(target=ray_drivers.drive,
                     args=(head, str(counter), str(flags), ["b", "hold"], results_b))
     a.start()
@@ -100,6 +134,9 @@ def test_two_drivers_share_one_loaded_model_and_a_killed_driver_leaves_no_reserv
         view = the_view()
         assert [(h.job, h.mb) for h in view.held] == [(job_b, ray_drivers.CALL_MB)]
         assert view.in_use_mb == ray_drivers.WEIGHTS_MB + ray_drivers.CALL_MB
+        # one budget: this process, a third driver, cannot take 5000 MB beside B's 3500
+        third = this_driver()
+        assert big_call(third) == "cpu"
         os.kill(b.pid, signal.SIGKILL)  # type: ignore[arg-type]
         b.join(BOUND_S)
         wait_for("B's reservation to be reclaimed", lambda: not the_view().held)
@@ -107,6 +144,8 @@ def test_two_drivers_share_one_loaded_model_and_a_killed_driver_leaves_no_reserv
         assert view.reclaimed == 1
         assert view.in_use_mb == view.weights_mb == ray_drivers.WEIGHTS_MB  # the model stays
         assert [w.model for w in view.resident] == ["shared"]
+        assert big_call(third) == "cuda:0"  # the reclaimed room is there for the others
+        third[1].close()
     finally:
         (flags / "go").write_text("go")  # the killed driver's call in the actor ends
         for proc in (a, b):
