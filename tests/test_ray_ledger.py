@@ -36,7 +36,7 @@ def test_reclaim_releases_only_the_dead_jobs_reservations_and_keeps_weights() ->
     view = ledger.view()
     assert [(h.job, h.mb) for h in view.held] == [("job-b", 100.0)]
     assert view.in_use_mb == 400.0 and view.reclaimed == 1
-    ledger.release(second.ticket)
+    ledger.release("t2")
     assert ledger.view().in_use_mb == ledger.view().weights_mb == 300.0
     assert ledger.reclaim_jobs({"job-a", "job-b"}) == 0  # nothing left to reclaim
 
@@ -50,11 +50,21 @@ def test_a_driver_that_stops_waiting_leaves_nothing_behind() -> None:
         ledger.reserve("job-b", "t2", 500.0, 0.5, None, None)))
     waiter.start()
     ledger.cancel("t2")  # the driver gave up (e.g. its async call was cancelled)
-    ledger.release(full.ticket)  # room: the queued request is admitted, then refused
+    ledger.release("t1")  # room: the queued request is admitted, then refused
     waiter.join(30)
     assert not waiter.is_alive()
     assert isinstance(answers[0], Refused)
     assert ledger.view().in_use_mb == 0.0 and not ledger.view().held
+
+
+def test_a_release_names_its_request_so_it_never_hits_another() -> None:
+    ledger = body()
+    assert ledger.try_reserve("job-a", "t1", 500.0, 0.5, None) is not None
+    ledger.release("from-a-dead-actor")  # a token this actor never granted: nothing
+    assert ledger.view().in_use_mb == 500.0
+    ledger.release("t1")
+    ledger.release("t1")  # idempotent
+    assert ledger.view().in_use_mb == 0.0
 
 
 def test_cancel_after_the_grant_releases_it() -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
@@ -132,7 +133,8 @@ class SlotLedger:
 
     def __init__(self, budget_mb: float, reclaim_s: float = 1.0) -> None:
         self.ledger = VramLedger(budget_mb)
-        self._held: dict[int, tuple[str, Reservation]] = {}
+        self._held: dict[int, tuple[str, str, Reservation]] = {}
+        """By ticket: the driver's job, the request's token, the reservation."""
         self._tokens: dict[str, int] = {}
         self._cancelled: deque[str] = deque(maxlen=_CANCELLED_BOUND)
         self._lock = threading.Lock()
@@ -149,7 +151,7 @@ class SlotLedger:
                 self._cancelled.remove(token)
                 self.ledger.release(res)
                 return None
-            self._held[res.ticket] = (job, res)
+            self._held[res.ticket] = (job, token, res)
             self._tokens[token] = res.ticket
         return Granted(res.ticket, res.mb, res.share, res.model, res.loaded, res.evicted,
                        self.view())
@@ -176,20 +178,26 @@ class SlotLedger:
         """A driver stopped waiting for ``token``: release it if granted, else refuse it
         when it is."""
         with self._lock:
-            ticket = self._tokens.pop(token, None)
-            if ticket is None:
+            if token not in self._tokens:
                 self._cancelled.append(token)
                 return
-        self.release(ticket)
+        self.release(token)
 
-    def release(self, ticket: int) -> LedgerView:
+    def _pop_locked(self, ticket: int) -> Reservation | None:
+        held = self._held.pop(ticket, None)
+        if held is None:
+            return None
+        self._tokens.pop(held[1], None)
+        return held[2]
+
+    def release(self, token: str) -> LedgerView:
+        """Release the reservation granted to request ``token`` (unique across actors, so
+        a release can never hit another actor's reservation; unknown: nothing to do)."""
         with self._lock:
-            held = self._held.pop(ticket, None)
-            for token, t in list(self._tokens.items()):
-                if t == ticket:
-                    del self._tokens[token]
-        if held is not None:
-            self.ledger.release(held[1])
+            ticket = self._tokens.get(token)
+            res = None if ticket is None else self._pop_locked(ticket)
+        if res is not None:
+            self.ledger.release(res)
         return self.view()
 
     def admissible(self, mb: float, share: float, need: WeightsNeed | None) -> bool:
@@ -213,7 +221,7 @@ class SlotLedger:
     # -- state and reclaim -------------------------------------------------------------------
     def view(self) -> LedgerView:
         with self._lock:
-            held = tuple(Held(job, t, r.mb, r.model) for t, (job, r) in self._held.items())
+            held = tuple(Held(job, t, r.mb, r.model) for t, (job, _, r) in self._held.items())
         lg = self.ledger
         return LedgerView(lg.capacity_mb, lg.in_use_mb, lg.weights_mb, lg.peak_mb, lg.active,
                           lg.queued, lg.resident(), held, self.reclaimed)
@@ -221,13 +229,13 @@ class SlotLedger:
     def reclaim_jobs(self, dead: set[str]) -> int:
         """Release every reservation of the ``dead`` jobs; returns how many."""
         with self._lock:
-            gone = [t for t, (job, _) in self._held.items() if job in dead]
+            gone = [t for t, (job, _, _) in self._held.items() if job in dead]
         count = 0
         for ticket in gone:
             with self._lock:
-                held = self._held.pop(ticket, None)
-            if held is not None:
-                self.ledger.release(held[1])
+                res = self._pop_locked(ticket)
+            if res is not None:
+                self.ledger.release(res)
                 count += 1
         with self._lock:
             self.reclaimed += count
@@ -236,7 +244,7 @@ class SlotLedger:
     def reclaim(self) -> int:
         """Release the reservations of every job the GCS reports dead, now."""
         with self._lock:
-            jobs = {job for job, _ in self._held.values()}
+            jobs = {job for job, _, _ in self._held.values()}
         return self.reclaim_jobs(dead_jobs(jobs)) if jobs else 0
 
     def _reap(self, every_s: float) -> None:
@@ -278,15 +286,22 @@ class SlotLedgerClient(VramLedger):
         self._key = (node_id, index, budget_mb, namespace)
         self.actor = ledger_actor(node_id, index, budget_mb, namespace)
         self.job = ray.get_runtime_context().get_job_id()
+        self._tokens: weakref.WeakKeyDictionary[Reservation, str] = weakref.WeakKeyDictionary()
+        """Each held reservation's request token (what the actor releases it by)."""
         self._view = ray.get(self.actor.view.remote())
+
+    def _get(self, method: str, *args: Any) -> Any:
+        """``actor.<method>(*args)``, answered; a dead actor is replaced once (its
+        reservations went with it) and asked again."""
+        try:
+            return self._ray.get(getattr(self.actor, method).remote(*args))
+        except self._ray.exceptions.RayActorError:
+            self.actor = ledger_actor(*self._key)
+            return self._ray.get(getattr(self.actor, method).remote(*args))
 
     def sync(self) -> LedgerView:
         """Re-read the actor's state (a dead actor: a new one takes the slot)."""
-        try:
-            self._view = self._ray.get(self.actor.view.remote())
-        except self._ray.exceptions.RayActorError:
-            self.actor = ledger_actor(*self._key)
-            self._view = self._ray.get(self.actor.view.remote())
+        self._view = self._get("view")
         return self._view
 
     @property
@@ -329,26 +344,28 @@ class SlotLedgerClient(VramLedger):
         return any(w.model == model for w in self._view.resident)
 
     def admissible(self, mb: float, share: float, need: WeightsNeed | None = None) -> bool:
-        return bool(self._ray.get(self.actor.admissible.remote(mb, share, need)))
+        return bool(self._get("admissible", mb, share, need))
 
     # -- admission and release ---------------------------------------------------------------
-    def _reservation(self, granted: Granted) -> Reservation:
+    def _reservation(self, granted: Granted, token: str) -> Reservation:
         self._view = granted.view
-        return Reservation(granted.mb, granted.share, granted.ticket, model=granted.model,
-                           loaded=granted.loaded, evicted=granted.evicted, ledger=self)
+        res = Reservation(granted.mb, granted.share, granted.ticket, model=granted.model,
+                          loaded=granted.loaded, evicted=granted.evicted, ledger=self)
+        self._tokens[res] = token
+        return res
 
     def try_reserve(self, mb: float, share: float = 0.0,
                     need: WeightsNeed | None = None) -> Reservation | None:
         self._check_size(mb, need)
         token = uuid.uuid4().hex
-        granted = self._ray.get(self.actor.try_reserve.remote(self.job, token, mb, share, need))
-        return None if granted is None else self._reservation(granted)
+        granted = self._get("try_reserve", self.job, token, mb, share, need)
+        return None if granted is None else self._reservation(granted, token)
 
-    def _answer(self, answer: Granted | Refused) -> Reservation:
+    def _answer(self, answer: Granted | Refused, token: str) -> Reservation:
         if isinstance(answer, Refused):
             self._view = answer.view
             raise answer.error
-        return self._reservation(answer)
+        return self._reservation(answer, token)
 
     def reserve(self, mb: float, share: float = 0.0, timeout: float | None = None,
                 need: WeightsNeed | None = None) -> Reservation:
@@ -361,7 +378,7 @@ class SlotLedgerClient(VramLedger):
             with contextlib.suppress(Exception):
                 self.actor.cancel.remote(token)
             raise
-        return self._answer(answer)
+        return self._answer(answer, token)
 
     async def areserve(self, mb: float, share: float = 0.0, timeout: float | None = None,
                        need: WeightsNeed | None = None) -> Reservation:
@@ -374,27 +391,32 @@ class SlotLedgerClient(VramLedger):
             with contextlib.suppress(Exception):
                 self.actor.cancel.remote(token)
             raise
-        return self._answer(answer)
+        return self._answer(answer, token)
 
     def release(self, reservation: Reservation) -> None:
         if reservation.released:
             return
         reservation.released = True
-        self._view = self._ray.get(self.actor.release.remote(reservation.ticket))
+        token = self._tokens.pop(reservation, None)
+        if token is None:  # not granted by this client
+            return
+        # a dead actor's reservations went with it
+        with contextlib.suppress(self._ray.exceptions.RayActorError):
+            self._view = self._ray.get(self.actor.release.remote(token))
 
     def evict(self, model: str) -> bool:
         was = self.is_resident(model)
-        self._view = self._ray.get(self.actor.evict.remote(model))
+        self._view = self._get("evict", model)
         return was and not self.is_resident(model)
 
     def keep(self, model: str) -> None:
-        self._view = self._ray.get(self.actor.keep.remote(model))
+        self._view = self._get("keep", model)
 
     def demote(self, models: Iterable[str]) -> None:
-        self._ray.get(self.actor.demote.remote(tuple(models)))
+        self._get("demote", tuple(models))
 
     def clear_weights(self) -> tuple[str, ...]:
-        dropped: tuple[str, ...] = self._ray.get(self.actor.clear_weights.remote())
+        dropped: tuple[str, ...] = self._get("clear_weights")
         self.sync()
         return dropped
 
