@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langgraph_devsched.device import Placement
+from langgraph_devsched.executors.ray_ledger import slot_name
 from langgraph_devsched.executors.ray_task import Where, as_remote, invoke_tool
 from langgraph_devsched.models import MAX_MODELS, ModelCache
 
@@ -118,11 +119,16 @@ class HostRef:
 class SlotHosts:
     """The actors of the GPU slots, created lazily, one per slot, killed on `close`."""
 
-    def __init__(self, concurrency: int, max_models: int = MAX_MODELS) -> None:
+    def __init__(self, concurrency: int, max_models: int = MAX_MODELS,
+                 namespace: str | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"actor_concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
         self.max_models = max_models
+        self.namespace = namespace
+        """Set: the actors are shared by every driver of the cluster (named
+        ``slot-<node id>-<k>``, detached, got or created atomically in this namespace), and
+        `close` leaves them running."""
         self._hosts: dict[tuple[str, int], HostRef] = {}
         self._generation = 0
         self._lock = threading.Lock()
@@ -135,12 +141,17 @@ class SlotHosts:
                 return ref
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+            shared: dict[str, Any] = {}
+            if self.namespace is not None:
+                shared = {"name": slot_name(node_id, index), "namespace": self.namespace,
+                          "lifetime": "detached", "get_if_exists": True}
             handle = host_actor_class().options(
                 num_cpus=0,
                 num_gpus=0,
                 max_concurrency=self.concurrency,
                 max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                **shared,
             ).remote(index, self.max_models)
             self._generation += 1
             ref = HostRef(handle, self._generation)
@@ -169,10 +180,13 @@ class SlotHosts:
             return {key: ref.handle for key, ref in self._hosts.items()}
 
     def close(self) -> int:
-        """Kill every actor (their models go with them). Returns how many."""
+        """Kill every actor (their models go with them); shared ones (``namespace``) are
+        only let go: other drivers use them. Returns how many were killed."""
         with self._lock:
             refs = list(self._hosts.values())
             self._hosts.clear()
+        if self.namespace is not None:
+            return 0
         for ref in refs:
             _kill(ref.handle)
         return len(refs)

@@ -64,6 +64,7 @@ from langgraph_devsched.executors.ray_cluster import (
     read_cluster,
     require_ray,
 )
+from langgraph_devsched.executors.ray_ledger import NAMESPACE, SlotLedgerClient
 from langgraph_devsched.executors.ray_task import Where, portable_config, remote_invoke
 from langgraph_devsched.executors.ray_tool import RemoteTool
 from langgraph_devsched.ledger import (
@@ -133,7 +134,10 @@ class RayBackend:
     already initialised (call ``ray.init`` yourself to control it). ``model_actors`` sends
     the GPU calls of resident-model tools to one actor per GPU slot (created lazily, at most
     ``actor_concurrency`` calls at once each, at most ``max_models`` instances each), which
-    keeps their models warm; ``close`` kills the actors.
+    keeps their models warm; ``close`` kills the actors. ``cluster_slots`` shares one ledger
+    and one model actor per GPU slot with every driver of the cluster (named, detached
+    actors in ``namespace``; a dead driver's reservations are reclaimed; ``close`` lets them
+    run: `executors.ray_ledger`).
     """
 
     name = "ray"
@@ -152,6 +156,8 @@ class RayBackend:
         model_actors: bool = True,
         actor_concurrency: int = 16,
         max_models: int = MAX_MODELS,
+        cluster_slots: bool = False,
+        namespace: str = NAMESPACE,
         init_kwargs: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -175,7 +181,15 @@ class RayBackend:
         self.queue_timeout_s = queue_timeout_s
         self.shared = shared
         self.model_actors = model_actors
-        self.hosts = SlotHosts(actor_concurrency, max_models)
+        if cluster_slots and not namespace:
+            raise ValueError("namespace must be a non-empty Ray namespace with cluster_slots, "
+                             f"got {namespace!r}")
+        self.cluster_slots = cluster_slots
+        """One ledger and one model actor per GPU slot for every driver of the cluster
+        (named, detached actors in ``namespace``: `executors.ray_ledger`)."""
+        self.namespace = namespace
+        self.hosts = SlotHosts(actor_concurrency, max_models,
+                               namespace if cluster_slots else None)
         """The GPU slots' actors (``model_actors``)."""
         self._init_kwargs = dict(init_kwargs or {})
         self._clock = clock
@@ -200,7 +214,7 @@ class RayBackend:
                 for i in range(node.gpus):
                     slot = self._slots.get((node.node_id, i))
                     if slot is None and node.alive:
-                        ledger = VramLedger(node.vram_per_gpu_mb(self.vram_resource))
+                        ledger = self._ledger(node, i)
                         slot = GpuSlot(node.node_id, node.ip, i, node.gpu_type, ledger)
                         self._slots[slot.key] = slot
                     if slot is not None:
@@ -208,7 +222,20 @@ class RayBackend:
             for slot in self._slots.values():
                 if slot.node_id not in self._nodes:
                     slot.alive = False
+        self._sync_shared()
         return nodes
+
+    def _ledger(self, node: NodeView, index: int) -> VramLedger:
+        budget = node.vram_per_gpu_mb(self.vram_resource)
+        if self.cluster_slots:
+            return SlotLedgerClient(node.node_id, index, budget, self.namespace)
+        return VramLedger(budget)
+
+    def _sync_shared(self) -> None:
+        """Re-read the shared slot ledgers (what every driver holds there)."""
+        for slot in self.slots():
+            if isinstance(slot.ledger, SlotLedgerClient):
+                slot.ledger.sync()
 
     def slots(self) -> list[GpuSlot]:
         """The GPUs calls may be placed on (alive nodes), in a stable order."""
@@ -236,6 +263,8 @@ class RayBackend:
         """Kill the GPU slots' actors (their models go with them) and drop every idle
         model's weights from the ledgers; weights a running call uses go when it ends."""
         self.hosts.close()
+        if self.cluster_slots:  # shared: other drivers use them (`close_cluster_slots`)
+            return
         with self._lock:
             slots = list(self._slots.values())
         for slot in slots:
