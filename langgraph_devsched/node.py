@@ -44,7 +44,12 @@ from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
 from langgraph_devsched.idle import IdleCalibration
 from langgraph_devsched.langsmith_check import check_langsmith
 from langgraph_devsched.lean_step import CPU, lean_backend, plain_tools
-from langgraph_devsched.node_checks import check_testbed_covers, node_backend, warn_never_fitting
+from langgraph_devsched.node_checks import (
+    check_testbed_covers,
+    node_backend,
+    node_scheduler,
+    warn_never_fitting,
+)
 from langgraph_devsched.planning import (
     PlannedStep,
     StepKey,
@@ -167,11 +172,7 @@ class DeviceToolNode(ToolNode):
         self.device_specs: dict[str, ToolDeviceSpec] = resolve_specs(by_name, hints)
         self.backend: Backend = node_backend(backend, testbed)
         check_testbed_covers(self.device_specs, self.backend)
-        if scheduler is None:
-            scheduler = DEFAULT_SCHEDULER
-        self.scheduler: Scheduler = (
-            make_scheduler(scheduler) if isinstance(scheduler, str) else scheduler
-        )
+        self.scheduler: Scheduler = node_scheduler(scheduler, self.backend, DEFAULT_SCHEDULER)
         self.monitor = monitor
         self.call_timeout_s = call_timeout_s
         warn_never_fitting(self.device_specs, self.backend)
