@@ -220,13 +220,20 @@ def profile(
     budget_s: Annotated[
         float | None, typer.Option(min=0, help="stop measuring new tools after this many s")
     ] = None,
+    assume_idempotent: Annotated[
+        bool,
+        typer.Option("--assume-idempotent", help="warm up and repeat every tool on every "
+                     "device; without it a tool not declared side-effect free (idempotent: "
+                     "true) is called once in all"),
+    ] = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="no progress bar, no table: only errors")
     ] = False,
 ) -> None:
     """Profile tools on each device (median, IQR, transfer, VRAM) and classify them.
 
-    Exit code 0 when at least one tool was measured, 1 when none was, 2 on a bad option."""
+    Exit code 0 when every tool was measured, 1 when one was not (the files hold the
+    others), 2 on a bad option."""
     from langgraph_devsched.profiling.command import NothingMeasured, run_profile_command
 
     try:
@@ -238,7 +245,7 @@ def profile(
             suite=suite, devices=devices, size=size, repeats=repeats, warmup=warmup,
             threads=threads, tools=tools, example_args=example_args, json_path=json_path,
             hints_out=hints_out, plots=plots, scenario_out=scenario_out, cpu_only=cpu_only,
-            budget_s=budget_s, quiet=quiet,
+            budget_s=budget_s, assume_idempotent=assume_idempotent, quiet=quiet,
         )
     except NothingMeasured as exc:
         typer.echo(f"Error: {exc}", err=True)

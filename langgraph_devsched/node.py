@@ -59,7 +59,6 @@ from langgraph_devsched.planning import (
 )
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Scheduler
-from langgraph_devsched.schedulers.registry import make_scheduler
 from langgraph_devsched.testbed import SimulatedTestbed
 from langgraph_devsched.tracing import has_observers
 

@@ -3,22 +3,22 @@ warning once, several simulated GPUs from hints, declared GPUs on a CPU-only mac
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+import yaml
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_devsched import (
     DeviceToolNode,
-    GpuConfig,
     InjectedDevice,
-    LocalBackend,
     SimulatedTestbed,
     ToolParams,
-    current_device,
 )
 from langgraph_devsched.hints import HintsError
 from tests.fakes import TOOLS, ScriptedChatModel, calls
@@ -106,3 +106,95 @@ def test_a_gpus_hint_naming_no_gpu_of_the_machine_is_logged_once(
     said = [r.getMessage() for r in caplog.records if "names none of" in r.getMessage()]
     assert len(said) == 1, said
     assert "gpus hint [7] names none of this machine's GPUs [0, 1]" in said[0]
+
+
+# -- devsched profile: async tools, side effects, tools it could not measure ------------------
+
+PROFILED_TOOLS = '''
+import asyncio
+from pathlib import Path
+
+from langchain_core.tools import tool
+
+NOTES = Path("notes.txt")
+
+
+@tool
+async def embed_async(text: str) -> str:
+    """Embed a text, asynchronously."""
+    await asyncio.sleep(0)
+    return text[::-1]
+
+
+@tool
+def save_note(text: str) -> str:
+    """Append a note to the user's notes (a side effect)."""
+    with NOTES.open("a") as f:
+        f.write(text + "\\n")
+    return "saved"
+
+
+@tool
+def broken(text: str) -> str:
+    """Fails every time."""
+    raise RuntimeError("model file missing")
+
+
+TOOLS = [embed_async, save_note]
+WITH_BROKEN = [embed_async, save_note, broken]
+'''
+ARGS = {"embed_async": {"text": "hi"}, "save_note": {"text": "x"}, "broken": {"text": "x"}}
+
+
+def profile_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suite: str,
+                *extra: str) -> Any:
+    from typer.testing import CliRunner
+
+    from langgraph_devsched.cli import app
+
+    (tmp_path / "first_hour_tools.py").write_text(PROFILED_TOOLS, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    return CliRunner().invoke(app, [
+        "profile", "--suite", f"first_hour_tools:{suite}", "--devices", "cpu",
+        "--example-args", json.dumps({k: v for k, v in ARGS.items() if suite != "TOOLS"
+                                      or k != "broken"}),
+        "--hints-out", "hints.yaml", *extra])
+
+
+def test_profile_awaits_async_tools_and_calls_a_tool_with_side_effects_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = profile_cli(tmp_path, monkeypatch, "TOOLS", "--repeats", "5", "--warmup", "1")
+    assert done.exit_code == 0, done.output
+    hints = yaml.safe_load((tmp_path / "hints.yaml").read_text())["tools"]
+    assert hints["embed_async"]["profile"]["cpu_ms"] > 0  # measured, not {}
+    assert (tmp_path / "notes.txt").read_text() == "x\n"  # one call, not 1 + 5
+    said = " ".join(done.output.split())
+    assert "called once (no warm-up, one device): embed_async, save_note, not declared " \
+           "side-effect free" in said and "--assume-idempotent" in said
+
+
+def test_profile_repeats_every_tool_when_told_they_are_side_effect_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = profile_cli(tmp_path, monkeypatch, "TOOLS", "--repeats", "3", "--warmup", "1",
+                       "--assume-idempotent", "--json", "p.json")
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "notes.txt").read_text() == "x\n" * 4
+    rows = json.loads((tmp_path / "p.json").read_text())["tools"]
+    assert [r["runs"]["cpu"]["latency"]["runs"] for r in rows] == [3, 3]
+
+
+def test_profile_that_could_not_measure_a_tool_exits_1_and_says_why_and_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = profile_cli(tmp_path, monkeypatch, "WITH_BROKEN")
+    assert done.exit_code == 1, done.output
+    said = " ".join(done.output.split())
+    assert "not measured on any device: broken: cpu: failed: RuntimeError: model file " \
+           "missing" in said
+    assert "declare the figures yourself in the hints file (profile: {cpu_ms: ..., " \
+           "gpu_ms: ...}; an estimate is fine)" in said
+    text = (tmp_path / "hints.yaml").read_text()
+    assert "# not measured: broken: cpu: failed: RuntimeError: model file missing" in text
+    assert set(yaml.safe_load(text)["tools"]) == {"embed_async", "save_note", "broken"}

@@ -78,8 +78,9 @@ def tool_params(
     if declared_cpu is None and spec.gpu_capable:
         raise HintsError(
             f"tool {name!r} has no profile.cpu_ms: declare profile: {{cpu_ms: ..., gpu_ms: ...}} "
-            "in its hints, or profile it (`devsched profile --devices cpu --hints-out "
-            "hints.yaml`, then gpu_speedup=)"
+            "in its hints (an estimate is fine), or measure it with `devsched profile "
+            "--devices cpu --hints-out hints.yaml` (then gpu_speedup=); if that run could "
+            "not call the tool, its error says why"
         )
     cpu_ms = UNTIMED_MS if declared_cpu is None else max(declared_cpu, UNTIMED_MS)
     transfer = solo.transfer_ms if solo is not None else 0.0
