@@ -16,9 +16,12 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_devsched import (
     DeviceToolNode,
+    GpuConfig,
     InjectedDevice,
+    LocalBackend,
     SimulatedTestbed,
     ToolParams,
+    current_device,
 )
 from langgraph_devsched.hints import HintsError
 from tests.fakes import TOOLS, ScriptedChatModel, calls
@@ -198,3 +201,47 @@ def test_profile_that_could_not_measure_a_tool_exits_1_and_says_why_and_what_to_
     text = (tmp_path / "hints.yaml").read_text()
     assert "# not measured: broken: cpu: failed: RuntimeError: model file missing" in text
     assert set(yaml.safe_load(text)["tools"]) == {"embed_async", "save_note", "broken"}
+
+
+# -- several GPUs from hints; declared GPUs on a machine without CUDA ------------------------
+
+
+def test_simulated_gpu_takes_several_gpus_from_plain_mappings() -> None:
+    from langgraph_devsched.profiling import simulated_gpu
+
+    hints = {"embed": {"vram_mb": 500, "gpus": [1],
+                       "profile": {"cpu_ms": 100, "gpu_ms": 10}}}
+    bed = simulated_gpu(hints, gpus=[{"vram_mb": 24000}, {"vram_mb": 8000, "speed": 0.5}],
+                        run_tools_on="cpu")
+    assert [(d.index, d.budget_mb, d.speed) for d in bed.device_state().gpus] == [
+        (0, 24000.0, 1.0), (1, 8000.0, 0.5)]
+    node = DeviceToolNode([embed], hints={"embed": {**hints["embed"], "pinned": "gpu_now"}},
+                          testbed=bed)
+    answers = run_step(graph(node), ["embed"], "g")
+    assert [m.content for m in answers] == ["embed:input 1@cpu"]  # its code ran here
+    call = node.history[-1].record.calls[0]
+    assert (call.device, call.end_ms - call.start_ms) == ("cuda:1", 20.0)  # half speed
+    with pytest.raises(ValueError, match=r"give vram_budget_mb .* or gpus=.*not both"):
+        simulated_gpu(hints, vram_budget_mb=8000, gpus=[{"vram_mb": 8000}])
+
+
+def test_declared_gpus_without_cuda_run_their_tools_on_the_cpu_when_asked() -> None:
+    seen: list[tuple[str, str]] = []
+
+    @tool
+    def caption(text: str, device: Annotated[str, InjectedDevice] = "cpu") -> str:
+        """Caption an image."""
+        seen.append((device, current_device()))
+        return f"caption:{text}"
+
+    hints = {"caption": {"vram_mb": 100, "gpus": [1], "pinned": "gpu_queued"}}
+    gpus = [GpuConfig(vram_budget_mb=1000), GpuConfig(vram_budget_mb=500, device="cuda:1")]
+    backend = LocalBackend(gpu=gpus, run_tools_on="cpu")
+    node = DeviceToolNode([caption], hints=hints, backend=backend)
+    answers = run_step(graph(node), ["caption", "caption"], "l")
+    assert [m.content for m in answers] == ["caption:input 1", "caption:input 2"]
+    assert seen == [("cpu", "cpu")] * 2  # not cuda:1 on a machine without CUDA
+    assert [c.device for c in node.history[-1].record.calls] == ["cuda:1", "cuda:1"]
+    assert [ledger.in_use_mb for ledger in backend.ledgers] == [0.0, 0.0]
+    with pytest.raises(ValueError, match="unknown run_tools_on 'host'; valid: placed, cpu"):
+        LocalBackend(gpu=gpus, run_tools_on="host")  # type: ignore[arg-type]
