@@ -47,6 +47,7 @@ from langgraph_devsched.node import (
 )
 from langgraph_devsched.node_checks import node_backend, node_scheduler
 from langgraph_devsched.schedulers.base import Scheduler
+from langgraph_devsched.stream_events import stream_step
 from langgraph_devsched.testbed import SimulatedTestbed
 
 ToolResult = ToolMessage | Command[Any]
@@ -182,6 +183,8 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         step = engine.plan_calls(self._step_calls(request), config)
         if step is None or request.tool_call.get("id") not in step.planned:
             return handler(request)
+        writer = getattr(request.runtime, "stream_writer", None)
+        stream_step(step, writer)  # stream_mode="custom": the decision, once a step
         original = dict(config)
 
         def execute(req: ToolCallRequest, cfg: RunnableConfig) -> ToolResult:
@@ -195,6 +198,7 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
             return engine.run_planned(step, request, config, execute)
         finally:
             engine.finish_step(step)
+            stream_step(step, writer)  # the outcome, by the call that closed the step
 
     async def awrap_tool_call(
         self,
@@ -208,6 +212,8 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         step = await engine.aplan_calls(self._step_calls(request), config)
         if step is None or request.tool_call.get("id") not in step.planned:
             return await handler(request)
+        writer = getattr(request.runtime, "stream_writer", None)
+        stream_step(step, writer)  # stream_mode="custom": the decision, once a step
         original = dict(config)
 
         async def execute(req: ToolCallRequest, cfg: RunnableConfig) -> ToolResult:
@@ -221,6 +227,7 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
             return await engine.arun_planned(step, request, config, execute)
         finally:
             engine.finish_step(step)
+            stream_step(step, writer)  # the outcome, by the call that closed the step
 
 
 class _OnDevice(BaseTool):

@@ -59,6 +59,7 @@ from langgraph_devsched.planning import (
 )
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Scheduler
+from langgraph_devsched.stream_events import stream_step
 from langgraph_devsched.testbed import SimulatedTestbed
 from langgraph_devsched.tracing import has_observers
 
@@ -351,12 +352,14 @@ class DeviceToolNode(ToolNode):
         batch, key, own = self._own_step(input, config)
         step = (self._lean_step(batch, key, config) or self.planner.plan(batch, config, key)
                 if batch.calls else None)
+        stream_step(step, runtime.stream_writer)  # stream_mode="custom": the decision
         token = _STEP.set(step)
         try:
             return super()._func(input, config, runtime)
         finally:
             _STEP.reset(token)
             self._close_own(step, own)
+            stream_step(step, runtime.stream_writer)  # ... and, once closed, the outcome
 
     async def _afunc(
         self,
@@ -369,6 +372,7 @@ class DeviceToolNode(ToolNode):
         batch, key, own = self._own_step(input, config)
         step = (self._lean_step(batch, key, config)
                 or await self.planner.aplan(batch, config, key) if batch.calls else None)
+        stream_step(step, runtime.stream_writer)  # stream_mode="custom": the decision
         token = _STEP.set(step)
         limit = config.get("max_concurrency")
         limit_token = _LIMIT.set(asyncio.Semaphore(limit) if limit else None)
@@ -378,6 +382,7 @@ class DeviceToolNode(ToolNode):
             _LIMIT.reset(limit_token)
             _STEP.reset(token)
             self._close_own(step, own)
+            stream_step(step, runtime.stream_writer)  # ... and, once closed, the outcome
             if self.idle is not None and batch.calls:
                 self.idle.remember(self._parse_input(input)[0])
                 self.idle.start()

@@ -245,3 +245,82 @@ def test_declared_gpus_without_cuda_run_their_tools_on_the_cpu_when_asked() -> N
     assert [ledger.in_use_mb for ledger in backend.ledgers] == [0.0, 0.0]
     with pytest.raises(ValueError, match="unknown run_tools_on 'host'; valid: placed, cpu"):
         LocalBackend(gpu=gpus, run_tools_on="host")  # type: ignore[arg-type]
+
+
+# -- what the CLI help and the records say ----------------------------------------------------
+
+
+def test_cli_flags_show_no_value_in_the_help_and_take_none() -> None:
+    from typer.testing import CliRunner
+
+    from langgraph_devsched.cli import app
+
+    runner = CliRunner()
+    for command, flag in (("bench", "--real"), ("profile", "--assume-idempotent"),
+                          ("profile", "--quiet")):
+        shown = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+        line = next(x for x in shown.output.splitlines() if f" {flag} " in x)
+        assert "<bool>" not in line, line
+    wrong = runner.invoke(app, ["bench", "--real", "true", "--rounds", "1"])
+    assert wrong.exit_code == 2  # a flag takes no value: `true` is an unexpected argument
+
+
+def test_a_forced_step_names_no_scheduler_and_the_node_still_observes_it() -> None:
+    from langchain_core.tracers.context import collect_runs
+
+    from langgraph_devsched.tracing import decision_runs
+
+    node = DeviceToolNode(TOOLS, hints={t.name: {"pinned": "cpu"} for t in TOOLS})
+    with collect_runs() as cb:
+        run_step(graph(node), ["asr", "ocr"], "f")
+    report = node.history[-1]
+    assert (report.scheduler, report.decision.scheduler) == ("monitor", "forced")
+    assert report.decision.reason.startswith("forced")
+    traced = decision_runs(cb.traced_runs)
+    assert [r.extra["metadata"]["devsched.scheduler"] for r in traced] == ["forced", "forced"]
+
+
+# -- decisions on LangGraph's custom stream ---------------------------------------------------
+
+
+def test_decisions_and_outcomes_are_written_to_the_custom_stream() -> None:
+    import asyncio
+
+    from tests.fakes import HINTS, PARAMS
+
+    bed = SimulatedTestbed(PARAMS, vram_budget_mb=4000)
+    g = graph(DeviceToolNode(TOOLS, hints=HINTS, testbed=bed, scheduler="static"))
+    inputs = {"messages": [AIMessage("", tool_calls=calls("asr", "ocr"))]}
+    events = list(g.stream(inputs, stream_mode="custom"))
+    assert [e["devsched"] for e in events] == ["decision", "step"]
+    decision, step = events
+    assert decision["scheduler"] == "static"
+    assert [(c["id"], c["tool"], c["option"]) for c in decision["calls"]] == [
+        ("c1", "asr", "gpu_queued"), ("c2", "ocr", "gpu_queued")]
+    assert [(c["id"], c["device"], c["fallback"]) for c in step["calls"]] == [
+        ("c1", "cuda:0", None), ("c2", "cuda:0", None)]
+    assert (step["makespan_ms"], [c["ms"] for c in step["calls"]]) == (115.0, [70.0, 45.0])
+
+    async def modes() -> list[str]:
+        return [mode async for mode, _ in g.astream(inputs, stream_mode=["custom", "updates"])]
+
+    assert asyncio.run(modes()) == ["custom", "custom", "updates"]
+
+
+def test_the_middleware_writes_each_steps_decision_once_to_the_custom_stream() -> None:
+    pytest.importorskip("langchain.agents", reason="needs the 'agents' extra (langchain)")
+    from langchain.agents import create_agent
+
+    from langgraph_devsched.middleware import DeviceSchedulingMiddleware
+    from tests.fakes import HINTS, PARAMS
+
+    model = ScriptedChatModel(script=[AIMessage("", tool_calls=calls("asr", "ocr", "embed")),
+                                      AIMessage("done")])
+    mw = DeviceSchedulingMiddleware(hints=HINTS, scheduler="static",
+                                    testbed=SimulatedTestbed(PARAMS, vram_budget_mb=4000))
+    agent = create_agent(model, TOOLS, middleware=[mw])
+    events = list(agent.stream({"messages": [HumanMessage("go")]}, stream_mode="custom"))
+    mine = [e for e in events if isinstance(e, dict) and "devsched" in e]
+    assert [e["devsched"] for e in mine] == ["decision", "step"]  # one step of three calls
+    assert [c["id"] for c in mine[0]["calls"]] == ["c1", "c2", "c3"]
+    assert sorted(c["id"] for c in mine[1]["calls"]) == ["c1", "c2", "c3"]
