@@ -324,3 +324,25 @@ def test_the_middleware_writes_each_steps_decision_once_to_the_custom_stream() -
     assert [e["devsched"] for e in mine] == ["decision", "step"]  # one step of three calls
     assert [c["id"] for c in mine[0]["calls"]] == ["c1", "c2", "c3"]
     assert sorted(c["id"] for c in mine[1]["calls"]) == ["c1", "c2", "c3"]
+
+
+def test_bench_output_fits_a_pipe_and_says_a_skipped_scheduler_in_one_line() -> None:
+    """``make demo``'s bench, piped (no terminal, no COLUMNS): every scheduler it can build,
+    and the agentic one (no LLM configured here) skipped in one line."""
+    from typer.testing import CliRunner
+
+    from langgraph_devsched.cli import app
+
+    env = {"COLUMNS": None, "DEVSCHED_LLM_MODEL": None, "DEVSCHED_LLM_BASE_URL": None,
+           "OPENAI_API_KEY": None, "NO_COLOR": "1"}
+    done = CliRunner().invoke(app, ["bench", "--rounds", "2", "--scenarios",
+                                    "serial_voice_assistant,parallel_rag_fanout"], env=env)
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    skipped = [line for line in lines if "agentic" in line]
+    assert len(skipped) == 1 and skipped[0].startswith(
+        "skipped agentic: the agentic scheduler is not configured"), skipped
+    assert "AgenticNotConfiguredError" not in done.output
+    for name in ("all_gpu", "static", "heft", "dmda", "ucb", "oracle", "monitor"):
+        assert f" {name} " in done.output  # every row still there
