@@ -62,7 +62,8 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
     Keyword-only options, as for `DeviceToolNode`: ``scheduler`` (a `Scheduler` or a
     registered name, default ``"monitor"`` as for the node), ``hints`` (a mapping or a
     YAML/JSON file; tools may also carry `device_hints`), ``backend`` or ``testbed``,
-    ``monitor``, ``on_step``.
+    ``monitor``, ``on_step``, ``stream_decisions`` (each step's decision and outcome on the
+    agent's custom stream, ``stream_mode="custom"``).
     Hints are validated when the middleware is built; the tool names they use are checked
     against the agent's tools at its first model request, before the model is called (list
     this middleware before any middleware that selects tools for the model).
@@ -78,8 +79,10 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         monitor: Any = None,
         on_step: Callable[[StepReport], None] | None = None,
         history: int = 100,
+        stream_decisions: bool = False,
     ) -> None:
         super().__init__()
+        self.stream_decisions = stream_decisions
         self.backend: Backend = node_backend(backend, testbed)
         self.scheduler: Scheduler = node_scheduler(scheduler, self.backend, DEFAULT_SCHEDULER)
         hints = hints_mapping(hints)  # a file is read now
@@ -183,7 +186,7 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         step = engine.plan_calls(self._step_calls(request), config)
         if step is None or request.tool_call.get("id") not in step.planned:
             return handler(request)
-        writer = getattr(request.runtime, "stream_writer", None)
+        writer = getattr(request.runtime, "stream_writer", None) if self.stream_decisions else None
         stream_step(step, writer)  # stream_mode="custom": the decision, once a step
         original = dict(config)
 
@@ -212,7 +215,7 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         step = await engine.aplan_calls(self._step_calls(request), config)
         if step is None or request.tool_call.get("id") not in step.planned:
             return await handler(request)
-        writer = getattr(request.runtime, "stream_writer", None)
+        writer = getattr(request.runtime, "stream_writer", None) if self.stream_decisions else None
         stream_step(step, writer)  # stream_mode="custom": the decision, once a step
         original = dict(config)
 

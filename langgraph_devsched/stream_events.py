@@ -1,9 +1,11 @@
 """Decisions on LangGraph's custom stream: what a caller of ``graph.stream(...,
 stream_mode="custom")`` sees of each step.
 
-Two events per step, each a dict written with the node's `StreamWriter` (the one
+With ``DeviceToolNode(..., stream_decisions=True)`` (or the middleware's), two events per
+step, each a dict written with the node's `StreamWriter` (the one
 ``langgraph.config.get_stream_writer()`` returns) once per step, however many `Send` tasks
-share it:
+share it (off by default: the custom stream then carries only what the tools write, as with
+`ToolNode`):
 
 * ``{"devsched": "decision", ...}`` when the step is decided, before any call starts:
   ``scheduler`` (``forced`` when the node decided alone), ``reason``, and per call

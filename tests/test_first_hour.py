@@ -289,8 +289,11 @@ def test_decisions_and_outcomes_are_written_to_the_custom_stream() -> None:
     from tests.fakes import HINTS, PARAMS
 
     bed = SimulatedTestbed(PARAMS, vram_budget_mb=4000)
-    g = graph(DeviceToolNode(TOOLS, hints=HINTS, testbed=bed, scheduler="static"))
     inputs = {"messages": [AIMessage("", tool_calls=calls("asr", "ocr"))]}
+    quiet = graph(DeviceToolNode(TOOLS, hints=HINTS, testbed=bed, scheduler="static"))
+    assert list(quiet.stream(inputs, stream_mode="custom")) == []  # as ToolNode: not asked
+    g = graph(DeviceToolNode(TOOLS, hints=HINTS, testbed=bed, scheduler="static",
+                             stream_decisions=True))
     events = list(g.stream(inputs, stream_mode="custom"))
     assert [e["devsched"] for e in events] == ["decision", "step"]
     decision, step = events
@@ -316,7 +319,7 @@ def test_the_middleware_writes_each_steps_decision_once_to_the_custom_stream() -
 
     model = ScriptedChatModel(script=[AIMessage("", tool_calls=calls("asr", "ocr", "embed")),
                                       AIMessage("done")])
-    mw = DeviceSchedulingMiddleware(hints=HINTS, scheduler="static",
+    mw = DeviceSchedulingMiddleware(hints=HINTS, scheduler="static", stream_decisions=True,
                                     testbed=SimulatedTestbed(PARAMS, vram_budget_mb=4000))
     agent = create_agent(model, TOOLS, middleware=[mw])
     events = list(agent.stream({"messages": [HumanMessage("go")]}, stream_mode="custom"))
