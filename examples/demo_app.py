@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(
         "Simulated testbed: an 8 GB GPU (2 GB held by the agent's LLM server) and 8 CPU cores;"
-        " devices and times below are simulated, the tools' answers are real."
+        "\ndevices and times below are simulated, the tools' answers are real."
     )
     budget = TESTBED.device_state().vram_budget_mb - TESTBED.device_state().vram_used_mb
     node = DeviceToolNode(

@@ -12,6 +12,10 @@ import typer
 
 from langgraph_devsched.output_paths import check_output_paths
 
+FLAG = ""
+"""The metavar of an on/off flag: none (typer would print ``<bool>``, as if it took a value:
+``--real``, not ``--real true``)."""
+
 app = typer.Typer(
     help="langgraph_devsched: schedule LangGraph tool calls on GPU now, GPU queue or CPU.",
     no_args_is_help=True,
@@ -32,7 +36,8 @@ def _main(
     version: Annotated[
         bool,
         typer.Option(
-            "--version", callback=_show_version, is_eager=True, help="print the version and exit"
+            "--version", callback=_show_version, is_eager=True, metavar=FLAG,
+            help="print the version and exit",
         ),
     ] = False,
 ) -> None:
@@ -95,9 +100,9 @@ def bench(
     ] = "local",
     real: Annotated[
         bool,
-        typer.Option("--real", help="run real tools on this machine's devices and time them "
-                     "(default scenarios: the built-in real ones; the oracle executes every "
-                     "mapping)"),
+        typer.Option("--real", metavar=FLAG,
+                     help="run real tools on this machine's devices and time them (default "
+                     "scenarios: the built-in real ones; the oracle executes every mapping)"),
     ] = False,
     declare: Annotated[
         str,
@@ -225,13 +230,21 @@ def profile(
     budget_s: Annotated[
         float | None, typer.Option(min=0, help="stop measuring new tools after this many s")
     ] = None,
+    assume_idempotent: Annotated[
+        bool,
+        typer.Option("--assume-idempotent", metavar=FLAG,
+                     help="warm up and repeat every tool on every device; without it a tool "
+                     "not declared side-effect free (idempotent: true) is called once in all"),
+    ] = False,
     quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="no progress bar, no table: only errors")
+        bool, typer.Option("--quiet", "-q", metavar=FLAG,
+                           help="no progress bar, no table: only errors")
     ] = False,
 ) -> None:
     """Profile tools on each device (median, IQR, transfer, VRAM) and classify them.
 
-    Exit code 0 when at least one tool was measured, 1 when none was, 2 on a bad option."""
+    Exit code 0 when every tool was measured, 1 when one was not (the files hold the
+    others), 2 on a bad option."""
     from langgraph_devsched.profiling.command import NothingMeasured, run_profile_command
 
     try:
@@ -243,7 +256,7 @@ def profile(
             suite=suite, devices=devices, size=size, repeats=repeats, warmup=warmup,
             threads=threads, tools=tools, example_args=example_args, json_path=json_path,
             hints_out=hints_out, plots=plots, scenario_out=scenario_out, cpu_only=cpu_only,
-            budget_s=budget_s, quiet=quiet,
+            budget_s=budget_s, assume_idempotent=assume_idempotent, quiet=quiet,
         )
     except NothingMeasured as exc:
         typer.echo(f"Error: {exc}", err=True)

@@ -5,7 +5,7 @@ machine has several GPUs, may name the GPU index per call (``Decision.gpus``). A
 whose decision names no GPU gets the one default rule, `default_gpus`:
 
 0. only among the GPUs the tool's ``gpus`` hint allows (default: any; a hint naming none
-   of this machine's GPUs is logged and leaves any GPU);
+   of this machine's GPUs is logged, once, and leaves any GPU);
 1. a GPU that can take the call now: below its concurrency cap (``max_active``, counting
    the calls running there and the step's earlier calls placed there), and its memory
    (working memory, and its model's weights when they are not resident there) fits in
@@ -34,6 +34,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from langgraph_devsched.log_once import warn_once
 from langgraph_devsched.telemetry import GpuDevice
 
 logger = logging.getLogger(__name__)
@@ -158,8 +159,9 @@ def candidates(call: GpuCall, devices: Iterable[int]) -> list[int]:
         return indices
     kept = [i for i in indices if i in call.allowed]
     if not kept:
-        logger.warning("call %s: its gpus hint %s names none of this machine's GPUs %s; "
-                       "any GPU", call.call_id, list(call.allowed), indices)
+        warn_once(logger, ("gpus_hint", call.allowed, tuple(indices)),
+                  "a gpus hint %s names none of this machine's GPUs %s: its calls (%s, ...) "
+                  "go to any GPU (logged once)", list(call.allowed), indices, call.call_id)
         return indices
     return kept
 

@@ -59,9 +59,11 @@ class ToolDeviceSpec(BaseModel):
         extra="forbid", frozen=True, arbitrary_types_allowed=True, allow_inf_nan=False
     )
 
-    gpu_capable: bool = Field(default=True, description="the tool can run on a GPU")
+    gpu_capable: bool = Field(
+        default=True, strict=True, description="the tool can run on a GPU"
+    )
     cpu_allowed: bool = Field(
-        default=True, description="the tool may run on (or fall back to) the CPU"
+        default=True, strict=True, description="the tool may run on (or fall back to) the CPU"
     )
     vram_mb: float = Field(default=0.0, ge=0, description="VRAM to reserve while on the GPU, MB")
     gpu_share: float = Field(
@@ -85,10 +87,11 @@ class ToolDeviceSpec(BaseModel):
         default=None, description="declared time to load the weights on each side"
     )
     keep_warm: bool = Field(
-        default=False, description="never evict these weights to make room for another model"
+        default=False, strict=True,
+        description="never evict these weights to make room for another model",
     )
     idempotent: bool = Field(
-        default=False,
+        default=False, strict=True,
         description="side-effect free: the tool may run a call twice (on both sides, the "
         "second result dropped) so that the policy can measure a side it never ran "
         "(hedged probes, idle-time calibration); default False: every call runs once",
@@ -206,6 +209,8 @@ def _describe(tool_name: str, exc: ValidationError) -> str:
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = f"unknown field; valid fields: {_fields_at(tuple(err['loc']))}"
+        elif err["type"] == "bool_type":
+            msg = "expected true or false (a YAML/JSON boolean, not a string or number)"
         elif err["type"] == "literal_error":
             msg = f"{msg} (valid options: {', '.join(DEVICE_OPTIONS)})"
         if not err["loc"]:
@@ -303,6 +308,35 @@ def _profile_file_hints(path: Path, data: Any) -> dict[str, dict[str, Any]]:
         ) from None
 
 
+HintsArg = Mapping[str, Mapping[str, Any] | ToolDeviceSpec] | str | Path | None
+"""What ``hints=`` accepts: a mapping of tool name -> fields, a hints file path, or None."""
+
+
+def hints_mapping(hints: object) -> Mapping[str, Mapping[str, Any] | ToolDeviceSpec]:
+    """``hints=`` as a mapping of tool name -> fields (a file is read); `HintsError` for
+    anything else, such as a list of mappings.
+
+    >>> try:
+    ...     hints_mapping([{"ocr": {"vram_mb": 900}}])
+    ... except HintsError as exc:
+    ...     print(str(exc)[:46])
+    hints= must be a mapping of tool name -> hints
+    """
+    if hints is None:
+        return {}
+    if isinstance(hints, (str, Path)):
+        return load_hints_file(hints)
+    if not isinstance(hints, Mapping):
+        raise HintsError(
+            "hints= must be a mapping of tool name -> hints, e.g. {'ocr': {'vram_mb': 900}}, "
+            f"or the path of a hints file; got {type(hints).__name__} {str(hints)[:60]}"
+        )
+    bad = [repr(k) for k in hints if not isinstance(k, str)]
+    if bad:
+        raise HintsError(f"hints=: tool names must be strings; got {', '.join(bad)}")
+    return hints
+
+
 def resolve_specs(
     tools: Mapping[str, object],
     hints: Mapping[str, Mapping[str, Any] | ToolDeviceSpec] | str | Path | None = None,
@@ -311,13 +345,7 @@ def resolve_specs(
 
     Hints naming a tool the node does not have are an error that lists the known tools.
     """
-    explicit: Mapping[str, Mapping[str, Any] | ToolDeviceSpec]
-    if hints is None:
-        explicit = {}
-    elif isinstance(hints, (str, Path)):
-        explicit = load_hints_file(hints)
-    else:
-        explicit = hints
+    explicit = hints_mapping(hints)
     unknown = sorted(set(explicit) - set(tools))
     if unknown:
         raise HintsError(

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
@@ -37,7 +37,7 @@ from langgraph.types import Command
 
 from langgraph_devsched.device import current_device
 from langgraph_devsched.executors.base import Backend
-from langgraph_devsched.hints import ToolDeviceSpec, load_hints_file, validate_spec
+from langgraph_devsched.hints import ToolDeviceSpec, hints_mapping, resolve_specs, validate_spec
 from langgraph_devsched.langsmith_check import check_langsmith
 from langgraph_devsched.node import (
     DEFAULT_SCHEDULER,
@@ -45,12 +45,14 @@ from langgraph_devsched.node import (
     StepReport,
     pending_step_calls,
 )
-from langgraph_devsched.node_checks import node_backend
+from langgraph_devsched.node_checks import node_backend, node_scheduler
 from langgraph_devsched.schedulers.base import Scheduler
-from langgraph_devsched.schedulers.registry import make_scheduler
+from langgraph_devsched.stream_events import stream_step
 from langgraph_devsched.testbed import SimulatedTestbed
 
 ToolResult = ToolMessage | Command[Any]
+_MAX_CHECKED = 64
+"""Tool sets whose hints were checked (bounded: forgotten beyond, then checked again)."""
 
 
 class DeviceSchedulingMiddleware(AgentMiddleware):
@@ -60,8 +62,11 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
     Keyword-only options, as for `DeviceToolNode`: ``scheduler`` (a `Scheduler` or a
     registered name, default ``"monitor"`` as for the node), ``hints`` (a mapping or a
     YAML/JSON file; tools may also carry `device_hints`), ``backend`` or ``testbed``,
-    ``monitor``, ``on_step``.
-    Hints are checked against the agent's tools when its first tool call runs.
+    ``monitor``, ``on_step``, ``stream_decisions`` (each step's decision and outcome on the
+    agent's custom stream, ``stream_mode="custom"``).
+    Hints are validated when the middleware is built; the tool names they use are checked
+    against the agent's tools at its first model request, before the model is called (list
+    this middleware before any middleware that selects tools for the model).
     """
 
     def __init__(
@@ -74,19 +79,17 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         monitor: Any = None,
         on_step: Callable[[StepReport], None] | None = None,
         history: int = 100,
+        stream_decisions: bool = False,
     ) -> None:
         super().__init__()
+        self.stream_decisions = stream_decisions
         self.backend: Backend = node_backend(backend, testbed)
-        self.scheduler: Scheduler = (
-            make_scheduler(scheduler or DEFAULT_SCHEDULER)
-            if scheduler is None or isinstance(scheduler, str)
-            else scheduler
-        )
-        if isinstance(hints, (str, Path)):
-            hints = load_hints_file(hints)
-        for tool_name, fields in (hints or {}).items():
-            validate_spec(tool_name, fields)  # field errors now; unknown tools at first call
+        self.scheduler: Scheduler = node_scheduler(scheduler, self.backend, DEFAULT_SCHEDULER)
+        hints = hints_mapping(hints)  # a file is read now
+        for tool_name, fields in hints.items():
+            validate_spec(tool_name, fields)  # field errors now; tool names at the first model call
         self._hints = hints
+        self._checked: set[tuple[str, ...]] = set()
         check_langsmith()  # tracing on, LangSmith unreachable: one line, tracing off
         self.monitor = monitor
         self._on_step = on_step
@@ -144,7 +147,33 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         config.clear()  # type: ignore[attr-defined]
         config.update(new)  # type: ignore[typeddict-item]
 
+    def _check_tools(self, request: ModelRequest) -> None:
+        """Hints naming a tool the agent does not have fail before its model is called (the
+        first model request is where the middleware first sees the agent's tools)."""
+        tools = {t.name: t for t in request.tools if isinstance(t, BaseTool)}
+        key = tuple(sorted(tools))
+        if key in self._checked:
+            return
+        resolve_specs(tools, self._hints)  # HintsError: the unknown tools and the known ones
+        if len(self._checked) >= _MAX_CHECKED:
+            self._checked.clear()
+        self._checked.add(key)
+
     # -- hooks ---------------------------------------------------------------------------------
+    def wrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
+    ) -> ModelResponse:
+        self._check_tools(request)
+        return handler(request)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest,
+        handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
+    ) -> ModelResponse:
+        self._check_tools(request)
+        return await handler(request)
+
     def wrap_tool_call(
         self,
         request: ToolCallRequest,
@@ -157,6 +186,8 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         step = engine.plan_calls(self._step_calls(request), config)
         if step is None or request.tool_call.get("id") not in step.planned:
             return handler(request)
+        writer = getattr(request.runtime, "stream_writer", None) if self.stream_decisions else None
+        stream_step(step, writer)  # stream_mode="custom": the decision, once a step
         original = dict(config)
 
         def execute(req: ToolCallRequest, cfg: RunnableConfig) -> ToolResult:
@@ -170,6 +201,7 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
             return engine.run_planned(step, request, config, execute)
         finally:
             engine.finish_step(step)
+            stream_step(step, writer)  # the outcome, by the call that closed the step
 
     async def awrap_tool_call(
         self,
@@ -183,6 +215,8 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         step = await engine.aplan_calls(self._step_calls(request), config)
         if step is None or request.tool_call.get("id") not in step.planned:
             return await handler(request)
+        writer = getattr(request.runtime, "stream_writer", None) if self.stream_decisions else None
+        stream_step(step, writer)  # stream_mode="custom": the decision, once a step
         original = dict(config)
 
         async def execute(req: ToolCallRequest, cfg: RunnableConfig) -> ToolResult:
@@ -196,6 +230,7 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
             return await engine.arun_planned(step, request, config, execute)
         finally:
             engine.finish_step(step)
+            stream_step(step, writer)  # the outcome, by the call that closed the step
 
 
 class _OnDevice(BaseTool):

@@ -43,7 +43,12 @@ from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
 from langgraph_devsched.idle import IdleCalibration
 from langgraph_devsched.langsmith_check import check_langsmith
 from langgraph_devsched.lean_step import CPU, lean_backend, plain_tools
-from langgraph_devsched.node_checks import check_testbed_covers, node_backend, warn_never_fitting
+from langgraph_devsched.node_checks import (
+    check_testbed_covers,
+    node_backend,
+    node_scheduler,
+    warn_never_fitting,
+)
 from langgraph_devsched.planning import (
     PlannedStep,
     StepKey,
@@ -53,7 +58,7 @@ from langgraph_devsched.planning import (
 )
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Scheduler
-from langgraph_devsched.schedulers.registry import make_scheduler
+from langgraph_devsched.stream_events import stream_step
 from langgraph_devsched.testbed import SimulatedTestbed
 from langgraph_devsched.tracing import has_observers
 
@@ -117,6 +122,9 @@ class DeviceToolNode(ToolNode):
     * ``idle_calibration``: between async steps, re-run a recent call of a side-effect-free
       (``idempotent``) tool on a side its scheduler never measured, cancelled as soon as the
       next step arrives (`langgraph_devsched.idle`; off by default).
+    * ``stream_decisions``: write each step's decision and outcome to LangGraph's custom
+      stream (``stream_mode="custom"``; `langgraph_devsched.stream_events`). Off by default:
+      the custom stream then carries only what the tools write, as with `ToolNode`.
 
     ``config["max_concurrency"]`` bounds how many calls of a step run at once, under
     ``invoke`` and ``ainvoke`` alike.
@@ -141,6 +149,7 @@ class DeviceToolNode(ToolNode):
         history: int = 100,
         call_timeout_s: float | None = None,
         idle_calibration: bool = False,
+        stream_decisions: bool = False,
     ) -> None:
         kwargs: dict[str, Any] = {}
         if handle_tool_errors is not _UNSET:  # an explicit None is ToolNode's too
@@ -166,13 +175,10 @@ class DeviceToolNode(ToolNode):
         self.device_specs: dict[str, ToolDeviceSpec] = resolve_specs(by_name, hints)
         self.backend: Backend = node_backend(backend, testbed)
         check_testbed_covers(self.device_specs, self.backend)
-        if scheduler is None:
-            scheduler = DEFAULT_SCHEDULER
-        self.scheduler: Scheduler = (
-            make_scheduler(scheduler) if isinstance(scheduler, str) else scheduler
-        )
+        self.scheduler: Scheduler = node_scheduler(scheduler, self.backend, DEFAULT_SCHEDULER)
         self.monitor = monitor
         self.call_timeout_s = call_timeout_s
+        self.stream_decisions = stream_decisions
         warn_never_fitting(self.device_specs, self.backend)
         check_langsmith()  # tracing on, LangSmith unreachable: one line, tracing off
         self._on_step = on_step
@@ -350,12 +356,14 @@ class DeviceToolNode(ToolNode):
         batch, key, own = self._own_step(input, config)
         step = (self._lean_step(batch, key, config) or self.planner.plan(batch, config, key)
                 if batch.calls else None)
+        stream_step(step, self._writer(runtime))  # stream_mode="custom": the decision
         token = _STEP.set(step)
         try:
             return super()._func(input, config, runtime)
         finally:
             _STEP.reset(token)
             self._close_own(step, own)
+            stream_step(step, self._writer(runtime))  # ... and, once closed, the outcome
 
     async def _afunc(
         self,
@@ -368,6 +376,7 @@ class DeviceToolNode(ToolNode):
         batch, key, own = self._own_step(input, config)
         step = (self._lean_step(batch, key, config)
                 or await self.planner.aplan(batch, config, key) if batch.calls else None)
+        stream_step(step, self._writer(runtime))  # stream_mode="custom": the decision
         token = _STEP.set(step)
         limit = config.get("max_concurrency")
         limit_token = _LIMIT.set(asyncio.Semaphore(limit) if limit else None)
@@ -377,9 +386,14 @@ class DeviceToolNode(ToolNode):
             _LIMIT.reset(limit_token)
             _STEP.reset(token)
             self._close_own(step, own)
+            stream_step(step, self._writer(runtime))  # ... and, once closed, the outcome
             if self.idle is not None and batch.calls:
                 self.idle.remember(self._parse_input(input)[0])
                 self.idle.start()
+
+    def _writer(self, runtime: Runtime) -> Any:
+        """The custom stream's writer when decisions go there (``stream_decisions``)."""
+        return getattr(runtime, "stream_writer", None) if self.stream_decisions else None
 
     def _close_own(self, step: PlannedStep | None, own: list[str]) -> None:
         """After this invocation: its calls that never started (cancelled first) are

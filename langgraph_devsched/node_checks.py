@@ -19,6 +19,8 @@ from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.executors.local import LocalBackend
 from langgraph_devsched.executors.simulated import SimulatedBackend
 from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.schedulers.base import Scheduler
+from langgraph_devsched.schedulers.registry import make_scheduler
 from langgraph_devsched.testbed import SimulatedTestbed
 
 _VALID_BACKENDS = (
@@ -58,6 +60,19 @@ def node_backend(backend: object, testbed: object) -> Backend:
             f"which has no {' or '.join(f'{m}()' for m in missing)}{hint}"
         )
     return backend  # type: ignore[return-value]  # checked: it has the protocol's methods
+
+
+def node_scheduler(scheduler: object, backend: Backend, default: str) -> Scheduler:
+    """The scheduler a node (or the middleware) asks: ``scheduler`` itself, or a new one of
+    that registered name (``default`` for None). ``"oracle"`` is handed the node's simulated
+    testbed (the ground truth it evaluates); without one it is an error that says so."""
+    if scheduler is None:
+        scheduler = default
+    if not isinstance(scheduler, str):
+        return scheduler  # type: ignore[return-value]  # any object with decide()
+    if scheduler == "oracle" and isinstance(backend, SimulatedBackend):
+        return make_scheduler(scheduler, testbed=backend.testbed)
+    return make_scheduler(scheduler)
 
 
 def check_testbed_covers(tools: Collection[str], backend: Backend) -> None:

@@ -92,6 +92,9 @@ class PlannedStep:
     planned: dict[str, PlannedCall]
     key: StepKey | None = None
     finished: bool = False
+    streamed_decision: bool = False
+    """Its decision was written to the custom stream (`stream_events`)."""
+    streamed_outcome: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     ambient_tracing: bool | None = None
     plain: bool = False
@@ -115,9 +118,15 @@ def shared_step_key(batch: Batch, config: RunnableConfig | None) -> StepKey | No
 
 
 # -- pure decision checks ----------------------------------------------------------------------
+FORCED = "forced"
+"""`Decision.scheduler` of a step the node decided alone (no scheduler consulted)."""
+
+
 def forced_decision(batch: Batch, gpu: bool | None, scheduler: str) -> Decision | None:
     """The decision when there is none to make: one allowed option per call (hints, or, with
-    ``gpu=False``, no GPU and the CPU allowed). ``gpu=None``: telemetry not read yet."""
+    ``gpu=False``, no GPU and the CPU allowed). ``gpu=None``: telemetry not read yet. No
+    scheduler is consulted: its ``scheduler`` is `FORCED` (the node's own scheduler,
+    ``scheduler``, still observes the step and is the report's `StepReport.scheduler`)."""
     mapping: dict[str, DeviceOption] = {}
     for call in batch.calls:
         allowed = call.spec.allowed_options()
@@ -128,7 +137,7 @@ def forced_decision(batch: Batch, gpu: bool | None, scheduler: str) -> Decision 
         else:
             return None
     reason = "forced: one allowed option per call" + (" (no GPU)" if gpu is False else "")
-    return Decision(mapping=mapping, reason=reason, scheduler=scheduler)
+    return Decision(mapping=mapping, reason=reason, scheduler=FORCED)
 
 
 class UntrustedDecisionError(TypeError):

@@ -18,7 +18,12 @@ step: scheduler=monitor reason='fits'
 
 from __future__ import annotations
 
+import textwrap
+
 from langgraph_devsched.planning import StepReport
+
+WIDTH = 100
+"""The report's first line (the decision's reason) wraps at this many columns."""
 
 
 def format_step_report(report: StepReport, *, budget_mb: float | None = None) -> str:
@@ -29,6 +34,8 @@ def format_step_report(report: StepReport, *, budget_mb: float | None = None) ->
         head += f" fallback={decision.fallback}"
     if decision.reused:
         head += " (reused)"
+    head = "\n".join(textwrap.wrap(head, WIDTH, subsequent_indent="    ",
+                                   break_on_hyphens=False)) or head
     record = report.record
     if record is None:
         return head + "\n  (still running)"

@@ -31,3 +31,15 @@ def test_demo_app_prints_one_line_per_call_and_the_ledger(
     assert f"scheduler={expected}" in out
     if scheduler == "all_gpu":
         assert "fallback: oom" in out  # everything at once does not fit in 6 GB
+
+
+def test_demo_app_output_fits_100_columns(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Old: ``make demo`` printed the decisions' reasons on lines of up to 186 columns."""
+    monkeypatch.setattr(sys, "argv", ["demo_app.py"])
+    with pytest.raises(SystemExit):
+        runpy.run_path(str(DEMO), run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    assert any(line.startswith("    ") and "ms" in line for line in lines)  # a reason wrapped

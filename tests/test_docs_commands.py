@@ -5,6 +5,7 @@ with CliRunner). Beside tests/test_docs_snippets.py, which runs the Python block
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import shlex
 from dataclasses import dataclass
@@ -162,3 +163,58 @@ def test_the_checker_catches_a_wrong_option_and_a_wrong_subcommand() -> None:
     assert _joined(lines) == [(1, "devsched profile --suite a:B      --json p.json  # a comment"),
                               (3, "make demo")]
     assert command("x", "devsched COMMAND --help").subcommand is None
+
+
+WRITES = ("--json", "--hints-out", "--out", "--save-monitor")
+"""Options whose value is a file the command writes."""
+SPAN = re.compile(r"`([^`]+)`")
+
+
+def written_paths(page: Path) -> list[tuple[str, Path]]:
+    """``(where, path)`` for each file a documented ``devsched`` command writes, resolved
+    from the folder it runs in (a leading ``cd DIR &&``; else the repository root). Code
+    spans may wrap over lines; shell blocks join backslash continuations."""
+    text = page.read_text(encoding="utf-8")
+    lines: list[str] = []
+    prose: list[str] = []
+    in_block = False
+    for line in text.splitlines():
+        if FENCE.match(line):
+            in_block = not in_block
+            continue
+        (lines if in_block else prose).append(line)
+    candidates = [joined for _, joined in _joined(lines)]
+    candidates += [" ".join(span.split()) for span in SPAN.findall("\n".join(prose))]
+    found: list[tuple[str, Path]] = []
+    for line in candidates:
+        at = re.search(r"(?:cd (\S+) && )?devsched (?=\w)", line)
+        if at is None:
+            continue
+        folder = ROOT / (at.group(1) or ".")
+        try:
+            words = shlex.split(line[at.start():], comments=True)
+        except ValueError:
+            words = line[at.start():].split()
+        for option, value in itertools.pairwise(words):
+            if option in WRITES:
+                found.append((f"{page.name}: {line.strip()[:70]}", (folder / value).resolve()))
+    return found
+
+
+def tracked_files() -> frozenset[Path]:
+    import subprocess
+
+    done = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        pytest.skip("not a git checkout: no tracked files to protect")
+    return frozenset((ROOT / name).resolve() for name in done.stdout.splitlines())
+
+
+def test_no_documented_command_writes_over_a_tracked_file() -> None:
+    tracked = tracked_files()
+    written = [w for page in PAGES for w in written_paths(page)]
+    assert len(written) >= 10 and any("cd examples" in where for where, _ in written)
+    over = [f"{where} -> {path.relative_to(ROOT)}" for where, path in written
+            if path in tracked]
+    assert not over, f"documented commands that write over tracked files: {over}"

@@ -50,6 +50,7 @@ def sharpen(seed: int, device: Annotated[str, InjectedDevice] = "cpu") -> str:
     return f"sharpened {seed} on {device}"
 
 
+@device_hints(gpu_capable=False, idempotent=True)  # side-effect free: warmed up, repeated
 @tool
 def word_stats(text: str) -> str:
     """Count the words of a text (pure Python; the first call builds a vocabulary)."""
@@ -68,7 +69,7 @@ def _load(device: str) -> torch.nn.Module:
 encoder = ResidentModel("readme_encoder", weights_mb=40, load=_load)
 
 
-@device_hints(**encoder.hints(vram_mb=120))
+@device_hints(**encoder.hints(vram_mb=120, idempotent=True))
 @tool
 def encode(n: int, device: Annotated[str, InjectedDevice] = "cpu") -> str:
     """Encode n rows with a model kept resident."""

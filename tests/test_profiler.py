@@ -60,7 +60,8 @@ def tiny_tools() -> list[BaseTool]:
 def test_profile_of_two_tiny_tools_has_exact_structure() -> None:
     CALLS.clear()
     p = profile_tools(
-        TINY_TOOLS, devices=["cpu"], repeats=3, warmup=2, args={"shout": {"text": "hi"}}
+        TINY_TOOLS, devices=["cpu"], repeats=3, warmup=2, args={"shout": {"text": "hi"}},
+        assume_idempotent=True,  # side-effect free: warmed up and repeated
     )
     assert p.devices_requested == ["cpu"] and p.devices_measured == ["cpu"]
     assert (p.repeats, p.warmup, p.notes) == (3, 2, [])
@@ -82,7 +83,7 @@ def test_profile_of_two_tiny_tools_has_exact_structure() -> None:
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the no-CUDA path; this machine has CUDA")
 def test_cuda_requested_without_cuda_still_profiles_cpu() -> None:
-    p = profile_tools([double], devices="cpu,cuda", repeats=1, warmup=0)
+    p = profile_tools([double], devices="cpu,cuda", repeats=1, warmup=0, assume_idempotent=True)
     assert p.devices_requested == ["cpu", "cuda:0"] and p.devices_measured == ["cpu"]
     assert len(p.notes) == 1 and "cuda:0 requested but unavailable" in p.notes[0]
     row = p.tools[0]
@@ -122,7 +123,7 @@ def test_time_budget_skips_the_remaining_tools() -> None:
     ticks = iter(range(100))
     p = profile_tools(
         [double, double], devices=["cpu"], repeats=1, warmup=0, time_budget_s=1.5,
-        clock=lambda: float(next(ticks)),
+        clock=lambda: float(next(ticks)), assume_idempotent=True,
     )
     assert "cpu" in p.tools[0].runs
     assert p.tools[1].skipped == {"cpu": "time budget exhausted"}
@@ -232,7 +233,7 @@ def test_cli_profile_writes_json_and_plot(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, [
         "profile", "--suite", "tests.test_profiler:TINY_TOOLS", "--devices", "cpu",
         "--repeats", "2", "--warmup", "0", "--tools", "double", "--json", str(out),
-        "--plots", str(tmp_path),
+        "--plots", str(tmp_path), "--assume-idempotent",
     ])
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())

@@ -9,7 +9,7 @@ from typing import Any
 
 from langgraph_devsched.bench.agentic_stats import format_agentic, merge
 from langgraph_devsched.bench.declare import parse_declare
-from langgraph_devsched.bench.report import beaten_lines, tables, wide_width, write_json
+from langgraph_devsched.bench.report import beaten_lines, tables, write_json
 from langgraph_devsched.bench.runner import (
     BenchResult,
     SchedulerOptions,
@@ -20,6 +20,25 @@ from langgraph_devsched.bench.runner import (
     validate_scheduler_names,
 )
 from langgraph_devsched.bench.scenario import Scenario, load_scenarios, under_physics
+
+PIPE_WIDTH = 100
+"""The width tables are laid out for when stdout is no terminal and ``COLUMNS`` is unset
+(a wider table is printed long: a row per scenario and scheduler)."""
+
+
+def first_sentence(text: str) -> str:
+    """The reason a scheduler was skipped, without its exception name and past its first
+    sentence (``AgenticNotConfiguredError: ... not configured: no model name (...). Set ...``
+    -> ``... not configured: no model name (...)``).
+
+    >>> first_sentence("ValueError: needs a model. Set X or Y.")
+    'needs a model'
+    """
+    head, sep, rest = text.partition(": ")
+    if sep and head.isidentifier() and head[:1].isupper():
+        text = rest
+    return text.split(". ", 1)[0].rstrip(".")
+
 
 BENCH_BACKENDS = ("local", "ray")
 """``local``: the testbed alone; ``ray``: every simulated call also runs as a Ray task."""
@@ -113,8 +132,11 @@ def run_bench_command(
     if not names:
         raise ValueError("no scheduler selected; give --schedulers")
     console = Console()
-    for name, why in skipped.items():
-        console.print(f"[yellow]skipped {name}[/]: {why}")
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = PIPE_WIDTH  # a pipe, a file, make: tables laid out to fit
+    for name, why in skipped.items():  # one line each; the JSON keeps the whole reason
+        console.print(f"[yellow]skipped {name}[/]: {first_sentence(why)}", overflow="ellipsis",
+                      no_wrap=True, crop=True)
     err = Console(stderr=True) if progress is None else progress
     rounds_of = {s.name: rounds or s.workload.rounds for s in loaded}
     with Progress(
@@ -135,8 +157,6 @@ def run_bench_command(
             scheduler_options=scheduler_options,
         )
     result.skipped.update(skipped)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = max(console.width, wide_width(result), 100)  # a file: no wrapping
     return report(result, console, json_path=json_path, plots=plots)
 
 

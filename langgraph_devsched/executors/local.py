@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Literal, TypeVar, get_args
 
 from langgraph_devsched.device import Placement
 from langgraph_devsched.executors.base import (
@@ -70,6 +70,9 @@ from langgraph_devsched.telemetry import (
 )
 
 T = TypeVar("T")
+
+RunToolsOn = Literal["placed", "cpu"]
+"""Where a tool's own code runs: on the device it was placed on, or always on the CPU."""
 
 
 def is_gpu_oom(exc: BaseException) -> bool:
@@ -157,6 +160,10 @@ class LocalBackend:
     None (the default): this process's own budget. ``nvml_background``: each GPU's
     background follows NVML's reading of the memory other processes hold (`NvmlBackground`);
     None (the default): on for detected GPUs, off for declared ones.
+    ``run_tools_on="cpu"`` runs each tool's own code on the CPU wherever it is placed (its
+    `InjectedDevice` argument, `current_device()` and `ResidentModel.get` say ``"cpu"``)
+    while placement, the VRAM ledgers and the records follow the declared GPUs: declared
+    GPUs on a machine without CUDA, as ``simulated_gpu(..., run_tools_on="cpu")`` does.
     """
 
     name = "local"
@@ -174,7 +181,12 @@ class LocalBackend:
         clock: Callable[[], float] = time.perf_counter,
         shared: str | os.PathLike[str] | None = None,
         nvml_background: bool | None = None,
+        run_tools_on: RunToolsOn = "placed",
     ) -> None:
+        if run_tools_on not in get_args(RunToolsOn):
+            raise ValueError(f"unknown run_tools_on {run_tools_on!r}; valid: "
+                             f"{', '.join(get_args(RunToolsOn))}")
+        self.run_tools_on: RunToolsOn = run_tools_on
         if cpu_workers is not None and cpu_workers < 1:
             raise ValueError(f"cpu_workers must be >= 1 or None, got {cpu_workers}")
         if gpu_concurrency is not None and gpu_concurrency < 1:
@@ -412,6 +424,12 @@ class _LocalStep(BookedStep):
             self._gpus = planned_gpus(calls, backend.device_state().devices)
         demote_off_gpu(calls, self._gpus, [lane.ledger for lane in backend._lanes])
 
+    def _for_tool(self, placement: Placement) -> Placement:
+        """The placement the tool's code sees: ``cpu`` under ``run_tools_on="cpu"``."""
+        if self._b.run_tools_on == "cpu" and placement.on_gpu:
+            return dataclasses.replace(placement, device="cpu")
+        return placement
+
     def _lane(self, call: PlannedCall) -> _Lane | None:
         lanes = self._b._lanes
         return lanes[self._gpus.get(call.call_id, 0)] if lanes else None
@@ -563,7 +581,8 @@ class _LocalStep(BookedStep):
     def _models(self, call: PlannedCall, run: _Run) -> Iterator[None]:
         """`ResidentModel.get` answers from the backend's cache while the call runs here."""
         p = run.placement
-        with self._b.cache_for(p.device).scope(p.device, p.model or call.spec.model_name(call.tool),
+        device = self._for_tool(p).device  # run_tools_on="cpu": the host's models
+        with self._b.cache_for(device).scope(device, p.model or call.spec.model_name(call.tool),
                                   p.evicted, cold=p.warm is False, until_finish=True) as used:
             run.models.append(used)
             yield
@@ -583,7 +602,7 @@ class _LocalStep(BookedStep):
             with leased(lease):
                 try:
                     with self._models(call, state):
-                        result, oom = run(placement)
+                        result, oom = run(self._for_tool(placement))
                     if not (oom and placement.on_gpu):
                         return result
                     exc: BaseException | None = None
@@ -621,7 +640,7 @@ class _LocalStep(BookedStep):
             with leased(lease):
                 try:
                     with self._models(call, state):
-                        result, oom = await run(placement)
+                        result, oom = await run(self._for_tool(placement))
                     if not (oom and placement.on_gpu):
                         return result
                     exc: BaseException | None = None

@@ -6,7 +6,10 @@
 ``MODULE:ATTR`` is imported with the working directory on ``sys.path`` (as ``python -m``
 does), so ``tools:TOOLS`` works from the folder holding ``tools.py``. The progress bar goes to
 stderr, only on a terminal and not with ``quiet``. A run that measured no tool on any device
-raises `NothingMeasured` (exit code 1) and writes no file.
+raises `NothingMeasured` (exit code 1) and writes no file; a run that measured some tools but
+not others writes its files for the measured ones (and a comment naming the others in the
+hints file), then raises `NotAllMeasured` (exit code 1) with each tool's reason and what to
+do. A tool not declared side-effect free is called once in all; the table's notes say so.
 """
 
 from __future__ import annotations
@@ -40,6 +43,27 @@ CPU_ONLY_POLICIES = ("skip", "pin")
 
 class NothingMeasured(RuntimeError):
     """The run measured no tool on any device; the message lists each tool's reason."""
+
+
+class NotAllMeasured(NothingMeasured):
+    """Some tools were measured nowhere (the files hold the others); the message says why."""
+
+
+ADVICE = (
+    "fix what the reason says and profile again, or declare the figures yourself in the "
+    "hints file (profile: {cpu_ms: ..., gpu_ms: ...}; an estimate is fine)"
+)
+
+
+def unmeasured(profile: Profile) -> list[str]:
+    """``tool: reason`` for each tool measured on no device (a time budget's skips aside)."""
+    out = []
+    for row in profile.tools:
+        if row.runs or all(v == "time budget exhausted" for v in row.skipped.values()):
+            continue
+        why = "; ".join(f"{k}: {v}" for k, v in row.skipped.items()) or "no device"
+        out.append(f"{row.tool}: {why}")
+    return out
 
 
 @contextlib.contextmanager
@@ -143,6 +167,7 @@ def run_profile_command(
     cpu_only: str = "skip",
     hints_out: Path | None = None,
     budget_s: float | None = None,
+    assume_idempotent: bool = False,
     quiet: bool = False,
     console: Console | None = None,
     errors: Console | None = None,
@@ -181,18 +206,21 @@ def run_profile_command(
                 on_start=lambda tool, dev: bar.update(task, description=f"{tool} on {dev}"),
                 on_progress=lambda tool, dev: bar.advance(task),
                 time_budget_s=budget_s,
+                assume_idempotent=assume_idempotent,
             )
     if not quiet:
         print_profile(profile, console)
     if not any(row.runs for row in profile.tools):
         raise NothingMeasured(_nothing_measured(profile))
+    missing = unmeasured(profile)
     say = (lambda _msg: None) if quiet else console.print
     if json_path is not None:
         say(f"profile JSON: {profile.save(json_path)}")
     if hints_out is not None:
         from langgraph_devsched.profiling.to_hints import profile_hints, write_hints
 
-        say(f"hints: {write_hints(profile_hints(profile), hints_out)}")
+        comments = [f"not measured: {line}" for line in missing]
+        say(f"hints: {write_hints(profile_hints(profile), hints_out, comments=comments)}")
     if plots is not None:
         say(f"plot: {plot_profile(profile, Path(plots) / 'profile_scatter.png')}")
     if scenario_out is not None:
@@ -203,4 +231,9 @@ def run_profile_command(
         built = profile_to_scenarios(profile, prefix=prefix, cpu_only=policy)
         paths = write_scenarios(built, scenario_out)
         say(f"scenarios: {', '.join(str(p) for p in paths)}")
+    if missing:
+        raise NotAllMeasured(
+            "not measured on any device:\n" + "\n".join(f"  {line}" for line in missing)
+            + f"\nthe other tools were measured (and written); for these: {ADVICE}"
+        )
     return profile

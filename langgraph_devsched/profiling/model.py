@@ -113,6 +113,8 @@ class ToolProfile(BaseModel):
     declared_weights_mb: float = Field(default=0.0, ge=0, description="its weights_mb hint")
     declared_idempotent: bool = Field(default=False, description="its idempotent hint (side "
                                       "effect free)")
+    ran_once: bool = Field(default=False, description="called once in all (no warm-up, one "
+                           "device): not declared side-effect free")
     runs: dict[str, DeviceRun] = Field(default_factory=dict, description="keyed 'cpu' / 'cuda'")
     skipped: dict[str, str] = Field(
         default_factory=dict, description="device kind -> why it was not measured"

@@ -18,7 +18,15 @@ other tools' cached models do not count). CPU threads are pinned with
 >>> p = profile_tools([shout], devices=["cpu"], repeats=2, args={"shout": {"text": "hi"}})
 >>> row = p.tools[0]
 >>> row.tool, row.runs["cpu"].latency.runs, row.tool_class, row.runs["cpu"].output_preview
-('shout', 2, 'unknown', 'HI')
+('shout', 1, 'unknown', 'HI')
+>>> row.ran_once  # not declared side-effect free: called once
+True
+>>> p = profile_tools([shout], devices=["cpu"], repeats=2, args={"shout": {"text": "hi"}},
+...                   assume_idempotent=True)
+>>> p.tools[0].runs["cpu"].latency.runs, p.tools[0].ran_once
+(2, False)
+
+An ``async def`` tool is awaited (`langgraph_devsched.profiling.invoke`).
 """
 
 from __future__ import annotations
@@ -35,10 +43,10 @@ from typing import Any
 
 from langchain_core.tools import BaseTool
 
-from langgraph_devsched.device import Placement, injected_device_args, placed
+from langgraph_devsched.device import injected_device_args
 from langgraph_devsched.hints import code_hints
-from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.profiling.classify import classify
+from langgraph_devsched.profiling.invoke import ToolCaller
 from langgraph_devsched.profiling.model import (
     DeviceRun,
     Profile,
@@ -198,15 +206,6 @@ class _Cuda:
         return max(0.0, torch.cuda.max_memory_allocated(device) - baseline) / 2**20
 
 
-def _invoke(tool: BaseTool, args: Mapping[str, Any], device: str, injected: Sequence[str]) -> Any:
-    payload = dict(args)
-    for name in injected:
-        payload[name] = device
-    option: DeviceOption = "cpu" if device == "cpu" else "gpu_now"
-    with placed(Placement(option=option, device=device)):
-        return tool.invoke(payload)
-
-
 def measure(
     tool: BaseTool,
     args: Mapping[str, Any],
@@ -223,24 +222,25 @@ def measure(
     baseline = _Cuda.start_peak(device) if on_gpu else 0.0
     out: Any = None
     cold_ms = resident_mb = None
-    for i in range(warmup):
-        before = _Cuda.allocated(device) if on_gpu and i == 0 else 0.0
-        start = clock()
-        out = _invoke(tool, args, device, injected)
-        _Cuda.sync(device)
-        if i == 0:  # the cold start: the call that loads the tool's model
-            cold_ms = (clock() - start) * 1000.0
-            if on_gpu:
-                resident_mb = max(0.0, _Cuda.allocated(device) - before) / 2**20
     samples, copies_ms, copies_bytes = [], [], []
-    for _ in range(repeats):
-        with recording_transfers() as log:
+    with ToolCaller(tool) as invoke:  # an async tool: awaited, on one event loop
+        for i in range(warmup):
+            before = _Cuda.allocated(device) if on_gpu and i == 0 else 0.0
             start = clock()
-            out = _invoke(tool, args, device, injected)
+            out = invoke(args, device, injected)
             _Cuda.sync(device)
-            samples.append((clock() - start) * 1000.0)
-        copies_ms.append(log.ms)
-        copies_bytes.append(log.bytes)
+            if i == 0:  # the cold start: the call that loads the tool's model
+                cold_ms = (clock() - start) * 1000.0
+                if on_gpu:
+                    resident_mb = max(0.0, _Cuda.allocated(device) - before) / 2**20
+        for _ in range(repeats):
+            with recording_transfers() as log:
+                start = clock()
+                out = invoke(args, device, injected)
+                _Cuda.sync(device)
+                samples.append((clock() - start) * 1000.0)
+            copies_ms.append(log.ms)
+            copies_bytes.append(log.bytes)
     transfer_ms, transfer_mb, method = _transfer(tool, copies_ms, copies_bytes, on_gpu)
     return DeviceRun(
         device=device,
@@ -307,6 +307,7 @@ def profile_tools(
     on_progress: ProgressHook | None = None,
     on_start: ProgressHook | None = None,
     time_budget_s: float | None = None,
+    assume_idempotent: bool = False,
     clock: Callable[[], float] = time.monotonic,
 ) -> Profile:
     """Profile ``tools`` on each requested device that is available and classify them.
@@ -315,6 +316,11 @@ def profile_tools(
     ``skipped``; the CPU profile still runs. A tool that fails on a device (a missing package,
     an error) is recorded as skipped there with the reason; the others go on. Once
     ``time_budget_s`` has passed, the remaining tools are listed as skipped, not measured.
+
+    A tool that does not declare itself side-effect free (``idempotent: true`` in its hints)
+    is called once in all: one timed call, no warm-up, on the first requested device it can
+    run on (`ToolProfile.ran_once`, and a line in ``Profile.notes``); ``assume_idempotent``
+    warms up and repeats every tool on every device.
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
@@ -335,11 +341,18 @@ def profile_tools(
                 skip.update({kind_of(dev): "time budget exhausted" for dev in usable})
             rows.append(_profile_one(
                 tool, [] if over else usable, skip, args, repeats, warmup, threads, th,
-                on_progress, on_start,
+                on_progress, on_start, assume_idempotent,
             ))
             if over and on_progress:
                 for dev in usable:
                     on_progress(tool.name, dev)
+    once = [r.tool for r in rows if r.ran_once]
+    if once:
+        notes.append(
+            f"called once (no warm-up, one device): {', '.join(once)}, not declared "
+            "side-effect free; declare idempotent: true in their hints, or pass "
+            "assume_idempotent=True (CLI: --assume-idempotent), to warm up and repeat them"
+        )
     return Profile(
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         size=size,
@@ -366,6 +379,7 @@ def _profile_one(
     th: Thresholds,
     on_progress: ProgressHook | None,
     on_start: ProgressHook | None,
+    assume_idempotent: bool = False,
 ) -> ToolProfile:
     hints = dict(code_hints(tool) or {})
     # no hints: GPU-capable only if the tool asks for its device
@@ -383,6 +397,7 @@ def _profile_one(
         declared_idempotent=hints.get("idempotent") is True,
     )
     row.skipped.update(unavailable)
+    once = not (row.declared_idempotent or assume_idempotent)  # side effects: one call in all
     try:
         args = example_args(tool, given)
     except ValueError as exc:
@@ -397,10 +412,17 @@ def _profile_one(
             pass
         elif kind == "cuda" and not gpu_capable:
             row.skipped[kind] = "not GPU-capable (gpu_capable=False, or no hints and no device arg)"
+        elif once and row.ran_once:
+            row.skipped[kind] = (
+                "not called again: not declared side-effect free (idempotent: true), so it "
+                "ran once, on the first device"
+            )
         else:
+            row.ran_once = once
             try:
                 row.runs[kind] = measure(
-                    tool, args, dev, repeats=repeats, warmup=warmup, cpu_threads=threads
+                    tool, args, dev, repeats=1 if once else repeats,
+                    warmup=0 if once else warmup, cpu_threads=threads,
                 )
             except ImportError as exc:
                 row.skipped[kind] = f"missing package: {exc}"

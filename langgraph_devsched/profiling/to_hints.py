@@ -23,7 +23,7 @@ declared itself side-effect free. A tool measured nowhere keeps only what it dec
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +103,11 @@ def profile_hints(profile: Profile | Mapping[str, Any] | str | Path) -> dict[str
     return {row.tool: tool_hints(row) for row in profile.tools}
 
 
-def write_hints(hints: Mapping[str, Mapping[str, Any]], path: str | Path) -> Path:
-    """Write ``{"tools": hints}`` as YAML (or JSON for ``*.json``): a file the node accepts."""
+def write_hints(
+    hints: Mapping[str, Mapping[str, Any]], path: str | Path, *, comments: Sequence[str] = ()
+) -> Path:
+    """Write ``{"tools": hints}`` as YAML (or JSON for ``*.json``): a file the node accepts.
+    ``comments`` become ``#`` lines under the YAML header (JSON has none)."""
     import json
 
     path = Path(path)
@@ -114,6 +117,7 @@ def write_hints(hints: Mapping[str, Mapping[str, Any]], path: str | Path) -> Pat
         text = json.dumps(data, indent=2) + "\n"
     else:
         header = "# device hints measured by `devsched profile` (see docs/hints.md)\n"
+        header += "".join(f"# {line}\n" for line in comments)
         text = header + yaml.safe_dump(data, sort_keys=False)
     path.write_text(text, encoding="utf-8")
     return path

@@ -18,11 +18,15 @@ simulation decides placement, VRAM and time (see `SimulatedBackend`).
 ...     vram_budget_mb=4000, run_tools_on="cpu")
 >>> bed.run_step([("c1", "ocr", "gpu_now")]).makespan_ms, bed.run_tools_on
 (15.0, 'cpu')
+>>> two = simulated_gpu({"ocr": {"profile": {"cpu_ms": 120, "gpu_ms": 15}}},
+...                     gpus=[{"vram_mb": 24000}, {"vram_mb": 8000, "speed": 0.5}])
+>>> [d.budget_mb for d in two.device_state().gpus]
+[24000.0, 8000.0]
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
@@ -30,7 +34,7 @@ from langgraph_devsched.executors.simulated import RunToolsOn
 from langgraph_devsched.hints import HintsError, ToolDeviceSpec, load_hints_file, validate_spec
 from langgraph_devsched.profiling.model import Profile
 from langgraph_devsched.profiling.to_hints import profile_hints
-from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
+from langgraph_devsched.testbed import BackgroundLoad, GpuSpec, SimulatedTestbed, ToolParams
 
 HintsSource = Mapping[str, Mapping[str, Any] | ToolDeviceSpec] | Profile | str | Path
 """A hints mapping, a hints file (YAML/JSON), a profile JSON file, or a `Profile`."""
@@ -78,8 +82,9 @@ def tool_params(
     if declared_cpu is None and spec.gpu_capable:
         raise HintsError(
             f"tool {name!r} has no profile.cpu_ms: declare profile: {{cpu_ms: ..., gpu_ms: ...}} "
-            "in its hints, or profile it (`devsched profile --devices cpu --hints-out "
-            "hints.yaml`, then gpu_speedup=)"
+            "in its hints (an estimate is fine), or measure it with `devsched profile "
+            "--devices cpu --hints-out hints.yaml` (then gpu_speedup=); if that run could "
+            "not call the tool, its error says why"
         )
     cpu_ms = UNTIMED_MS if declared_cpu is None else max(declared_cpu, UNTIMED_MS)
     transfer = solo.transfer_ms if solo is not None else 0.0
@@ -112,7 +117,8 @@ def tool_params(
 def simulated_gpu(
     hints: HintsSource,
     *,
-    vram_budget_mb: float,
+    vram_budget_mb: float | None = None,
+    gpus: Sequence[GpuSpec | Mapping[str, Any]] | None = None,
     run_tools_on: RunToolsOn = "simulated",
     gpu_speedup: float | None = None,
     cpu_threads: int = 1,
@@ -123,8 +129,11 @@ def simulated_gpu(
 ) -> HostRunTestbed:
     """A simulated machine whose tools behave as ``hints`` (or a profile) say.
 
-    ``vram_budget_mb`` is the simulated GPU's memory for tools. Raises `HintsError` naming the
-    tool and the missing figure when a tool's latencies are not declared.
+    ``vram_budget_mb`` is the simulated GPU's memory for tools; or ``gpus``, several GPUs,
+    one mapping (or `GpuSpec`) each: ``[{"vram_mb": 24000}, {"vram_mb": 8000, "speed":
+    0.5}]`` (fields: ``vram_mb``, ``speed``, ``name``, ``background``, ``resident``). Give
+    one of the two. Raises `HintsError` naming the tool and the missing figure when a tool's
+    latencies are not declared.
     """
     if gpu_speedup is not None and not gpu_speedup > 0:
         raise ValueError(f"gpu_speedup must be > 0, got {gpu_speedup!r}")
@@ -136,6 +145,7 @@ def simulated_gpu(
         params,
         run_tools_on=run_tools_on,
         vram_budget_mb=vram_budget_mb,
+        gpus=gpus,
         cpu_cores=cpu_cores,
         background=background,
         noise=noise,

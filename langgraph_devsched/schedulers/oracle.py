@@ -44,7 +44,14 @@ class OracleScheduler(SchedulerBase):
 
     name = "oracle"
 
-    def __init__(self, *, testbed: SimulatedTestbed) -> None:
+    def __init__(self, *, testbed: SimulatedTestbed | None = None) -> None:
+        if not isinstance(testbed, SimulatedTestbed):
+            raise ValueError(
+                "the oracle scheduler needs the ground truth to evaluate every mapping: give "
+                "it a simulated testbed (DeviceToolNode(scheduler='oracle', testbed=bed), or "
+                f"OracleScheduler(testbed=bed)); got testbed={testbed!r}. On a real machine "
+                "use scheduler='monitor' (the default)"
+            )
         self.testbed = testbed
 
     def choices(self, batch: Batch, view: SchedulerView) -> list[tuple[DeviceOption, ...]]:
