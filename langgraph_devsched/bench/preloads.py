@@ -32,7 +32,6 @@ class PreloadRuns:
 
     loads: int = 0
     device_ms: float = 0.0
-    used: int = 0
     saved_ms: float = 0.0
     """The loads the steps that used a preloaded model did not pay."""
     wasted: int = 0
@@ -47,7 +46,6 @@ class PreloadRuns:
         (evicted before a use) is wasted."""
         for call in record.calls:
             if call.model in self.pending and call.on_gpu and not call.loaded:
-                self.used += 1
                 self.saved_ms += self.pending.pop(call.model)
         resident = {w.model for w in bed.device_state().resident if w.side == "gpu"}
         for model in [m for m in self.pending if m not in resident]:

@@ -55,9 +55,20 @@ MIN_RATE = 0.02
 
 @dataclass
 class _Use:
+    """A bias-corrected exponentially weighted mean of uses per step."""
+
     mean: float = 0.0
     weight: float = 0.0
     age: int = 0
+
+    def add(self, uses: float, decay: float) -> None:
+        self.mean = decay * self.mean + (1 - decay) * uses
+        self.weight = decay * self.weight + (1 - decay)
+        self.age += 1
+
+    @property
+    def rate(self) -> float:
+        return self.mean / self.weight if self.weight > 0 else 0.0
 
 
 class UseForecast:
@@ -86,11 +97,8 @@ class UseForecast:
                 self._uses[model] = _Use()
             self._uses.move_to_end(model)
         for model, use in list(self._uses.items()):
-            n = float(uses.get(model, 0))
-            use.mean = self.decay * use.mean + (1 - self.decay) * n
-            use.weight = self.decay * use.weight + (1 - self.decay)
-            use.age += 1
-            if use.mean / use.weight < MIN_RATE:
+            use.add(float(uses.get(model, 0)), self.decay)
+            if use.rate < MIN_RATE:
                 del self._uses[model]
         while len(self._uses) > self.max_models:
             self._uses.popitem(last=False)
@@ -98,10 +106,8 @@ class UseForecast:
             after = self._next.setdefault(self._last, {})
             self._next.move_to_end(self._last)
             for model in set(after) | set(uses):
-                use = after.setdefault(model, _Use())
-                use.mean = self.decay * use.mean + (1 - self.decay) * float(uses.get(model, 0))
-                use.weight = self.decay * use.weight + (1 - self.decay)
-            for model in [m for m, u in after.items() if u.mean / u.weight < MIN_RATE]:
+                after.setdefault(model, _Use()).add(float(uses.get(model, 0)), self.decay)
+            for model in [m for m, u in after.items() if u.rate < MIN_RATE]:
                 del after[model]
             while len(self._next) > self.max_models:
                 self._next.popitem(last=False)
@@ -110,7 +116,7 @@ class UseForecast:
     def rate(self, model: str) -> float:
         """Forecast uses in the next step (0: unknown or forgotten)."""
         use = self._uses.get(model)
-        return use.mean / use.weight if use is not None and use.weight > 0 else 0.0
+        return use.rate if use is not None else 0.0
 
     def next_rate(self, model: str) -> float:
         """Forecast uses in the next step, given the last step's models: what followed
@@ -119,7 +125,7 @@ class UseForecast:
         if not after:
             return self.rate(model)
         use = after.get(model)
-        return use.mean / use.weight if use is not None and use.weight > 0 else 0.0
+        return use.rate if use is not None else 0.0
 
     def coming(self, model: str) -> float:
         """Forecast uses over the coming steps: the rate times the steps the model has been

@@ -254,8 +254,7 @@ class Investments:
                     or any(r.holds(model) for r in gpus.values())):
                 continue
             room = next((r for i, r in gpus.items() if (eco.gpus is None or i in eco.gpus)
-                         and r.evictions(eco.weights_mb + eco.working_mb, 0.0,
-                                         lambda m: 0.0) == ()), None)
+                         and eco.weights_mb + eco.working_mb <= r.free_mb), None)
             if eco.saving_ms > 0 and room is not None and eco.load_ms <= idle_ms:
                 chosen = Preload(model, room.gpu.index, eco.load_ms, 0.0)
                 room.add(chosen, eco.weights_mb)

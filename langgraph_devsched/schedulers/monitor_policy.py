@@ -249,11 +249,11 @@ class MonitorPolicy(SchedulerBase):
         tools = [c.tool for c in batch.calls]
         if not batch.calls:
             return self._decision({}, "empty batch"), True
-        choices = [
-            self._choices(c.spec.allowed_options(), device,
-                          blind=_blind(c.tool, c.spec, obs) or _gpu_untried(c.tool, c.spec, obs))
-            for c in batch.calls
-        ]
+        # nothing known of a side: searched from the GPU first, and no load priced on it
+        unknown = {c.call_id: _blind(c.tool, c.spec, obs) or _gpu_untried(c.tool, c.spec, obs)
+                   for c in batch.calls}
+        choices = [self._choices(c.spec.allowed_options(), device, blind=unknown[c.call_id])
+                   for c in batch.calls]
         if any(c.spec.idempotent for c in batch.calls):  # a side a hedge is to measure
             censored = getattr(self.monitor, "censored", None)
             choices = [self._hedge.narrowed(c, ch, obs, device, censored)
@@ -286,8 +286,7 @@ class MonitorPolicy(SchedulerBase):
             for t, s in specs.items()
         }
         params = self._hedge.priced(params, specs, obs, getattr(self.monitor, "censored", None))
-        self._investments.learn(economics(batch, params, lambda c: not (
-            _blind(c.tool, c.spec, obs) or _gpu_untried(c.tool, c.spec, obs))))
+        self._investments.learn(economics(batch, params, lambda c: not unknown[c.call_id]))
         bought = self._buying(batch, device)
         if bought:  # loads the forecast repays: priced as investments, not as this step's cost
             params = {t: p.model_copy(update={"load_gpu_ms": 0.0})
