@@ -291,7 +291,7 @@ def test_preload_off_runs_no_background_load():
 
 def test_no_load_between_steps_without_think_time():
     scheduler = Scripted("sst")
-    app, node, clock, ledger, loaders = setup(scheduler)
+    app, node, clock, _ledger, _loaders = setup(scheduler)
     app.invoke(step("sentiment", "s1"))
     clock.now += MIN_IDLE_MS / 2000.0  # a program driving the graph in a loop
     app.invoke(step("summarize", "b1"))
@@ -301,7 +301,7 @@ def test_no_load_between_steps_without_think_time():
 
 def test_a_preloaded_model_evicted_before_use_is_wasted_and_traced():
     scheduler = Scripted("sst")
-    app, node, clock, ledger, loaders = setup(scheduler)
+    app, node, clock, ledger, _loaders = setup(scheduler)
     two_steps(app, node, clock)
     assert node.preload is not None and node.preload.join(WAIT_S)
     scheduler.want = None
@@ -324,7 +324,7 @@ def test_a_preloaded_model_evicted_before_use_is_wasted_and_traced():
 
 async def test_async_steps_load_between_steps_too():
     scheduler = Scripted("sst")
-    app, node, clock, ledger, loaders = setup(scheduler)
+    app, node, clock, ledger, _loaders = setup(scheduler)
     await app.ainvoke(step("sentiment", "s1"))
     clock.now += THINK_S
     await app.ainvoke(step("summarize", "b1"))
@@ -339,6 +339,72 @@ async def test_async_steps_load_between_steps_too():
 
 @pytest.mark.parametrize("scheduler", ["heft", "static"])
 def test_schedulers_without_preloads_get_none(scheduler):
-    app, node, clock, ledger, loaders = setup(scheduler)
+    _app, node, _clock, _ledger, _loaders = setup(scheduler)
     assert node.preload is None
     node.close()
+
+
+class Timed:
+    """The new user's app on a fake clock the tools and loaders move by their true times:
+    the default monitor measures exact figures (what the clock says, never the machine)."""
+
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self.loads: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def advance(self, ms: float) -> None:
+        with self.lock:
+            self.clock.now += ms / 1000.0
+
+    def model(self, name: str, weights_mb: float, gpu_ms: float,
+              cpu_ms: float) -> ResidentModel[str]:
+        def load(device: str) -> str:
+            self.loads.append((name, device))
+            self.advance(cpu_ms if device == "cpu" else gpu_ms)
+            return device
+
+        return ResidentModel(name, load, weights_mb=weights_mb)
+
+    def tool(self, name: str, model: ResidentModel[str], cpu_ms: float, gpu_ms: float,
+             load_gpu_ms: float, load_cpu_ms: float) -> BaseTool:
+        @device_hints(**model.hints(vram_mb=300, profile={"cpu_ms": cpu_ms, "gpu_ms": gpu_ms},
+                                    load_ms={"gpu_ms": load_gpu_ms, "cpu_ms": load_cpu_ms}))
+        @tool(name)
+        def run(text: str) -> str:
+            """Run the model."""
+            device = model.get()
+            self.advance(cpu_ms if device == "cpu" else gpu_ms)
+            return device
+
+        return run
+
+
+def test_the_default_monitor_loads_the_model_every_step_uses_between_steps():
+    """A 6 GB model every step calls (120 ms a call on the CPU, 8 ms warm on the GPU, an
+    800 ms GPU load), and a declared OCR model not used yet: with 3 s of think time, the
+    default scheduler loads each between two steps and the step after finds it warm."""
+    app_ = Timed()
+    sst = app_.model("sst", 6000, gpu_ms=800, cpu_ms=300)
+    ocr = app_.model("ocr", 2000, gpu_ms=500, cpu_ms=200)
+    tools = [app_.tool("sentiment", sst, 120, 8, 800, 300),
+             app_.tool("read", ocr, 200, 10, 500, 200)]
+    backend = LocalBackend(gpu=GpuConfig(16000, device="fake:0"), clock=app_.clock)
+    node = DeviceToolNode(tools, backend=backend)  # the default scheduler: monitor
+    assert node.preload is not None
+    graph = StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
+    for i, name in enumerate(["sentiment"] * 3 + ["read"]):
+        graph.invoke(step(name, f"c{i}"))
+        assert node.preload.join(WAIT_S)
+        app_.advance(THINK_S * 1000)
+    records = [r.record for r in node.history]
+    assert all(r is not None for r in records)
+    steps = [[(c.device, c.loaded) for c in r.calls] for r in records]  # type: ignore[union-attr]
+    assert steps[2] == [("fake:0", False)] and steps[3] == [("fake:0", False)]  # warm
+    assert [(b.model, b.used) for r in records[2:]  # type: ignore[union-attr]
+            for b in r.extra[PRELOADS_KEY]] == [("sst", True), ("ocr", True)]
+    assert app_.loads.count(("sst", "fake:0")) == 1 and app_.loads.count(("ocr", "fake:0")) == 1
+    assert node.preload.loads == 2 and node.preload.used == 2 and node.preload.wasted == 0
+    assert node.preload.saved_ms == pytest.approx(1300.0)
+    node.close()
+    assert backend.ledger is not None and backend.ledger.in_use_mb == 0.0
