@@ -84,6 +84,8 @@ class Loader:
         self.loads: list[str] = []
         self.hold: threading.Event | None = None
         self.started = threading.Event()
+        self.arrived = threading.Event()
+        """A call of its tool is running (set before it asks for the model)."""
         self.handle: ResidentModel[str] = ResidentModel(name, self.load, weights_mb=weights_mb)
 
     def load(self, device: str) -> str:
@@ -94,11 +96,14 @@ class Loader:
         return f"{self.handle.name}@{device}"
 
 
-def model_tool(name: str, model: ResidentModel[str]) -> BaseTool:
+def model_tool(name: str, model: ResidentModel[str],
+               arrived: threading.Event | None = None) -> BaseTool:
     @device_hints(**model.hints(vram_mb=500))
     @tool(name)
     def run(text: str) -> str:
-        """Run the model."""
+        """Run the model (``arrived`` is set first: the call is placed and running)."""
+        if arrived is not None:
+            arrived.set()
         return model.get()
 
     return run
@@ -113,7 +118,7 @@ def setup(scheduler: Any, *, preload: bool = True) -> tuple[Any, DeviceToolNode,
     backend._ledger = ledger
     backend.models.ledger = ledger
     loaders = {"sst": Loader("sst"), "big": Loader("big")}
-    tools = [model_tool("sentiment", loaders["sst"].handle),
+    tools = [model_tool("sentiment", loaders["sst"].handle, loaders["sst"].arrived),
              model_tool("summarize", loaders["big"].handle)]
     reports: list[StepReport] = []
     node = DeviceToolNode(tools, scheduler=scheduler, backend=backend, on_step=reports.append,
@@ -203,8 +208,11 @@ def test_a_step_arriving_during_the_load_waits_for_it_and_the_model_loads_once()
     loads_before = len(sst.loads)
     done: list[Any] = []
     clock.now += THINK_S
+    sst.arrived.clear()
     runner = threading.Thread(target=lambda: done.append(app.invoke(step("sentiment", "s3"))))
     runner.start()
+    assert sst.arrived.wait(WAIT_S)  # the call runs while the load is held: it must wait
+    assert not done
     sst.hold.set()
     runner.join(WAIT_S)
     assert done and answer(done[0]).content == "sst@fake:0"
