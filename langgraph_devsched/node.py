@@ -120,8 +120,9 @@ class DeviceToolNode(ToolNode):
       next step arrives (`langgraph_devsched.idle`; off by default).
     * ``preload``: between steps, while the agent's LLM thinks, run the model loads the
       scheduler's ``preloads`` asks for (the monitor policy's), in the background
-      (`langgraph_devsched.preload`; on by default where the scheduler has ``preloads`` and
-      the backend can load between steps: the local backend). ``preload=False`` turns it off.
+      (`langgraph_devsched.preload`; on by default where the scheduler has ``preloads``, the
+      backend can load between steps (the local backend) and a tool names a resident model).
+      ``preload=False`` turns it off.
 
     ``config["max_concurrency"]`` bounds how many calls of a step run at once, under
     ``invoke`` and ``ainvoke`` alike.
@@ -216,7 +217,8 @@ class DeviceToolNode(ToolNode):
         self.preload: Preloader | None = None
         """Loads between steps (``preload``; None when off or where it does not apply)."""
         if preload and callable(getattr(self.scheduler, "preloads", None)) and callable(
-                getattr(self.backend, "preload_model", None)):
+                getattr(self.backend, "preload_model", None)) and any(
+                s.model_name(n) for n, s in self.device_specs.items()):  # some tool has one
             self.preload = Preloader(scheduler=self.scheduler, backend=self.backend)
         if wrap_tool_call is not None and awrap_tool_call is None:
             # upstream runs a sync wrapper on the event loop under ainvoke, one call at a time

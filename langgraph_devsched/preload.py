@@ -15,10 +15,10 @@ Each load (at most `MAX_PRELOADS` between two steps, one after another, none onc
 arrived) runs in a thread of its own through the backend (`LocalBackend.preload_model`): a
 GPU load through that GPU's model cache, its weights reserved in that GPU's ledger before it
 starts and pinned until its loader returns, after evicting only the idle models the
-scheduler named, only into free room; or a host-side load. A step that arrives meanwhile is
-never blocked by it: a call that needs the model waits for that load (the model loads once),
-a call that needs the room sees it held (it queues, or runs on the CPU), and a load's thread
-is never cut. `close` waits for a load in flight (at most `CLOSE_WAIT_S`; one still running
+scheduler named, only into free room; or a host-side load. When a step arrives meanwhile, a
+call that needs the model waits for the rest of that load (the model loads once), a call
+that needs the room sees it held (it queues, or runs on the CPU), and a load's thread is
+never cut. `close` waits for a load in flight (at most `CLOSE_WAIT_S`; one still running
 after that frees what it loaded when it returns).
 
 What the loads did is recorded: each step's ``StepRecord.extra["preloads"]`` lists the
