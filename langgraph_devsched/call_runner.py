@@ -344,7 +344,7 @@ def _step_metadata(
         predicted_ms=decision.predicted_ms.get(call_id),
         observed_ms=observed_ms,
         extra={"devsched.probe": decision.probe, **_residency_metadata(placement),
-               **(extra or {})},
+               **step.trace, **(extra or {})},
     )
 
 

@@ -423,12 +423,17 @@ class VramLedger:
         self._admit_queue_locked()
 
     # -- resident weights ------------------------------------------------------------------
-    def try_hold_weights(self, need: WeightsNeed) -> Reservation | None:
+    def try_hold_weights(self, need: WeightsNeed, *, evict: bool = True) -> Reservation | None:
         """Pin ``need``'s model for a running call that did not declare it: its weights are
         reserved now when not resident (evicting idle models where that makes room), else
-        None. Not a call: it counts against neither ``max_active`` nor the GPU share."""
+        None. Not a call: it counts against neither ``max_active`` nor the GPU share.
+        ``evict=False`` (a load between steps): only into free room, evicting nothing, and
+        never ahead of a queued call."""
         self._check_size(0.0, need)
         with self._lock:
+            if not evict and need.model not in self._weights and (
+                    self._queue or not self.fits(need.mb)):
+                return None
             if self._room_locked(0.0, need) is None:
                 return None
             return self._grant_locked(0.0, 0.0, need, call=False)

@@ -40,6 +40,7 @@ import contextvars
 import sys
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -93,6 +94,7 @@ class ResidentModel(Generic[M]):
         self.weights_mb = weights_mb
         self.release = release
         self.keep_warm = keep_warm
+        _HANDLES[name] = self
 
     def get(self, device: str | None = None) -> M:
         """The instance on ``device`` (default: where the running call was placed)."""
@@ -113,6 +115,25 @@ class ResidentModel(Generic[M]):
 
     def __repr__(self) -> str:
         return f"ResidentModel({self.name!r}, weights_mb={self.weights_mb})"
+
+
+_HANDLES: weakref.WeakValueDictionary[str, ResidentModel[Any]] = weakref.WeakValueDictionary()
+"""The live handles by model name (the latest of a name; the cache keys instances by name
+alike): what a load between steps runs (`known_model`). Bounded by the live handles."""
+
+
+def known_model(name: str) -> ResidentModel[Any] | None:
+    """The live `ResidentModel` named ``name`` (the latest made), or None."""
+    return _HANDLES.get(name)
+
+
+@dataclass(frozen=True)
+class Preloaded:
+    """A load between steps that ran (`ModelCache.preload`)."""
+
+    device: str
+    load_ms: float
+    evicted: tuple[str, ...] = ()
 
 
 def side_of(device: str) -> ModelSide:
@@ -380,6 +401,51 @@ class ModelCache:
         self._free(freed)
 
     # -- loading ---------------------------------------------------------------------------
+    def preload(self, handle: ResidentModel[Any], device: str,
+                evict: Iterable[str] = ()) -> Preloaded | None:
+        """Load ``handle`` on ``device`` while no step needs it (a load between steps), as a
+        call's `ResidentModel.get` would: on a GPU its weights are reserved in the ledger
+        before the load starts and stay pinned until it returns, after evicting only the
+        idle models named in ``evict`` and only into free room (never ahead of a queued
+        call). A call that asks for the model meanwhile waits for this load (one load).
+        None when there is nothing to do or no room (nothing changed then but ``evict``)."""
+        name, side = handle.name, side_of(device)
+        if self.holds(name, side):
+            return None
+        ledger = self.ledger if side == "gpu" else None
+        pin: Reservation | None = None
+        evicted: list[str] = []
+        if ledger is not None:
+            if ledger.is_resident(name):  # a call holds (and loads) it: nothing to add
+                return None
+            need = self.need(name, handle.weights_mb or 0.0, handle.keep_warm)
+            assert need is not None
+            resident = {w.model: w for w in ledger.resident()}
+            named = [resident[m] for m in dict.fromkeys(evict) if m in resident]
+            if any(w.in_use or w.keep_warm for w in named) or (
+                    need.mb > ledger.free_mb + sum(w.weights_mb for w in named)):
+                return None
+            evicted = [w.model for w in named if ledger.evict(w.model)]
+            self.drop(evicted)
+            try:
+                pin = ledger.try_hold_weights(need, evict=False)
+            except ValueError:  # larger than the whole budget
+                pin = None
+            if pin is None:
+                return None
+        record = CallModels(device, declared=name)
+        try:
+            self.instance(handle, device, record)
+        finally:
+            if pin is not None:
+                pin.release()
+            self.finish(record)
+            if ledger is not None and not self.holds(name, "gpu"):  # failed, or closed
+                ledger.evict(name)
+        if not record.loaded:  # a call loaded it first (this waited on that load)
+            return None
+        return Preloaded(device, record.load_ms, tuple(evicted))
+
     def instance(
         self, handle: ResidentModel[M], device: str, record: CallModels | None = None
     ) -> M:

@@ -56,6 +56,7 @@ from langgraph_devsched.planning import (
     StepReport,
     shared_step_key,
 )
+from langgraph_devsched.preload import Preloader
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Scheduler
 from langgraph_devsched.stream_events import stream_step
@@ -125,6 +126,11 @@ class DeviceToolNode(ToolNode):
     * ``stream_decisions``: write each step's decision and outcome to LangGraph's custom
       stream (``stream_mode="custom"``; `langgraph_devsched.stream_events`). Off by default:
       the custom stream then carries only what the tools write, as with `ToolNode`.
+    * ``preload``: between steps, while the agent's LLM thinks, run the model loads the
+      scheduler's ``preloads`` asks for (the monitor policy's), in the background
+      (`langgraph_devsched.preload`; on by default where the scheduler has ``preloads``, the
+      backend can load between steps (the local backend) and a tool names a resident model).
+      ``preload=False`` turns it off.
 
     ``config["max_concurrency"]`` bounds how many calls of a step run at once, under
     ``invoke`` and ``ainvoke`` alike.
@@ -150,6 +156,7 @@ class DeviceToolNode(ToolNode):
         call_timeout_s: float | None = None,
         idle_calibration: bool = False,
         stream_decisions: bool = False,
+        preload: bool = True,
     ) -> None:
         kwargs: dict[str, Any] = {}
         if handle_tool_errors is not _UNSET:  # an explicit None is ToolNode's too
@@ -193,7 +200,8 @@ class DeviceToolNode(ToolNode):
             scheduler=self.scheduler,
             backend=self.backend,
             monitor=monitor,
-            on_close=(self._keep, self._observe, self._record_monitor, self._notify),
+            on_close=(self._preloaded, self._keep, self._observe, self._record_monitor,
+                      self._notify),
         )
         self.runner = CallRunner(
             impls=self._impls,
@@ -209,6 +217,15 @@ class DeviceToolNode(ToolNode):
                 scheduler=self.scheduler, backend=self.backend, tools=self.tools_by_name,
                 specs=self.device_specs, device_args=self._device_args,
                 observe=self._observe_idle, impls=self._impls)
+        declare = getattr(self.scheduler, "declare_tools", None)
+        if callable(declare):  # declared models may be warmed before their first use
+            declare(self.device_specs)
+        self.preload: Preloader | None = None
+        """Loads between steps (``preload``; None when off or where it does not apply)."""
+        if preload and callable(getattr(self.scheduler, "preloads", None)) and callable(
+                getattr(self.backend, "preload_model", None)) and any(
+                s.model_name(n) for n, s in self.device_specs.items()):  # some tool has one
+            self.preload = Preloader(scheduler=self.scheduler, backend=self.backend)
         if wrap_tool_call is not None and awrap_tool_call is None:
             # upstream runs a sync wrapper on the event loop under ainvoke, one call at a time
             self._awrap_tool_call = threaded_wrapper(wrap_tool_call)
@@ -317,6 +334,8 @@ class DeviceToolNode(ToolNode):
     def close(self) -> None:
         """Free what the backend keeps between steps (resident models: their instances and
         their weights in the VRAM ledger). The node stays usable: models load again."""
+        if self.preload is not None:  # a load in flight ends first
+            self.preload.close()
         close = getattr(self.backend, "close", None)
         if callable(close):
             close()
@@ -324,6 +343,10 @@ class DeviceToolNode(ToolNode):
     def finish_step(self, step: PlannedStep | None) -> None:
         """Close a step once all its calls have answered: record, observe, notify (once)."""
         self.planner.close(step)
+
+    def _preloaded(self, report: StepReport, record: StepRecord) -> None:
+        if self.preload is not None:
+            self.preload.record(record)
 
     def _keep(self, report: StepReport, record: StepRecord) -> None:
         self.history.append(report)
@@ -353,19 +376,40 @@ class DeviceToolNode(ToolNode):
         config: RunnableConfig,
         runtime: Runtime,
     ) -> Any:
-        batch, key, own = self._own_step(input, config)
-        step = (self._lean_step(batch, key, config) or self.planner.plan(batch, config, key)
-                if batch.calls else None)
-        stream_step(step, self._writer(runtime))  # stream_mode="custom": the decision
-        token = _STEP.set(step)
+        if self.preload is not None:
+            self.preload.arrive()
         try:
-            return super()._func(input, config, runtime)
+            batch, key, own = self._own_step(input, config)
+            step = (self._lean_step(batch, key, config) or self.planner.plan(batch, config, key)
+                    if batch.calls else None)
+            self._traced_preloads(step)
+            stream_step(step, self._writer(runtime))  # stream_mode="custom": the decision
+            token = _STEP.set(step)
+            try:
+                return super()._func(input, config, runtime)
+            finally:
+                _STEP.reset(token)
+                self._close_own(step, own)
+                stream_step(step, self._writer(runtime))  # ... and, once closed, the outcome
         finally:
-            _STEP.reset(token)
-            self._close_own(step, own)
-            stream_step(step, self._writer(runtime))  # ... and, once closed, the outcome
+            if self.preload is not None:
+                self.preload.leave()
 
     async def _afunc(
+        self,
+        input: list[AnyMessage] | dict[str, Any] | BaseModel,
+        config: RunnableConfig,
+        runtime: Runtime,
+    ) -> Any:
+        if self.preload is not None:
+            self.preload.arrive()
+        try:
+            return await self._astep(input, config, runtime)
+        finally:
+            if self.preload is not None:
+                self.preload.leave()
+
+    async def _astep(
         self,
         input: list[AnyMessage] | dict[str, Any] | BaseModel,
         config: RunnableConfig,
@@ -376,6 +420,7 @@ class DeviceToolNode(ToolNode):
         batch, key, own = self._own_step(input, config)
         step = (self._lean_step(batch, key, config)
                 or await self.planner.aplan(batch, config, key) if batch.calls else None)
+        self._traced_preloads(step)
         stream_step(step, self._writer(runtime))  # stream_mode="custom": the decision
         token = _STEP.set(step)
         limit = config.get("max_concurrency")
@@ -394,6 +439,11 @@ class DeviceToolNode(ToolNode):
     def _writer(self, runtime: Runtime) -> Any:
         """The custom stream's writer when decisions go there (``stream_decisions``)."""
         return getattr(runtime, "stream_writer", None) if self.stream_decisions else None
+
+    def _traced_preloads(self, step: PlannedStep | None) -> None:
+        """The loads run since the previous step, on the step's traced runs."""
+        if self.preload is not None and step is not None and not step.plain:
+            step.trace = self.preload.trace()
 
     def _close_own(self, step: PlannedStep | None, own: list[str]) -> None:
         """After this invocation: its calls that never started (cancelled first) are

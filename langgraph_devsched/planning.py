@@ -102,6 +102,8 @@ class PlannedStep:
     `ToolNode` does and the execution books it (``run_plain``)."""
     seconds: dict[str, str] = field(default_factory=dict)
     """The id of each hedged call's second run (`hedging.hedge_ids`: never a call's id)."""
+    trace: dict[str, object] = field(default_factory=dict)
+    """Step-wide metadata of its calls' traced runs (the loads run before it: `preload`)."""
 
 
 def shared_step_key(batch: Batch, config: RunnableConfig | None) -> StepKey | None:

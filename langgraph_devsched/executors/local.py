@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 from langgraph_devsched.device import Placement
 from langgraph_devsched.executors.base import (
@@ -58,8 +58,16 @@ from langgraph_devsched.ledger import (
     VramLedger,
     WeightsNeed,
 )
-from langgraph_devsched.models import MAX_MODELS, CallModels, ModelCache, ModelRoomError
+from langgraph_devsched.models import (
+    MAX_MODELS,
+    CallModels,
+    ModelCache,
+    ModelRoomError,
+    Preloaded,
+    ResidentModel,
+)
 from langgraph_devsched.records import CallRecord
+from langgraph_devsched.residency import ModelSide
 from langgraph_devsched.shared_ledger.background import NvmlBackground
 from langgraph_devsched.telemetry import (
     DeviceState,
@@ -330,6 +338,25 @@ class LocalBackend:
         """The resident model instances of this backend (GPU weights in its ledger, attached
         when the GPU is detected: reading this probes nothing)."""
         return self._models
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock calls and loads are timed on (seconds)."""
+        return self._clock
+
+    def preload_model(self, handle: ResidentModel[Any], gpu: int = 0, evict: Sequence[str] = (),
+                      side: ModelSide = "gpu") -> Preloaded | None:
+        """Load ``handle`` between steps (`ModelCache.preload`): on GPU ``gpu`` through that
+        GPU's cache and ledger, evicting only the idle models in ``evict``; or into host
+        memory (``side="cpu"``). None when there is nothing to do, no such GPU, or no room."""
+        if side == "cpu":
+            return self._models.preload(handle, "cpu")
+        if not self._detected:
+            self._detect()
+        if type(gpu) is not int or not 0 <= gpu < len(self._lanes):
+            return None
+        lane = self._lanes[gpu]
+        return lane.models.preload(handle, lane.config.device, evict)
 
     def close(self) -> None:
         """Free every resident model (instances and idle weights), on every GPU."""

@@ -424,7 +424,7 @@ class SlotLedgerClient(VramLedger):
     def _local_only(self, what: str) -> NotImplementedError:
         return NotImplementedError(f"{what} is not available on a cluster-shared slot ledger")
 
-    def try_hold_weights(self, need: WeightsNeed) -> Reservation | None:
+    def try_hold_weights(self, need: WeightsNeed, *, evict: bool = True) -> Reservation | None:
         raise self._local_only("try_hold_weights")
 
     def resize_weights(self, model: str, mb: float) -> bool:
