@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from langgraph_devsched.schedulers.eviction_cost import DEFAULT_LOAD_MS_PER_MB, RecentModels
+from langgraph_devsched.schedulers.policy.eviction import DEFAULT_LOAD_MS_PER_MB, RecentModels
 from tests.builtin_bench import run_builtin
 
 pytest.importorskip("numpy")

@@ -13,8 +13,8 @@ from langgraph_devsched.bench.scenario import builtin_by_name, load_scenario
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor.monitor import RuntimeMonitor
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerView
-from langgraph_devsched.schedulers.gpu_fit import PlacedRuns
-from langgraph_devsched.schedulers.gpu_placement import gpus_twin, max_evals, place
+from langgraph_devsched.schedulers.policy.gpu_fit import PlacedRuns
+from langgraph_devsched.schedulers.policy.gpu_placement import gpus_twin, max_evals, place
 from langgraph_devsched.schedulers.registry import make_scheduler
 from langgraph_devsched.testbed import GpuSpec, SimulatedTestbed, ToolParams
 

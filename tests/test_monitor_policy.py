@@ -11,7 +11,7 @@ from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor import RuntimeMonitor
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers import Batch, SchedulerView, make_scheduler
-from langgraph_devsched.schedulers.monitor_policy import MonitorPolicy
+from langgraph_devsched.schedulers.policy.scheduler import MonitorPolicy
 from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
 from tests.builtin_bench import UNBUDGETED
 

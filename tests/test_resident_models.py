@@ -360,7 +360,7 @@ def test_the_agentic_sub_agent_sees_which_models_are_warm() -> None:
 
 def test_a_remembered_decision_is_not_reused_once_the_warm_models_changed() -> None:
     from langgraph_devsched.residency import WarmModel
-    from langgraph_devsched.schedulers.reuse import telemetry_bucket
+    from langgraph_devsched.schedulers.policy.reuse import telemetry_bucket
     from langgraph_devsched.telemetry import DeviceState
 
     cold = DeviceState(True, "gpu", 8000, 0, 0.0, 8)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_devsched.records import StepRecord
-from langgraph_devsched.schedulers.investments import MAX_PRELOADS
+from langgraph_devsched.schedulers.policy.investments import MAX_PRELOADS
 from langgraph_devsched.testbed import SimulatedTestbed
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from langgraph_devsched.bench.runner import run_scenario
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.perf.generate import generate_scenario
-from langgraph_devsched.schedulers.monitor_policy import MAX_DECISION_MS
+from langgraph_devsched.schedulers.policy.scheduler import MAX_DECISION_MS
 from langgraph_devsched.schedulers.registry import registered
 
 LOCAL = "monitor_local"
@@ -33,7 +33,7 @@ LOCAL = "monitor_local"
 
 
 def _local_only() -> Any:
-    from langgraph_devsched.schedulers.monitor_policy import MonitorPolicy
+    from langgraph_devsched.schedulers.policy.scheduler import MonitorPolicy
 
     class LocalSearchPolicy(MonitorPolicy):
         """`MonitorPolicy` that never enumerates: local search from its seeds only."""
@@ -52,7 +52,7 @@ def search_on_truth(scenario: Any, *, budget_ms: float = MAX_DECISION_MS) -> dic
     from langgraph_devsched.schedulers.base import SchedulerView
     from langgraph_devsched.schedulers.dmda import DmdaScheduler
     from langgraph_devsched.schedulers.heft import HeftScheduler
-    from langgraph_devsched.schedulers.search import search_mappings
+    from langgraph_devsched.schedulers.policy.search import search_mappings
 
     bed = scenario.make_testbed(noise=0.0)
     (batch,) = scenario_batches(scenario)

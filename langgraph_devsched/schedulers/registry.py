@@ -25,7 +25,7 @@ _FACTORIES: dict[str, str] = {
     "dmda": f"{_PKG}.dmda:DmdaScheduler",
     "ucb": f"{_PKG}.ucb:UcbScheduler",
     "oracle": f"{_PKG}.oracle:OracleScheduler",
-    "monitor": f"{_PKG}.monitor_policy:MonitorPolicy",
+    "monitor": f"{_PKG}.policy.scheduler:MonitorPolicy",
     "agentic": f"{_PKG}.agentic:make_agentic",  # needs a model: AgenticNotConfiguredError
 }
 

@@ -71,14 +71,19 @@ from langgraph_devsched.options import GPU_OPTIONS, DeviceOption, is_gpu
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.schedulers.dmda import DmdaScheduler
-from langgraph_devsched.schedulers.eviction_cost import RecentModels
-from langgraph_devsched.schedulers.gpu_fit import PlacedRuns, fit_gpu_shares
-from langgraph_devsched.schedulers.gpu_placement import Placed, Placement, gpus_twin, place
 from langgraph_devsched.schedulers.gpu_workers import allowed_gpus
-from langgraph_devsched.schedulers.hedge import HedgeRule
 from langgraph_devsched.schedulers.heft import HeftScheduler
-from langgraph_devsched.schedulers.investments import Investments, Preload, economics
-from langgraph_devsched.schedulers.monitor_model import (
+from langgraph_devsched.schedulers.policy.eviction import RecentModels
+from langgraph_devsched.schedulers.policy.first_contact import (
+    GUARD_ABOVE,
+    RETRY_AFTER,
+    FirstContact,
+)
+from langgraph_devsched.schedulers.policy.gpu_fit import PlacedRuns, fit_gpu_shares
+from langgraph_devsched.schedulers.policy.gpu_placement import Placed, Placement, gpus_twin, place
+from langgraph_devsched.schedulers.policy.hedge_rule import HedgeRule
+from langgraph_devsched.schedulers.policy.investments import Investments, Preload, economics
+from langgraph_devsched.schedulers.policy.model import (
     SCREEN_MODELS,
     ContentionFit,
     declared_error,
@@ -87,14 +92,19 @@ from langgraph_devsched.schedulers.monitor_model import (
     oom_detect_ms,
     twin,
 )
-from langgraph_devsched.schedulers.near_tie import NEAR_TIES_UNTIL, NearTies
-from langgraph_devsched.schedulers.reuse import (
+from langgraph_devsched.schedulers.policy.near_tie import NEAR_TIES_UNTIL, NearTies
+from langgraph_devsched.schedulers.policy.reuse import (
     ChangeDetector,
     LastDecision,
     reusable,
     telemetry_bucket,
 )
-from langgraph_devsched.schedulers.search import (
+from langgraph_devsched.schedulers.policy.scores import (
+    TwinScores,
+    canon,
+    observed_makespan,
+)
+from langgraph_devsched.schedulers.policy.search import (
     BOUND_LIMIT,
     EXACT_LIMIT,
     count_mappings,
@@ -102,12 +112,6 @@ from langgraph_devsched.schedulers.search import (
     search_mappings,
 )
 from langgraph_devsched.schedulers.tables import LruTable
-from langgraph_devsched.schedulers.twin_error import GUARD_ABOVE, RETRY_AFTER, FirstContact
-from langgraph_devsched.schedulers.twin_scores import (
-    TwinScores,
-    canon,
-    observed_makespan,
-)
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import SimulatedTestbed
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_devsched.options import DeviceOption
-from langgraph_devsched.schedulers.monitor_model import ContentionModel, one_model_each
+from langgraph_devsched.schedulers.policy.model import ContentionModel, one_model_each
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import BackgroundLoad, GpuSpec, SimulatedTestbed, ToolParams
 

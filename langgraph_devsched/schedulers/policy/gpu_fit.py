@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from langgraph_devsched.gpus import gpu_index
 from langgraph_devsched.options import DeviceOption, is_gpu
 from langgraph_devsched.records import StepRecord
-from langgraph_devsched.schedulers.gpu_placement import Spot, gpus_twin
-from langgraph_devsched.schedulers.monitor_model import ContentionModel
+from langgraph_devsched.schedulers.policy.gpu_placement import Spot, gpus_twin
+from langgraph_devsched.schedulers.policy.model import ContentionModel
 from langgraph_devsched.schedulers.tables import LruTable
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import ToolParams
