@@ -50,7 +50,7 @@ from langgraph_devsched.schedulers.base import (
     SchedulerView,
     batch_snapshot,
 )
-from langgraph_devsched.schedulers.static import StaticHintScheduler, constrained
+from langgraph_devsched.schedulers.classic.static import StaticHintScheduler, constrained
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
 from langgraph_devsched.tracing import takes_config
 

@@ -256,8 +256,8 @@ def test_reuse_can_be_turned_off() -> None:
 
 
 def test_large_batches_search_within_the_budget_and_beat_their_seeds() -> None:
-    from langgraph_devsched.schedulers.dmda import DmdaScheduler
-    from langgraph_devsched.schedulers.heft import HeftScheduler
+    from langgraph_devsched.schedulers.classic.dmda import DmdaScheduler
+    from langgraph_devsched.schedulers.classic.heft import HeftScheduler
 
     params = {f"t{i}": T(cpu_ms=40 + 37 * (i % 7), gpu_ms=10 + 9 * (i % 5),
                           transfer_ms=3 * (i % 4), vram_mb=300 + 200 * (i % 6))

@@ -65,7 +65,7 @@ from langgraph_devsched.schedulers.base import (
     SchedulerView,
     batch_snapshot,
 )
-from langgraph_devsched.schedulers.oracle import OracleScheduler
+from langgraph_devsched.schedulers.classic.oracle import OracleScheduler
 from langgraph_devsched.schedulers.registry import scheduler_factory, scheduler_names
 from langgraph_devsched.testbed import SimulatedTestbed
 

@@ -50,8 +50,8 @@ def search_on_truth(scenario: Any, *, budget_ms: float = MAX_DECISION_MS) -> dic
     """The bounded search on ``scenario``'s noise-free testbed against the oracle."""
     from langgraph_devsched.bench.runner import optimum, scenario_batches
     from langgraph_devsched.schedulers.base import SchedulerView
-    from langgraph_devsched.schedulers.dmda import DmdaScheduler
-    from langgraph_devsched.schedulers.heft import HeftScheduler
+    from langgraph_devsched.schedulers.classic.dmda import DmdaScheduler
+    from langgraph_devsched.schedulers.classic.heft import HeftScheduler
     from langgraph_devsched.schedulers.policy.search import search_mappings
 
     bed = scenario.make_testbed(noise=0.0)

@@ -8,8 +8,8 @@ from langgraph_devsched.schedulers.base import (
     SchedulerBase,
     SchedulerView,
 )
+from langgraph_devsched.schedulers.classic.static import AllGpuScheduler, StaticHintScheduler
 from langgraph_devsched.schedulers.registry import make_scheduler, scheduler_names
-from langgraph_devsched.schedulers.static import AllGpuScheduler, StaticHintScheduler
 
 __all__ = [
     "AllGpuScheduler",

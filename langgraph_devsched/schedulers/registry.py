@@ -19,12 +19,12 @@ from langgraph_devsched.schedulers.base import Scheduler
 
 _PKG = "langgraph_devsched.schedulers"
 _FACTORIES: dict[str, str] = {
-    "all_gpu": f"{_PKG}.static:AllGpuScheduler",
-    "static": f"{_PKG}.static:StaticHintScheduler",
-    "heft": f"{_PKG}.heft:HeftScheduler",
-    "dmda": f"{_PKG}.dmda:DmdaScheduler",
-    "ucb": f"{_PKG}.ucb:UcbScheduler",
-    "oracle": f"{_PKG}.oracle:OracleScheduler",
+    "all_gpu": f"{_PKG}.classic.static:AllGpuScheduler",
+    "static": f"{_PKG}.classic.static:StaticHintScheduler",
+    "heft": f"{_PKG}.classic.heft:HeftScheduler",
+    "dmda": f"{_PKG}.classic.dmda:DmdaScheduler",
+    "ucb": f"{_PKG}.classic.ucb:UcbScheduler",
+    "oracle": f"{_PKG}.classic.oracle:OracleScheduler",
     "monitor": f"{_PKG}.policy.scheduler:MonitorPolicy",
     "agentic": f"{_PKG}.agentic:make_agentic",  # needs a model: AgenticNotConfiguredError
 }
@@ -60,7 +60,7 @@ def scheduler_factory(name: str) -> Any:
 def registered(name: str, target: str) -> Iterator[None]:
     """Register ``name`` (a ``"module:attr"`` factory) for the duration of a ``with`` block.
 
-    >>> with registered("gpu_again", f"{_PKG}.static:AllGpuScheduler"):
+    >>> with registered("gpu_again", f"{_PKG}.classic.static:AllGpuScheduler"):
     ...     make_scheduler("gpu_again").name
     'all_gpu'
     >>> "gpu_again" in scheduler_names()

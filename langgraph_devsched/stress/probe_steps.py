@@ -29,7 +29,7 @@ from langgraph_devsched.device import current_device
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.node import DeviceToolNode, StepReport
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerView
-from langgraph_devsched.schedulers.static import StaticHintScheduler
+from langgraph_devsched.schedulers.classic.static import StaticHintScheduler
 from langgraph_devsched.stress.kit import (
     Gauge,
     ProbeContext,

@@ -70,9 +70,9 @@ from langgraph_devsched.monitor.observations import Observations, PlacementOutco
 from langgraph_devsched.options import GPU_OPTIONS, DeviceOption, is_gpu
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
-from langgraph_devsched.schedulers.dmda import DmdaScheduler
+from langgraph_devsched.schedulers.classic.dmda import DmdaScheduler
+from langgraph_devsched.schedulers.classic.heft import HeftScheduler
 from langgraph_devsched.schedulers.gpu_workers import allowed_gpus
-from langgraph_devsched.schedulers.heft import HeftScheduler
 from langgraph_devsched.schedulers.policy.eviction import RecentModels
 from langgraph_devsched.schedulers.policy.first_contact import (
     GUARD_ABOVE,

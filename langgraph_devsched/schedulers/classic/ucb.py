@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
+from langgraph_devsched.schedulers.classic.heft import HeftScheduler
 from langgraph_devsched.schedulers.costs import declared_cost
 from langgraph_devsched.schedulers.gpu_workers import allowed_gpus, gpu_load_cost
-from langgraph_devsched.schedulers.heft import HeftScheduler
 from langgraph_devsched.schedulers.tables import LruTable
 
 Choice = tuple[DeviceOption, int | None]

@@ -35,6 +35,7 @@ from langgraph_devsched.gpus import gpu_index
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
+from langgraph_devsched.schedulers.classic.static import constrained
 from langgraph_devsched.schedulers.costs import (
     Arch,
     can_use,
@@ -43,7 +44,6 @@ from langgraph_devsched.schedulers.costs import (
     load_cost,
 )
 from langgraph_devsched.schedulers.gpu_workers import WorkerQueues, fitting_gpus, gpu_load_cost
-from langgraph_devsched.schedulers.static import constrained
 from langgraph_devsched.schedulers.tables import LruTable
 from langgraph_devsched.telemetry import GpuDevice
 

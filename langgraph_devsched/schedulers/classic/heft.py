@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
+from langgraph_devsched.schedulers.classic.static import constrained
 from langgraph_devsched.schedulers.costs import declared_cost, declared_transfer, load_cost
 from langgraph_devsched.schedulers.gpu_workers import WorkerQueues, fitting_gpus, gpu_load_cost
-from langgraph_devsched.schedulers.static import constrained
 
 
 class HeftScheduler(SchedulerBase):
