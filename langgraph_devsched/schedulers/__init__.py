@@ -9,7 +9,12 @@ from langgraph_devsched.schedulers.base import (
     SchedulerView,
 )
 from langgraph_devsched.schedulers.classic.static import AllGpuScheduler, StaticHintScheduler
-from langgraph_devsched.schedulers.registry import make_scheduler, scheduler_names
+from langgraph_devsched.schedulers.registry import (
+    make_scheduler,
+    register,
+    scheduler_names,
+    unregister,
+)
 
 __all__ = [
     "AllGpuScheduler",
@@ -21,5 +26,7 @@ __all__ = [
     "SchedulerView",
     "StaticHintScheduler",
     "make_scheduler",
+    "register",
     "scheduler_names",
+    "unregister",
 ]
