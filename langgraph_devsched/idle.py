@@ -35,6 +35,7 @@ from langgraph_devsched.executors.lease import current_lease
 from langgraph_devsched.hedging import HEDGES_KEY, HedgeOutcome
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.records import StepRecord
+from langgraph_devsched.schedulers.protocols import capabilities
 from langgraph_devsched.schedulers.tables import LruTable
 
 logger = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class IdleCalibration:
     def start(self) -> None:
         """Begin the idle runs on the running loop (nothing when the scheduler has no
         ``calibration`` or a run is already under way)."""
-        if getattr(self._scheduler, "calibration", None) is None:
+        if capabilities(self._scheduler).calibration is None:
             return
         if self._task is not None and not self._task.done():
             return

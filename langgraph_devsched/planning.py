@@ -51,8 +51,8 @@ from langgraph_devsched.schedulers.base import (
     batch_snapshot,
 )
 from langgraph_devsched.schedulers.classic.static import StaticHintScheduler, constrained
+from langgraph_devsched.schedulers.protocols import async_decide, capabilities, is_blocking
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
-from langgraph_devsched.tracing import takes_config
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ class StepPlanner:
         self.monitor = monitor
         self._on_close = on_close
         self._fallback = StaticHintScheduler()
-        self._takes_config = takes_config(scheduler.decide)
+        self._takes_config = capabilities(scheduler).takes_config
         self._snapshot = batch_snapshot(monitor) if monitor is not None else None
         self._open_steps = open_steps
         self._lock = threading.Lock()
@@ -388,12 +388,12 @@ class StepPlanner:
     async def _adecide(
         self, batch: Batch, view: SchedulerView, config: RunnableConfig | None
     ) -> Any:
-        adecide = getattr(self.scheduler, "adecide", None)
+        adecide = async_decide(self.scheduler)
         if adecide is not None:
             if config is not None and self._takes_config:
                 return await adecide(batch, view, config=config)
             return await adecide(batch, view)
-        if getattr(self.scheduler, "blocking", False):
+        if is_blocking(self.scheduler):
             loop = asyncio.get_running_loop()
             ctx = contextvars.copy_context()
             return await loop.run_in_executor(

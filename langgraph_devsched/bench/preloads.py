@@ -23,6 +23,7 @@ from typing import Any
 
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.policy.investments import MAX_PRELOADS
+from langgraph_devsched.schedulers.protocols import capabilities
 from langgraph_devsched.testbed import SimulatedTestbed
 
 
@@ -67,7 +68,7 @@ def run_preloads(bed: SimulatedTestbed, scheduler: Any, idle_ms: float,
                  totals: PreloadRuns) -> None:
     """Run the loads ``scheduler.preloads(device, idle_ms)`` asks for (none without that
     method) on ``bed``, at most `MAX_PRELOADS`, one after another within ``idle_ms``."""
-    ask = getattr(scheduler, "preloads", None)
+    ask = capabilities(scheduler).preloads
     if ask is None or idle_ms <= 0:
         return
     busy = 0.0

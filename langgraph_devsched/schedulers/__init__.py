@@ -9,6 +9,12 @@ from langgraph_devsched.schedulers.base import (
     SchedulerView,
 )
 from langgraph_devsched.schedulers.classic.static import AllGpuScheduler, StaticHintScheduler
+from langgraph_devsched.schedulers.protocols import (
+    AsyncScheduler,
+    Capabilities,
+    SchedulerOptions,
+    capabilities,
+)
 from langgraph_devsched.schedulers.registry import (
     make_scheduler,
     register,
@@ -18,13 +24,17 @@ from langgraph_devsched.schedulers.registry import (
 
 __all__ = [
     "AllGpuScheduler",
+    "AsyncScheduler",
     "Batch",
     "CallRequest",
+    "Capabilities",
     "Decision",
     "Scheduler",
     "SchedulerBase",
+    "SchedulerOptions",
     "SchedulerView",
     "StaticHintScheduler",
+    "capabilities",
     "make_scheduler",
     "register",
     "scheduler_names",
