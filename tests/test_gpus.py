@@ -12,7 +12,8 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 
-from langgraph_devsched import DeviceToolNode, SimulatedBackend, current_device
+from langgraph_devsched import DeviceToolNode, current_device
+from langgraph_devsched.executors import SimulatedBackend
 from langgraph_devsched.gpus import GpuCall, check_gpus, default_gpus, gpu_index
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.planning import checked_decision

@@ -17,14 +17,8 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.graph import START, MessagesState, StateGraph
 
-from langgraph_devsched import (
-    DeviceToolNode,
-    GpuConfig,
-    LocalBackend,
-    ModelCache,
-    ResidentModel,
-    device_hints,
-)
+from langgraph_devsched import DeviceToolNode, GpuConfig, LocalBackend, ResidentModel, device_hints
+from langgraph_devsched.models import ModelCache
 from langgraph_devsched.schedulers import Batch, Decision, SchedulerView
 from langgraph_devsched.schedulers.base import SchedulerBase
 from langgraph_devsched.stress.probe_models import CheckedLedger

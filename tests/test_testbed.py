@@ -2,7 +2,8 @@
 
 import pytest
 
-from langgraph_devsched import BackgroundLoad, SimulatedTestbed, ToolParams
+from langgraph_devsched import SimulatedTestbed, ToolParams
+from langgraph_devsched.testbed import BackgroundLoad
 from tests.fakes import PARAMS
 
 
