@@ -27,8 +27,8 @@ from langgraph_devsched import (
     ToolParams,
     current_device,
 )
+from langgraph_devsched._node.step_text import format_step_report
 from langgraph_devsched.schedulers import scheduler_names
-from langgraph_devsched.step_text import format_step_report
 from langgraph_devsched.testbed import BackgroundLoad
 
 

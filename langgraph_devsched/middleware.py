@@ -35,6 +35,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from langgraph_devsched._node.checks import node_backend
 from langgraph_devsched.device import current_device
 from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.hints import ToolDeviceSpec, load_hints_file, validate_spec
@@ -45,7 +46,6 @@ from langgraph_devsched.node import (
     StepReport,
     pending_step_calls,
 )
-from langgraph_devsched.node_checks import node_backend
 from langgraph_devsched.schedulers.base import Scheduler
 from langgraph_devsched.schedulers.registry import make_scheduler
 from langgraph_devsched.testbed import SimulatedTestbed

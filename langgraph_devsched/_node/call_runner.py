@@ -33,11 +33,11 @@ from langchain_core.runnables.config import get_callback_manager_for_config, pat
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
+from langgraph_devsched._node.planning import PlannedStep
 from langgraph_devsched.device import Placement, placed
 from langgraph_devsched.executors.base import CallTimeoutError, Deadline, PlacementError
 from langgraph_devsched.executors.lease import current_lease
 from langgraph_devsched.executors.local import is_gpu_oom
-from langgraph_devsched.planning import PlannedStep
 from langgraph_devsched.tracing import (
     ambient_tracing,
     decision_metadata,

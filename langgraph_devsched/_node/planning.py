@@ -433,7 +433,7 @@ class StepPlanner:
     def plan_lean(self, batch: Batch) -> PlannedStep | None:
         """The plan of a step of plain calls (`lean_step`): forced to the CPU, run by a
         `LeanExecution` on the local backend; None when the hints leave a choice."""
-        from langgraph_devsched.lean_step import LeanExecution
+        from langgraph_devsched._node.lean_step import LeanExecution
 
         forced = forced_decision(batch, None, self.scheduler.name)
         if forced is None:

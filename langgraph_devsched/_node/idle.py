@@ -28,7 +28,7 @@ from typing import Any
 
 from langchain_core.tools import BaseTool
 
-from langgraph_devsched.call_runner import is_sync_only, spawn
+from langgraph_devsched._node.call_runner import is_sync_only, spawn
 from langgraph_devsched.device import placed
 from langgraph_devsched.executors.base import Backend, PlannedCall
 from langgraph_devsched.executors.lease import current_lease

@@ -1,7 +1,7 @@
 """A step report as text: the decision, then one line per call (option, device, times, VRAM).
 
 >>> from langgraph_devsched.hints import ToolDeviceSpec
->>> from langgraph_devsched.planning import StepReport
+>>> from langgraph_devsched._node.planning import StepReport
 >>> from langgraph_devsched.records import CallRecord, StepRecord
 >>> from langgraph_devsched.schedulers.base import Batch, Decision
 >>> batch = Batch.of([("c1", "ocr", ToolDeviceSpec(vram_mb=900))])
@@ -18,7 +18,7 @@ step: scheduler=monitor reason='fits'
 
 from __future__ import annotations
 
-from langgraph_devsched.planning import StepReport
+from langgraph_devsched._node.planning import StepReport
 
 
 def format_step_report(report: StepReport, *, budget_mb: float | None = None) -> str:
