@@ -112,7 +112,7 @@ def test_runs_are_kept_per_gpu_placement_and_bounded() -> None:
 
 
 def test_perf_times_decisions_on_several_gpus() -> None:
-    from langgraph_devsched.perf.decisions import measure_decisions, workload
+    from langgraph_devsched._dev.perf.decisions import measure_decisions, workload
 
     bed, _ = workload(4, gpus=4)
     assert [(g.vram_mb, g.speed) for g in bed.gpus] == [(24000, 1.0), (12000, 2.0)] * 2

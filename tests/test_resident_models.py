@@ -18,10 +18,10 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_devsched import DeviceToolNode, GpuConfig, LocalBackend, ResidentModel, device_hints
+from langgraph_devsched._dev.stress.probe_models import CheckedLedger
 from langgraph_devsched.models import ModelCache
 from langgraph_devsched.schedulers import Batch, Decision, SchedulerView
 from langgraph_devsched.schedulers.base import SchedulerBase
-from langgraph_devsched.stress.probe_models import CheckedLedger
 
 WAIT_S = 10.0
 
