@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from langgraph_devsched._dev.graphs import one_node_graph
+
 TOOL_NAMES = ("noop_a", "noop_b", "noop_c")
 HINTED_VRAM_MB = 100.0
 
@@ -47,13 +49,6 @@ def step_input(i: int) -> dict[str, Any]:
 
     calls = [{"name": n, "args": {"text": "x"}, "id": f"{n}-{i}"} for n in TOOL_NAMES]
     return {"messages": [AIMessage("", tool_calls=calls)]}
-
-
-def one_node_graph(node: Any) -> Any:
-    """``node`` alone in a compiled graph over the messages state."""
-    from langgraph.graph import START, MessagesState, StateGraph
-
-    return StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
 
 
 def tool_node_graph() -> Any:

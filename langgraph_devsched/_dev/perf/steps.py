@@ -20,36 +20,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from langgraph_devsched._dev.graphs import one_node_graph
 from langgraph_devsched._dev.perf.decisions import declared
 from langgraph_devsched._dev.perf.generate import generate_tools
 from langgraph_devsched.bench.runner import percentile
+from langgraph_devsched.monitor.growth import rss_mb
 from langgraph_devsched.testbed import SimulatedTestbed
 
 TOOLS = 30
-
-
-def rss_mb() -> float:
-    """This process's resident set size in MB (Linux ``/proc``; else the peak from
-    ``resource``; 0.0 when neither is available)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            pages = int(f.read().split()[1])
-        import os
-
-        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError, AttributeError):
-        try:
-            import resource
-
-            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-        except ImportError:  # pragma: no cover - not on Windows
-            return 0.0
-
-
-def _graph(node: Any) -> Any:
-    from langgraph.graph import START, MessagesState, StateGraph
-
-    return StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
 
 
 def _tool(name: str) -> Any:
@@ -78,7 +56,7 @@ def measure_steps(
     node = DeviceToolNode([_tool(n) for n in names], hints={n: declared(p) for n, p in
                                                             params.items()},
                           testbed=bed, **kwargs)
-    graph = _graph(node)
+    graph = one_node_graph(node)
     rng = random.Random(seed)
     shape_list = [rng.sample(names, rng.randint(1, 4)) for _ in range(shapes)]
     times: list[float] = []

@@ -25,9 +25,9 @@ from typing import Any, Literal, get_args
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, ToolMessage
-from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from langgraph_devsched._dev.graphs import one_node_graph
 from langgraph_devsched._dev.stress.checks import Checker, Lane
 from langgraph_devsched._dev.stress.faults import (
     CALL_FAULTS,
@@ -202,7 +202,7 @@ class _Run:
             ledger = backend.ledger
             more = backend.ledgers[1:]
             node = DeviceToolNode(self.toolbox.tools(), backend=backend, **common)
-        graph = StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
+        graph = one_node_graph(node)
         per_gpu = [LedgerFigures(backend=name, budget_mb=budget, device=f"cuda:{i}")
                    for i, (budget, _) in enumerate(stress_gpus(k))]
         return Lane(name, node, graph, scheduler, ledger, per_gpu[0], reports, more, k,

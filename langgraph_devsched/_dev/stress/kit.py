@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
-from langgraph.graph import START, MessagesState, StateGraph
 
+from langgraph_devsched._dev.graphs import one_node_graph
 from langgraph_devsched.executors.local import GpuConfig, LocalBackend
 from langgraph_devsched.ledger import VramLedger
 from langgraph_devsched.node import DeviceToolNode, StepReport
@@ -147,7 +147,7 @@ def node_for(
 
 
 def graph_of(node: DeviceToolNode) -> Any:
-    return StateGraph(MessagesState).add_node("tools", node).add_edge(START, "tools").compile()
+    return one_node_graph(node)
 
 
 def step_input(

@@ -80,8 +80,8 @@ def worker_main(spec: WorkerSpec) -> None:
 
     from langchain_core.messages import AIMessage, ToolMessage
     from langchain_core.tools import StructuredTool
-    from langgraph.graph import START, MessagesState, StateGraph
 
+    from langgraph_devsched._dev.graphs import one_node_graph
     from langgraph_devsched.device import current_device
     from langgraph_devsched.executors.local import GpuConfig, LocalBackend
     from langgraph_devsched.models import ResidentModel
@@ -124,8 +124,7 @@ def worker_main(spec: WorkerSpec) -> None:
                                queue_timeout_s=QUEUE_TIMEOUT_S)
         node = DeviceToolNode([make(t) for t in TOOLS], hints=hints, backend=backend,
                               handle_tool_errors=True)
-        graph = StateGraph(MessagesState).add_node("tools", node).add_edge(
-            START, "tools").compile()
+        graph = one_node_graph(node)
         for number, calls in spec.steps:
             current["step"] = number
             current["fault"] = next((f for _, t, f in calls if t == "doomed" and f), "")

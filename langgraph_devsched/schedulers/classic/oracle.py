@@ -29,6 +29,7 @@ import math
 
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
+from langgraph_devsched.schedulers.gpu_workers import interchangeable_gpus
 from langgraph_devsched.testbed import SimulatedTestbed
 
 TIE_ORDER: tuple[DeviceOption, ...] = ("cpu", "gpu_queued", "gpu_now")
@@ -97,7 +98,7 @@ class OracleScheduler(SchedulerBase):
             allowed = [g for g in range(k) if pins is None or g in pins] or list(range(k))
             per_call.append([(o, None) if o == "cpu" else (o, g)
                              for o in options for g in ((None,) if o == "cpu" else allowed)])
-        classes = _interchangeable(bed)
+        classes = interchangeable_gpus(bed)
         count = math.prod(len(c) for c in per_call)
         ids = batch.call_ids
         tools = [c.tool for c in batch.calls]
@@ -126,14 +127,6 @@ class OracleScheduler(SchedulerBase):
             mapping, f"brute force over {k} GPUs: best of {simulated} placements "
             f"({count} before symmetry), {span:.1f} ms",
             predicted_ms={"makespan": span}, gpus=gpus)
-
-
-def _interchangeable(bed: SimulatedTestbed) -> list[int]:
-    """Per GPU, the first index of the GPUs alike to it (memory, speed, background, name and
-    resident weights): placements that differ only by swapping alike GPUs are equal."""
-    state = bed.device_state()
-    keys = [(spec, dev.resident) for spec, dev in zip(bed.gpus, state.devices, strict=True)]
-    return [keys.index(key) for key in keys]
 
 
 def _canonical(used: list[int | None], classes: list[int]) -> bool:

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from langgraph_devsched.options import DeviceOption
+from langgraph_devsched.schedulers.gpu_workers import interchangeable_gpus
 from langgraph_devsched.schedulers.policy.model import ContentionModel, one_model_each
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import BackgroundLoad, GpuSpec, SimulatedTestbed, ToolParams
@@ -111,7 +111,7 @@ def place(
     ``spent``. A placement that ran scores its ``observed`` mean makespan instead (the twin
     was wrong there, or right: either way the runs say it)."""
     limit = max_evals(len(call_ids)) if evals is None else evals
-    alike = _interchangeable(bed)
+    alike = interchangeable_gpus(bed)
     spans: dict[Placement, float] = {}
 
     def span(p: Placement) -> float:
@@ -156,14 +156,6 @@ def place(
 def _tol(span_ms: float) -> float:
     """An improvement smaller than this is none (float noise, not a better placement)."""
     return max(1e-9, 1e-9 * abs(span_ms))
-
-
-def _interchangeable(bed: SimulatedTestbed) -> list[int]:
-    """Per GPU, the first index of the GPUs alike to it (spec and resident weights)."""
-    state = bed.device_state()
-    keys: list[Any] = [(spec, dev.resident) for spec, dev in zip(bed.gpus, state.devices,
-                                                                  strict=True)]
-    return [keys.index(key) for key in keys]
 
 
 def _mirror(p: Placement, i: int, spot: Spot, alike: list[int]) -> bool:
