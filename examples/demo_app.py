@@ -21,15 +21,15 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
 
 from langgraph_devsched import (
-    BackgroundLoad,
     DeviceToolNode,
     SimulatedTestbed,
     StepReport,
     ToolParams,
     current_device,
 )
+from langgraph_devsched._node.step_text import format_step_report
 from langgraph_devsched.schedulers import scheduler_names
-from langgraph_devsched.step_text import format_step_report
+from langgraph_devsched.testbed import BackgroundLoad
 
 
 @tool

@@ -299,12 +299,12 @@ def stress(
 ) -> None:
     """Drive DeviceToolNode with injected faults; exit 1 if an answer was lost or duplicated,
     a ledger went over budget or did not return to zero, or an invariant broke."""
-    from langgraph_devsched.stress.command import run_stress_command
+    from langgraph_devsched._dev.stress.command import run_stress_command
 
     try:
         check_output_paths(("--json", json_path, "file"))
         if processes:
-            from langgraph_devsched.stress.processes_command import run_process_stress_command
+            from langgraph_devsched._dev.stress.processes_command import run_process_stress_command
 
             proc_report = run_process_stress_command(
                 processes=processes, calls=calls, seed=seed, fault_rates=fault_rate or (),
@@ -322,7 +322,7 @@ def stress(
     if not report.ok:
         raise typer.Exit(code=1)
 
-from langgraph_devsched.perf.command import perf_command  # noqa: E402
+from langgraph_devsched._dev.perf.command import perf_command  # noqa: E402
 
 app.command(name="perf")(perf_command)
 

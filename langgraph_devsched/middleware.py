@@ -35,6 +35,8 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from langgraph_devsched._node.checks import node_backend, node_scheduler
+from langgraph_devsched._node.stream_events import stream_step
 from langgraph_devsched.device import current_device
 from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.hints import ToolDeviceSpec, hints_mapping, resolve_specs, validate_spec
@@ -45,9 +47,7 @@ from langgraph_devsched.node import (
     StepReport,
     pending_step_calls,
 )
-from langgraph_devsched.node_checks import node_backend, node_scheduler
 from langgraph_devsched.schedulers.base import Scheduler
-from langgraph_devsched.stream_events import stream_step
 from langgraph_devsched.testbed import SimulatedTestbed
 
 ToolResult = ToolMessage | Command[Any]

@@ -34,32 +34,32 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from langgraph_devsched.aio import threaded_wrapper
-from langgraph_devsched.call_runner import CallRunner, is_sync_only
-from langgraph_devsched.device import injected_device_args, placed
-from langgraph_devsched.executors.base import Backend
-from langgraph_devsched.hedge_race import race
-from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
-from langgraph_devsched.idle import IdleCalibration
-from langgraph_devsched.langsmith_check import check_langsmith
-from langgraph_devsched.lean_step import CPU, lean_backend, plain_tools
-from langgraph_devsched.node_checks import (
+from langgraph_devsched._node.aio import threaded_wrapper
+from langgraph_devsched._node.call_runner import CallRunner, is_sync_only
+from langgraph_devsched._node.checks import (
     check_testbed_covers,
     node_backend,
     node_scheduler,
     warn_never_fitting,
 )
-from langgraph_devsched.planning import (
+from langgraph_devsched._node.hedge_race import race
+from langgraph_devsched._node.idle import IdleCalibration
+from langgraph_devsched._node.lean_step import CPU, lean_backend, plain_tools
+from langgraph_devsched._node.planning import (
     PlannedStep,
     StepKey,
     StepPlanner,
     StepReport,
     shared_step_key,
 )
-from langgraph_devsched.preload import Preloader
+from langgraph_devsched._node.preload import Preloader
+from langgraph_devsched._node.stream_events import stream_step
+from langgraph_devsched.device import injected_device_args, placed
+from langgraph_devsched.executors.base import Backend
+from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
+from langgraph_devsched.langsmith_check import check_langsmith
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Scheduler
-from langgraph_devsched.stream_events import stream_step
 from langgraph_devsched.testbed import SimulatedTestbed
 from langgraph_devsched.tracing import has_observers
 
@@ -122,13 +122,13 @@ class DeviceToolNode(ToolNode):
       tool's thread runs on, and the device it holds stays reserved until it returns.
     * ``idle_calibration``: between async steps, re-run a recent call of a side-effect-free
       (``idempotent``) tool on a side its scheduler never measured, cancelled as soon as the
-      next step arrives (`langgraph_devsched.idle`; off by default).
+      next step arrives (`langgraph_devsched._node.idle`; off by default).
     * ``stream_decisions``: write each step's decision and outcome to LangGraph's custom
-      stream (``stream_mode="custom"``; `langgraph_devsched.stream_events`). Off by default:
+      stream (``stream_mode="custom"``; `langgraph_devsched._node.stream_events`). Off by default:
       the custom stream then carries only what the tools write, as with `ToolNode`.
     * ``preload``: between steps, while the agent's LLM thinks, run the model loads the
       scheduler's ``preloads`` asks for (the monitor policy's), in the background
-      (`langgraph_devsched.preload`; on by default where the scheduler has ``preloads``, the
+      (`langgraph_devsched._node.preload`; on by default where the scheduler has ``preloads``, the
       backend can load between steps (the local backend) and a tool names a resident model).
       ``preload=False`` turns it off.
 

@@ -12,7 +12,7 @@ from langgraph_devsched.monitor import RuntimeMonitor
 from langgraph_devsched.options import DEVICE_OPTIONS
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerView
-from langgraph_devsched.schedulers.monitor_policy import MonitorPolicy
+from langgraph_devsched.schedulers.policy.scheduler import MonitorPolicy
 from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
 from tests.agentic_fakes import ToolScriptModel, submit
 

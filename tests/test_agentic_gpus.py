@@ -19,7 +19,7 @@ from langgraph_devsched.residency import WarmModel
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
 from langgraph_devsched.schedulers.agentic.prompts import GPUS_PROMPT
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
-from langgraph_devsched.schedulers.heft import HeftScheduler
+from langgraph_devsched.schedulers.classic.heft import HeftScheduler
 from langgraph_devsched.schedulers.registry import registered
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
 from tests.agentic_fakes import EveryCallAnswers, ToolScriptModel

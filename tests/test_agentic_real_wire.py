@@ -31,18 +31,18 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
 
 from langgraph_devsched import DeviceToolNode, SimulatedTestbed
+from langgraph_devsched._dev.testing.llm_server import (
+    LocalLLMServer,
+    LocalLLMUnavailable,
+    packaged_gguf,
+    server_available,
+)
 from langgraph_devsched.hints import validate_spec
 from langgraph_devsched.monitor import RuntimeMonitor
 from langgraph_devsched.schedulers.agentic import AgenticScheduler, openai_model
 from langgraph_devsched.schedulers.agentic.record import AgenticDecision
 from langgraph_devsched.schedulers.base import Batch, Decision
 from langgraph_devsched.schedulers.base import SchedulerView as View
-from langgraph_devsched.testing.llm_server import (
-    LocalLLMServer,
-    LocalLLMUnavailable,
-    packaged_gguf,
-    server_available,
-)
 from tests.fakes import HINTS, PARAMS, TOOLS, ScriptedChatModel
 
 pytest.importorskip("langchain_openai")

@@ -16,12 +16,12 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
 from langgraph_devsched import DeviceToolNode, StepReport
+from langgraph_devsched._dev.stress.schedulers import StressChatModel, garbage_answers
+from langgraph_devsched._dev.stress.tools import TOOL_HINTS, TOOL_NAMES, TOOL_PARAMS, Toolbox
 from langgraph_devsched.bench.scenario import ScenarioError, builtin_scenario_paths, load_scenario
 from langgraph_devsched.hints import HintsError, load_hints_file, resolve_specs, validate_spec
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
-from langgraph_devsched.stress.schedulers import StressChatModel, garbage_answers
-from langgraph_devsched.stress.tools import TOOL_HINTS, TOOL_NAMES, TOOL_PARAMS, Toolbox
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import SimulatedTestbed
 

@@ -10,7 +10,7 @@ import pytest
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.options import DEVICE_OPTIONS
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
-from langgraph_devsched.schedulers.oracle import TIE_ORDER, OracleScheduler
+from langgraph_devsched.schedulers.classic.oracle import TIE_ORDER, OracleScheduler
 from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
 
 np = pytest.importorskip("numpy")

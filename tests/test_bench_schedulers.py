@@ -5,10 +5,10 @@ from __future__ import annotations
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.records import CallRecord, StepRecord
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
-from langgraph_devsched.schedulers.dmda import DmdaScheduler
-from langgraph_devsched.schedulers.heft import HeftScheduler
+from langgraph_devsched.schedulers.classic.dmda import DmdaScheduler
+from langgraph_devsched.schedulers.classic.heft import HeftScheduler
+from langgraph_devsched.schedulers.classic.ucb import UcbScheduler
 from langgraph_devsched.schedulers.registry import make_scheduler, scheduler_names
-from langgraph_devsched.schedulers.ucb import UcbScheduler
 from langgraph_devsched.telemetry import DeviceState
 
 IDLE = SchedulerView(DeviceState(True, "gpu", 24000, 0, 0, 4))

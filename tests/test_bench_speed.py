@@ -10,7 +10,7 @@ import pytest
 
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
-from langgraph_devsched.schedulers.oracle import OracleScheduler
+from langgraph_devsched.schedulers.classic.oracle import OracleScheduler
 from tests.test_bench_oracle import ten_tool_bed
 
 pytest.importorskip("numpy")

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from langgraph_devsched.perf.decisions import declared
-from langgraph_devsched.perf.generate import generate_tools
+from langgraph_devsched._dev.perf.decisions import declared
+from langgraph_devsched._dev.perf.generate import generate_tools
 from langgraph_devsched.schedulers import Batch, SchedulerView, make_scheduler
 from langgraph_devsched.testbed import SimulatedTestbed
 

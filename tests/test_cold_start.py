@@ -13,7 +13,7 @@ from langgraph_devsched.bench.runner import run_scenario
 from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.observations import Observations
-from langgraph_devsched.schedulers.monitor_model import estimate_params
+from langgraph_devsched.schedulers.policy.model import estimate_params
 from tests.builtin_bench import UNBUDGETED
 
 pytest.importorskip("numpy")

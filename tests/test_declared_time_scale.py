@@ -13,7 +13,7 @@ import pytest
 
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor.observations import Observations
-from langgraph_devsched.schedulers.monitor_model import estimate_params
+from langgraph_devsched.schedulers.policy.model import estimate_params
 from tests.builtin_bench import run_builtin
 
 pytest.importorskip("numpy")

@@ -1,5 +1,5 @@
 """The monitor policy charges a mapping the reload of the models its evictions take from
-later steps (`schedulers/eviction_cost.py`).
+later steps (`schedulers/policy/eviction.py`).
 
 With noisy declared profiles (sigma 0.3), `residency_visual_suite` put its small VQA call on
 the GPU, about 100 ms faster for that step, which evicted the other diffusion model; the next
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from langgraph_devsched.schedulers.eviction_cost import DEFAULT_LOAD_MS_PER_MB, RecentModels
+from langgraph_devsched.schedulers.policy.eviction import DEFAULT_LOAD_MS_PER_MB, RecentModels
 from tests.builtin_bench import run_builtin
 
 pytest.importorskip("numpy")

@@ -11,7 +11,8 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 
-from langgraph_devsched import DeviceToolNode, InjectedDevice, SimulatedBackend, current_device
+from langgraph_devsched import DeviceToolNode, InjectedDevice, current_device
+from langgraph_devsched.executors import SimulatedBackend
 from langgraph_devsched.hints import HintsError
 from langgraph_devsched.profiling import profile_tools
 from langgraph_devsched.profiling.to_testbed import simulated_gpu

@@ -12,10 +12,11 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 
-from langgraph_devsched import DeviceToolNode, SimulatedBackend, current_device
+from langgraph_devsched import DeviceToolNode, current_device
+from langgraph_devsched._node.planning import checked_decision
+from langgraph_devsched.executors import SimulatedBackend
 from langgraph_devsched.gpus import GpuCall, check_gpus, default_gpus, gpu_index
 from langgraph_devsched.hints import ToolDeviceSpec
-from langgraph_devsched.planning import checked_decision
 from langgraph_devsched.residency import WarmModel
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.telemetry import DeviceState, GpuDevice

@@ -1,7 +1,7 @@
 """The monitor policy (the default scheduler) on several GPUs: optimal on the four built-ins
 where the GPU decides; it names the GPU of every GPU-placed call from a twin of every GPU
-(`schedulers/gpu_placement.py`), reuses it with the decision, learns shares where the calls
-ran and tries once a placement that tells an unknown share (`schedulers/gpu_fit.py`), pools
+(`schedulers/policy/gpu_placement.py`), reuses it with the decision, learns shares where the calls
+ran and tries once a placement that tells an unknown share (`schedulers/policy/gpu_fit.py`), pools
 samples of GPUs of different speeds, and on one GPU names none (the path it always took)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from langgraph_devsched.bench.scenario import builtin_by_name, load_scenario
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor.monitor import RuntimeMonitor
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerView
-from langgraph_devsched.schedulers.gpu_fit import PlacedRuns
-from langgraph_devsched.schedulers.gpu_placement import gpus_twin, max_evals, place
+from langgraph_devsched.schedulers.policy.gpu_fit import PlacedRuns
+from langgraph_devsched.schedulers.policy.gpu_placement import gpus_twin, max_evals, place
 from langgraph_devsched.schedulers.registry import make_scheduler
 from langgraph_devsched.testbed import GpuSpec, SimulatedTestbed, ToolParams
 
@@ -112,7 +112,7 @@ def test_runs_are_kept_per_gpu_placement_and_bounded() -> None:
 
 
 def test_perf_times_decisions_on_several_gpus() -> None:
-    from langgraph_devsched.perf.decisions import measure_decisions, workload
+    from langgraph_devsched._dev.perf.decisions import measure_decisions, workload
 
     bed, _ = workload(4, gpus=4)
     assert [(g.vram_mb, g.speed) for g in bed.gpus] == [(24000, 1.0), (12000, 2.0)] * 2

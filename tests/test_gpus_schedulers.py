@@ -12,11 +12,11 @@ from langgraph_devsched.hints import LoadProfile, SoloProfile, ToolDeviceSpec
 from langgraph_devsched.records import CallRecord, StepRecord
 from langgraph_devsched.residency import WarmModel
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
-from langgraph_devsched.schedulers.dmda import DmdaScheduler
-from langgraph_devsched.schedulers.heft import HeftScheduler
-from langgraph_devsched.schedulers.oracle import OracleScheduler
-from langgraph_devsched.schedulers.static import AllGpuScheduler, StaticHintScheduler
-from langgraph_devsched.schedulers.ucb import UcbScheduler
+from langgraph_devsched.schedulers.classic.dmda import DmdaScheduler
+from langgraph_devsched.schedulers.classic.heft import HeftScheduler
+from langgraph_devsched.schedulers.classic.oracle import OracleScheduler
+from langgraph_devsched.schedulers.classic.static import AllGpuScheduler, StaticHintScheduler
+from langgraph_devsched.schedulers.classic.ucb import UcbScheduler
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
 from langgraph_devsched.testbed import GpuSpec, SimulatedTestbed, ToolParams
 

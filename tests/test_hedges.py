@@ -31,7 +31,7 @@ from langgraph_devsched.hedging import hedge_outcomes
 from langgraph_devsched.hints import HintsError, validate_spec
 from langgraph_devsched.monitor.monitor import RuntimeMonitor
 from langgraph_devsched.schedulers.base import Decision, SchedulerBase
-from langgraph_devsched.schedulers.monitor_policy import MonitorPolicy
+from langgraph_devsched.schedulers.policy.scheduler import MonitorPolicy
 from tests.builtin_bench import run_builtin
 
 
@@ -306,7 +306,7 @@ def test_the_hedge_tables_are_bounded():
     from langgraph_devsched.hints import ToolDeviceSpec
     from langgraph_devsched.monitor.censored import CensoredTimes
     from langgraph_devsched.schedulers.base import Batch
-    from langgraph_devsched.schedulers.hedge import HedgeRule
+    from langgraph_devsched.schedulers.policy.hedge_rule import HedgeRule
     from langgraph_devsched.telemetry import DeviceState
 
     device = DeviceState(gpu_available=True, gpu_name="sim", vram_budget_mb=8000,
@@ -343,7 +343,7 @@ def test_no_hedge_needs_a_host_load_the_idle_time_measures_that_side():
     from langgraph_devsched.hints import ToolDeviceSpec
     from langgraph_devsched.residency import WarmModel
     from langgraph_devsched.schedulers.base import Batch
-    from langgraph_devsched.schedulers.hedge import HedgeRule
+    from langgraph_devsched.schedulers.policy.hedge_rule import HedgeRule
     from langgraph_devsched.telemetry import DeviceState
 
     spec = ToolDeviceSpec(idempotent=True, vram_mb=500, model="sd", weights_mb=6600)

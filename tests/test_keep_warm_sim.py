@@ -54,7 +54,7 @@ def test_a_scenario_tools_keep_warm_hint_reaches_the_testbed() -> None:
 
 
 def test_the_monitors_twin_keeps_what_telemetry_says_is_kept() -> None:
-    from langgraph_devsched.schedulers.monitor_model import twin
+    from langgraph_devsched.schedulers.policy.model import twin
 
     bed = SimulatedTestbed(visual_tools(), vram_budget_mb=9000, resident={"gpu": ["edit"]},
                            keep_warm={"edit"})

@@ -13,10 +13,10 @@ from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_devsched import DeviceToolNode
+from langgraph_devsched._node.lean_step import LeanExecution
+from langgraph_devsched._node.planning import StepPlanner
 from langgraph_devsched.executors.local import LocalBackend
-from langgraph_devsched.lean_step import LeanExecution
 from langgraph_devsched.models import ResidentModel
-from langgraph_devsched.planning import StepPlanner
 
 LOADS: list[str] = []
 MODEL: ResidentModel[str] = ResidentModel("m", lambda device: LOADS.append(device) or device)

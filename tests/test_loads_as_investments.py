@@ -13,7 +13,7 @@ from langgraph_devsched.bench.runner import run_scenario
 from langgraph_devsched.bench.scenario import Scenario, load_scenarios
 from langgraph_devsched.cli import app
 from langgraph_devsched.monitor.forecast import UseForecast
-from langgraph_devsched.schedulers.rent_or_buy import buy
+from langgraph_devsched.schedulers.policy.rent_or_buy import buy
 
 SCHEDULERS = ["static", "heft", "dmda", "monitor", "oracle"]
 

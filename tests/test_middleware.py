@@ -18,12 +18,9 @@ from langchain_core.tools import tool
 from langchain_core.tracers.context import collect_runs
 
 from langgraph_devsched import (
-    Batch,
-    Decision,
     GpuConfig,
     InjectedDevice,
     LocalBackend,
-    SchedulerView,
     SimulatedTestbed,
     StepReport,
     current_placement,
@@ -31,7 +28,7 @@ from langgraph_devsched import (
 )
 from langgraph_devsched.hints import HintsError
 from langgraph_devsched.middleware import DeviceSchedulingMiddleware
-from langgraph_devsched.schedulers import SchedulerBase
+from langgraph_devsched.schedulers import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.tracing import decision_runs
 from tests.fakes import HINTS, PARAMS, TOOLS, calls
 

@@ -11,7 +11,7 @@ from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor import RuntimeMonitor
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers import Batch, SchedulerView, make_scheduler
-from langgraph_devsched.schedulers.monitor_policy import MonitorPolicy
+from langgraph_devsched.schedulers.policy.scheduler import MonitorPolicy
 from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
 from tests.builtin_bench import UNBUDGETED
 
@@ -256,8 +256,8 @@ def test_reuse_can_be_turned_off() -> None:
 
 
 def test_large_batches_search_within_the_budget_and_beat_their_seeds() -> None:
-    from langgraph_devsched.schedulers.dmda import DmdaScheduler
-    from langgraph_devsched.schedulers.heft import HeftScheduler
+    from langgraph_devsched.schedulers.classic.dmda import DmdaScheduler
+    from langgraph_devsched.schedulers.classic.heft import HeftScheduler
 
     params = {f"t{i}": T(cpu_ms=40 + 37 * (i % 7), gpu_ms=10 + 9 * (i % 5),
                           transfer_ms=3 * (i % 4), vram_mb=300 + 200 * (i % 6))

@@ -12,17 +12,20 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
 
 from langgraph_devsched import (
-    Batch,
-    Decision,
     DeviceToolNode,
     InjectedDevice,
-    SchedulerView,
     SimulatedTestbed,
     StepReport,
     current_placement,
     device_hints,
 )
-from langgraph_devsched.schedulers import AllGpuScheduler, SchedulerBase
+from langgraph_devsched.schedulers import (
+    AllGpuScheduler,
+    Batch,
+    Decision,
+    SchedulerBase,
+    SchedulerView,
+)
 from tests.fakes import HINTS, PARAMS, TOOLS, ScriptedChatModel, calls
 
 

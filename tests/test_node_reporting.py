@@ -13,7 +13,7 @@ from langchain_core.tracers.context import collect_runs
 from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_devsched import DeviceToolNode, GpuConfig, LocalBackend, StepReport, device_hints
-from langgraph_devsched.step_text import format_step_report
+from langgraph_devsched._node.step_text import format_step_report
 from langgraph_devsched.tracing import iter_runs
 
 

@@ -2,7 +2,7 @@
 
 Run the comparison with ``pytest tests/test_overhead_bench.py --benchmark-enable``; CI runs
 each once (benchmarks disabled) so the code path stays tested. ``devsched perf`` measures the
-same graphs as ratios in one run, A and B alternated (`langgraph_devsched.perf.overhead`).
+same graphs as ratios in one run, A and B alternated (`langgraph_devsched._dev.perf.overhead`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from langgraph_devsched import DeviceToolNode
-from langgraph_devsched.perf.overhead import (
+from langgraph_devsched._dev.perf.overhead import (
     hinted_graph,
     noop_tools,
     one_node_graph,

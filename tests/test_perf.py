@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from langgraph_devsched._dev.perf.generate import generate_scenario
 from langgraph_devsched.cli import app
-from langgraph_devsched.perf.generate import generate_scenario
 
 pytest.importorskip("numpy")
 
@@ -75,7 +75,7 @@ def test_generated_scenarios_are_reproducible_and_oracle_checkable() -> None:
 
 
 def test_learning_rounds_are_measured_through_the_protocol() -> None:
-    from langgraph_devsched.perf.learning import measure_learning
+    from langgraph_devsched._dev.perf.learning import measure_learning
 
     row = measure_learning(2, seeds=1, rounds=3, max_decision_ms=None)
     assert row["n"] == 2 and len(row["per_round_p50_ms"]) == 3

@@ -12,8 +12,8 @@ from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor import RuntimeMonitor
 from langgraph_devsched.monitor.observations import PlacementOutcome
 from langgraph_devsched.schedulers import Batch, Decision
-from langgraph_devsched.schedulers.monitor_model import ContentionModel, fit_contention, twin
-from langgraph_devsched.schedulers.twin_scores import TwinScores, override_tolerance
+from langgraph_devsched.schedulers.policy.model import ContentionModel, fit_contention, twin
+from langgraph_devsched.schedulers.policy.scores import TwinScores, override_tolerance
 from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
 
 pytest.importorskip("numpy")
@@ -63,7 +63,7 @@ def test_the_fit_selects_the_physics_that_produced_the_observations(physics: str
     fit, bed = fitted(physics)
     assert fit.model.physics == physics, fit.losses  # type: ignore[attr-defined]
     # the twin (fitted shares, selected model) predicts the ground truth's makespans
-    from langgraph_devsched.schedulers.monitor_model import estimate_params
+    from langgraph_devsched.schedulers.policy.model import estimate_params
 
     monitor, batch, _ = observed(physics, runs=1)
     obs = monitor.snapshot(batch, tools=set(SEQ))

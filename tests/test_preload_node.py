@@ -29,11 +29,11 @@ from langgraph_devsched import (
     StepReport,
     device_hints,
 )
-from langgraph_devsched.preload import MIN_IDLE_MS, PRELOADS_KEY, WASTED_KEY
+from langgraph_devsched._dev.stress.probe_models import CheckedLedger
+from langgraph_devsched._node.preload import MIN_IDLE_MS, PRELOADS_KEY, WASTED_KEY
 from langgraph_devsched.schedulers import Batch, Decision, SchedulerView
 from langgraph_devsched.schedulers.base import SchedulerBase
-from langgraph_devsched.schedulers.investments import Preload
-from langgraph_devsched.stress.probe_models import CheckedLedger
+from langgraph_devsched.schedulers.policy.investments import Preload
 from langgraph_devsched.telemetry import DeviceState
 
 WAIT_S = 30.0

@@ -19,9 +19,9 @@ from langgraph_devsched import (
     GpuConfig,
     LocalBackend,
     ResidentModel,
-    SimulatedBackend,
     current_device,
 )
+from langgraph_devsched.executors import SimulatedBackend
 from langgraph_devsched.gpus import gpu_index
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.testbed import GpuSpec, SimulatedTestbed, ToolParams

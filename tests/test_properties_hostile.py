@@ -16,10 +16,10 @@ from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_devsched import DeviceToolNode, current_device
+from langgraph_devsched._dev.stress.live import LiveModels, live_gpus_backend
 from langgraph_devsched.gpus import GpuCall, default_gpus, takes_now
 from langgraph_devsched.residency import WarmModel
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
-from langgraph_devsched.stress.live import LiveModels, live_gpus_backend
 from langgraph_devsched.telemetry import GpuDevice
 
 PROPS = settings(max_examples=25, deadline=None,

@@ -31,10 +31,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from langgraph_devsched import DeviceToolNode
-from langgraph_devsched.stress.kit import answers, graph_of, step_input, wait_until
-from langgraph_devsched.stress.live import LiveLedger, LiveModels, LoadPlan, live_backend
-from langgraph_devsched.stress.models_kit import LOAD_MODES, model_tool
-from langgraph_devsched.stress.probe_loads import run_step
+from langgraph_devsched._dev.stress.kit import answers, graph_of, step_input, wait_until
+from langgraph_devsched._dev.stress.live import LiveLedger, LiveModels, LoadPlan, live_backend
+from langgraph_devsched._dev.stress.models_kit import LOAD_MODES, model_tool
+from langgraph_devsched._dev.stress.probe_loads import run_step
 
 MODELS = {"m_a": 3000.0, "m_b": 5000.0, "m_c": 2500.0}
 DEADLINE_S = 0.1

@@ -19,10 +19,10 @@ from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_devsched import DeviceToolNode, GpuConfig, LocalBackend, StepReport, device_hints
+from langgraph_devsched._dev.stress.tools import TOOL_NAMES, TOOL_PARAMS, Toolbox
 from langgraph_devsched.ledger import QueueTimeoutError
 from langgraph_devsched.options import DEVICE_OPTIONS
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
-from langgraph_devsched.stress.tools import TOOL_NAMES, TOOL_PARAMS, Toolbox
 from langgraph_devsched.testbed import SimulatedTestbed
 
 BUDGET_MB = 8000.0

@@ -10,9 +10,9 @@ from langgraph_devsched.hints import LoadProfile, SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor.monitor import RuntimeMonitor
 from langgraph_devsched.residency import WarmModel
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerView
-from langgraph_devsched.schedulers.dmda import DmdaScheduler
-from langgraph_devsched.schedulers.heft import HeftScheduler
-from langgraph_devsched.schedulers.monitor_model import estimate_params, twin
+from langgraph_devsched.schedulers.classic.dmda import DmdaScheduler
+from langgraph_devsched.schedulers.classic.heft import HeftScheduler
+from langgraph_devsched.schedulers.policy.model import estimate_params, twin
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
 from tests.builtin_bench import UNBUDGETED

@@ -17,17 +17,11 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.graph import START, MessagesState, StateGraph
 
-from langgraph_devsched import (
-    DeviceToolNode,
-    GpuConfig,
-    LocalBackend,
-    ModelCache,
-    ResidentModel,
-    device_hints,
-)
+from langgraph_devsched import DeviceToolNode, GpuConfig, LocalBackend, ResidentModel, device_hints
+from langgraph_devsched._dev.stress.probe_models import CheckedLedger
+from langgraph_devsched.models import ModelCache
 from langgraph_devsched.schedulers import Batch, Decision, SchedulerView
 from langgraph_devsched.schedulers.base import SchedulerBase
-from langgraph_devsched.stress.probe_models import CheckedLedger
 
 WAIT_S = 10.0
 
@@ -360,7 +354,7 @@ def test_the_agentic_sub_agent_sees_which_models_are_warm() -> None:
 
 def test_a_remembered_decision_is_not_reused_once_the_warm_models_changed() -> None:
     from langgraph_devsched.residency import WarmModel
-    from langgraph_devsched.schedulers.reuse import telemetry_bucket
+    from langgraph_devsched.schedulers.policy.reuse import telemetry_bucket
     from langgraph_devsched.telemetry import DeviceState
 
     cold = DeviceState(True, "gpu", 8000, 0, 0.0, 8)

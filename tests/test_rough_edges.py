@@ -368,7 +368,7 @@ def test_perf_logs_say_what_runs_not_where_in_the_code() -> None:
     assert done.exit_code == 0, done.output
     assert "decisions: static n=1" in done.output
     assert "command.py" not in done.output
-    from langgraph_devsched.perf.command import DEFAULT_STEPS
+    from langgraph_devsched._dev.perf.command import DEFAULT_STEPS
 
     helped = CliRunner().invoke(app, ["perf", "--help"], env={"COLUMNS": "200"})
     assert f"[default: {DEFAULT_STEPS}]" in helped.output and DEFAULT_STEPS <= 5_000

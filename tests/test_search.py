@@ -9,7 +9,7 @@ import random
 import pytest
 
 from langgraph_devsched.options import DeviceOption
-from langgraph_devsched.schedulers.search import demand, search_mappings
+from langgraph_devsched.schedulers.policy.search import demand, search_mappings
 from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
 
 pytest.importorskip("numpy")

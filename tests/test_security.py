@@ -23,6 +23,7 @@ from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_devsched import DeviceToolNode, GpuConfig, LocalBackend, device_hints
+from langgraph_devsched._dev.stress import StressConfig, run_stress
 from langgraph_devsched.bench.scenario import ScenarioError, load_scenario
 from langgraph_devsched.hints import HintsError
 from langgraph_devsched.monitor import RuntimeMonitor, load_file
@@ -30,7 +31,6 @@ from langgraph_devsched.monitor import persist as persist_module
 from langgraph_devsched.monitor.persist import MonitorStatsWarning
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
 from langgraph_devsched.schedulers.agentic.observations import OBSERVATION_TOOL_NAMES
-from langgraph_devsched.stress import StressConfig, run_stress
 from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
 from tests.agentic_fakes import ToolScriptModel, submit, tool_call
 

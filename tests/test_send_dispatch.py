@@ -11,15 +11,8 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import Send
 
-from langgraph_devsched import (
-    Batch,
-    Decision,
-    DeviceToolNode,
-    SchedulerView,
-    SimulatedTestbed,
-    StepReport,
-)
-from langgraph_devsched.schedulers import SchedulerBase
+from langgraph_devsched import DeviceToolNode, SimulatedTestbed, StepReport
+from langgraph_devsched.schedulers import Batch, Decision, SchedulerBase, SchedulerView
 from tests.fakes import HINTS, PARAMS, TOOLS, calls
 
 

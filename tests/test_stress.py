@@ -10,10 +10,10 @@ import pytest
 from langchain_core.messages import ToolMessage
 from typer.testing import CliRunner
 
+from langgraph_devsched._dev.stress import FAULT_KINDS, StressConfig, parse_fault_rates, run_stress
+from langgraph_devsched._dev.stress.checks import Checker
+from langgraph_devsched._dev.stress.faults import PROBE_FAULTS
 from langgraph_devsched.cli import app
-from langgraph_devsched.stress import FAULT_KINDS, StressConfig, parse_fault_rates, run_stress
-from langgraph_devsched.stress.checks import Checker
-from langgraph_devsched.stress.faults import PROBE_FAULTS
 
 runner = CliRunner()
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import threading
 
+from langgraph_devsched._dev.stress.live import LiveLedger, LiveModels, LoadPlan, live_backend
 from langgraph_devsched.ledger import WeightsNeed
-from langgraph_devsched.stress.live import LiveLedger, LiveModels, LoadPlan, live_backend
 
 
 def test_an_instance_the_ledger_does_not_count_is_found_at_the_next_grant() -> None:

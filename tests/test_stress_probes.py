@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
+from langgraph_devsched._dev.stress import DEFAULT_RATES, FAULT_KINDS, StressConfig, run_stress
+from langgraph_devsched._dev.stress import probes as probes_module
+from langgraph_devsched._dev.stress.checks import Checker
+from langgraph_devsched._dev.stress.faults import PROBE_FAULTS, STEP_FAULTS
+from langgraph_devsched._dev.stress.kit import ProbeContext, ProbeResult
+from langgraph_devsched._dev.stress.probe_llm import garbage_texts
+from langgraph_devsched._dev.stress.probe_monitor import BAD_STATS, bad_stats_payload
+from langgraph_devsched._dev.stress.probes import PROBES, run_probe
+from langgraph_devsched._dev.stress.schedulers import MALFORMED_RETURNS, malformed_returns
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.schedulers.base import Batch
-from langgraph_devsched.stress import DEFAULT_RATES, FAULT_KINDS, StressConfig, run_stress
-from langgraph_devsched.stress import probes as probes_module
-from langgraph_devsched.stress.checks import Checker
-from langgraph_devsched.stress.faults import PROBE_FAULTS, STEP_FAULTS
-from langgraph_devsched.stress.kit import ProbeContext, ProbeResult
-from langgraph_devsched.stress.probe_llm import garbage_texts
-from langgraph_devsched.stress.probe_monitor import BAD_STATS, bad_stats_payload
-from langgraph_devsched.stress.probes import PROBES, run_probe
-from langgraph_devsched.stress.schedulers import MALFORMED_RETURNS, malformed_returns
 
 UNFIXED: dict[str, str] = {}
 """``kind`` or ``kind-backend`` -> the defect still open, e.g. ``{"timeout-simulated": "a

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from langgraph_devsched._dev.stress.processes import make_steps, run_process_stress
 from langgraph_devsched.cli import app
-from langgraph_devsched.stress.processes import make_steps, run_process_stress
 
 
 def test_processes_killed_mid_call_and_mid_load_lose_nothing() -> None:
@@ -55,8 +55,8 @@ def test_the_verdict_names_each_broken_check(tmp_path: Path) -> None:
     """The checks can fail: a run whose answers, store and rest rows are broken on purpose."""
     import multiprocessing as mp
 
+    from langgraph_devsched._dev.stress import processes as ps
     from langgraph_devsched.shared_ledger import Reclaimed, StoreSnapshot
-    from langgraph_devsched.stress import processes as ps
 
     steps = [(0, [("s0c0", "embed", ""), ("s0c1", "embed", "")]),
              (1, [("s1c0", "embed", "kill_call")])]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from langgraph_devsched.stress.stall import MachineStall
+from langgraph_devsched._dev.stress.stall import MachineStall
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGSTOP is POSIX")

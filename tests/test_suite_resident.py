@@ -24,9 +24,9 @@ from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
 from langchain_core.tools import BaseTool  # noqa: E402
 from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
 
-from langgraph_devsched import DeviceToolNode, LocalBackend, ModelCache  # noqa: E402
+from langgraph_devsched import DeviceToolNode, LocalBackend  # noqa: E402
 from langgraph_devsched.hints import code_hints  # noqa: E402
-from langgraph_devsched.models import default_cache  # noqa: E402
+from langgraph_devsched.models import ModelCache, default_cache  # noqa: E402
 from langgraph_devsched.schedulers import Batch, Decision, SchedulerView  # noqa: E402
 from langgraph_devsched.schedulers.base import SchedulerBase  # noqa: E402
 from langgraph_devsched.suite import (  # noqa: E402

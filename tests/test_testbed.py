@@ -2,7 +2,8 @@
 
 import pytest
 
-from langgraph_devsched import BackgroundLoad, SimulatedTestbed, ToolParams
+from langgraph_devsched import SimulatedTestbed, ToolParams
+from langgraph_devsched.testbed import BackgroundLoad
 from tests.fakes import PARAMS
 
 
@@ -190,7 +191,7 @@ def test_call_times_rows_of_several_contention_models_match_each_model_alone(see
     import numpy as np
 
     from langgraph_devsched import batchsim
-    from langgraph_devsched.perf.generate import generate_tools
+    from langgraph_devsched._dev.perf.generate import generate_tools
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 9))

@@ -13,16 +13,8 @@ from langchain_core.tracers.context import collect_runs
 from langchain_core.tracers.langchain import LangChainTracer
 from langgraph.graph import START, MessagesState, StateGraph
 
-from langgraph_devsched import (
-    Batch,
-    Decision,
-    DeviceToolNode,
-    GpuConfig,
-    LocalBackend,
-    SchedulerView,
-    SimulatedTestbed,
-)
-from langgraph_devsched.schedulers import SchedulerBase
+from langgraph_devsched import DeviceToolNode, GpuConfig, LocalBackend, SimulatedTestbed
+from langgraph_devsched.schedulers import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.tracing import METADATA_KEYS, decision_runs, takes_config
 from tests.fakes import HINTS, PARAMS, TOOLS, calls
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from langgraph_devsched.schedulers.twin_error import MAX_RETRIES, RETRY_AFTER, FirstContact
+from langgraph_devsched.schedulers.policy.first_contact import (
+    MAX_RETRIES,
+    RETRY_AFTER,
+    FirstContact,
+)
 from tests.builtin_bench import run_builtin
 
 pytest.importorskip("numpy")

@@ -32,6 +32,7 @@ from typing import Any
 from langgraph_devsched.hedging import HedgeOutcome, hedged_calls, settle
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.records import CallRecord, StepRecord
+from langgraph_devsched.schedulers.protocols import capabilities
 from langgraph_devsched.testbed import SimulatedTestbed
 
 Calls = Sequence[tuple[str, str, DeviceOption]]
@@ -83,7 +84,7 @@ def idle_calibration(
     ``(batch, decision)`` of one call, or None), each alone on the testbed, fed to
     ``observe(batch, decision, record)``; the last one is cut where the time runs out.
     Returns the idle time the runs left."""
-    calibrate = getattr(scheduler, "calibration", None)
+    calibrate = capabilities(scheduler).calibration
     left = think_ms
     for _ in range(max_runs):
         if calibrate is None or left <= 0:

@@ -50,8 +50,8 @@ from typing import Any
 from langgraph_devsched import batchsim
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
-from langgraph_devsched.schedulers.investments import MAX_PRELOADS
-from langgraph_devsched.schedulers.oracle import OracleScheduler
+from langgraph_devsched.schedulers.classic.oracle import OracleScheduler
+from langgraph_devsched.schedulers.policy.investments import MAX_PRELOADS
 from langgraph_devsched.testbed import SimulatedTestbed
 
 MAX_STATES = 512

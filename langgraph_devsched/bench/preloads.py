@@ -2,7 +2,7 @@
 the agent's LLM thinks.
 
 After each step (and its idle-time calibration runs), a scheduler with a ``preloads``
-method (the monitor policy: `schedulers.investments`) is given the testbed's device state
+method (the monitor policy: `schedulers.policy.investments`) is given the testbed's device state
 and the idle time left; each load it asks for runs on the testbed (`SimulatedTestbed.
 preload`: counted against the GPU's budget from its start, evicting only what the scheduler
 named and then idle models least recently used first; or into host memory), at most
@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_devsched.records import StepRecord
-from langgraph_devsched.schedulers.investments import MAX_PRELOADS
+from langgraph_devsched.schedulers.policy.investments import MAX_PRELOADS
+from langgraph_devsched.schedulers.protocols import capabilities
 from langgraph_devsched.testbed import SimulatedTestbed
 
 
@@ -65,7 +66,7 @@ def run_preloads(bed: SimulatedTestbed, scheduler: Any, idle_ms: float,
                  totals: PreloadRuns) -> None:
     """Run the loads ``scheduler.preloads(device, idle_ms)`` asks for (none without that
     method) on ``bed``, at most `MAX_PRELOADS`, one after another within ``idle_ms``."""
-    ask = getattr(scheduler, "preloads", None)
+    ask = capabilities(scheduler).preloads
     if ask is None or idle_ms <= 0:
         return
     busy = 0.0

@@ -65,7 +65,8 @@ from langgraph_devsched.schedulers.base import (
     SchedulerView,
     batch_snapshot,
 )
-from langgraph_devsched.schedulers.oracle import OracleScheduler
+from langgraph_devsched.schedulers.classic.oracle import OracleScheduler
+from langgraph_devsched.schedulers.protocols import capabilities
 from langgraph_devsched.schedulers.registry import scheduler_factory, scheduler_names
 from langgraph_devsched.testbed import SimulatedTestbed
 
@@ -572,7 +573,7 @@ def _run_one(
     scheduler = build_scheduler(name, testbed=bed, monitor=monitor,
                                 options=scheduler_options)
     batches = scenario_batches(scenario, declare=declare or Declare(), seed=seed)
-    declare_tools = getattr(scheduler, "declare_tools", None)
+    declare_tools = capabilities(scheduler).declare_tools
     if declare_tools is not None:  # the app's tools are known before any step, as to a node
         declare_tools({c.tool: c.spec for b in batches for c in b.calls})
     cache: dict[tuple[Any, ...], float] = {}

@@ -8,18 +8,35 @@ from langgraph_devsched.schedulers.base import (
     SchedulerBase,
     SchedulerView,
 )
-from langgraph_devsched.schedulers.registry import make_scheduler, scheduler_names
-from langgraph_devsched.schedulers.static import AllGpuScheduler, StaticHintScheduler
+from langgraph_devsched.schedulers.classic.static import AllGpuScheduler, StaticHintScheduler
+from langgraph_devsched.schedulers.protocols import (
+    AsyncScheduler,
+    Capabilities,
+    SchedulerOptions,
+    capabilities,
+)
+from langgraph_devsched.schedulers.registry import (
+    make_scheduler,
+    register,
+    scheduler_names,
+    unregister,
+)
 
 __all__ = [
     "AllGpuScheduler",
+    "AsyncScheduler",
     "Batch",
     "CallRequest",
+    "Capabilities",
     "Decision",
     "Scheduler",
     "SchedulerBase",
+    "SchedulerOptions",
     "SchedulerView",
     "StaticHintScheduler",
+    "capabilities",
     "make_scheduler",
+    "register",
     "scheduler_names",
+    "unregister",
 ]

@@ -21,11 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from langgraph_devsched.gpus import GpuCall, candidates, takes_now
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.telemetry import GpuDevice
+
+if TYPE_CHECKING:
+    from langgraph_devsched.testbed import SimulatedTestbed
 
 
 def gpu_load_cost(
@@ -100,3 +104,12 @@ class WorkerQueues:
         if model is not None:
             self.loaded.add((model, where))
         return gpu_option(self.used, where)
+
+
+def interchangeable_gpus(bed: SimulatedTestbed) -> list[int]:
+    """Per GPU of ``bed``, the first index of the GPUs alike to it (spec: memory, speed,
+    background, name; and resident weights): placements that differ only by swapping alike
+    GPUs are equal, so the oracle and the policy's placement search try one of them."""
+    state = bed.device_state()
+    keys = [(spec, dev.resident) for spec, dev in zip(bed.gpus, state.devices, strict=True)]
+    return [keys.index(key) for key in keys]

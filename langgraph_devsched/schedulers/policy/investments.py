@@ -1,0 +1,325 @@
+"""Loads as investments, for a policy: each model's economics, the loads worth buying in a
+step, and the loads worth running between steps.
+
+A policy feeds `Investments` what it sees (`note`: a batch's models and the policy's own
+cost estimates; `paid`: an executed step) and asks two questions:
+
+* `to_buy`: which cold models of a batch the rent-or-buy rule (`rent_or_buy.buy`, with the
+  use forecast of `monitor.forecast`) says to load now, although the step alone does not
+  repay the load. The policy then prices their load as already repaid.
+* `preloads`: between two steps (the agent's LLM thinks for seconds), which models to load
+  on which GPU so the next step finds them warm: a model the forecast expects, whose load
+  fits in the idle time, that saves time warm, on a GPU with room or with room after
+  evicting only idle models worth less (`rent_or_buy.worth_ms`). Such a load costs device
+  time, not the user's.
+
+Every table is bounded (`MAX_MODELS`).
+
+>>> from langgraph_devsched.telemetry import DeviceState
+>>> inv = Investments()
+>>> inv.note({"sst": 2}, {"sst": Economics(saving_ms=112, load_ms=800, weights_mb=6000)})
+>>> device = DeviceState(True, "gpu", 16000, 0, 0.0, 8)
+>>> [(p.model, p.gpu) for p in inv.preloads(device, idle_ms=3000)]
+[('sst', 0)]
+>>> inv.preloads(device, idle_ms=500)   # the load would not end before the next step
+[]
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.monitor.forecast import UseForecast
+from langgraph_devsched.options import is_gpu
+from langgraph_devsched.residency import ModelSide, WarmModel
+from langgraph_devsched.schedulers.base import Batch, CallRequest
+from langgraph_devsched.schedulers.policy.rent_or_buy import TRUST, buy, worth_ms
+from langgraph_devsched.schedulers.tables import LruTable
+from langgraph_devsched.telemetry import DeviceState, GpuDevice
+from langgraph_devsched.testbed import ToolParams
+
+MAX_MODELS = 64
+"""At most this many models' economics are remembered."""
+MAX_PRELOADS = 1
+"""At most this many loads between two steps, one after another (the bench's whole-run
+reference searches the same)."""
+
+
+@dataclass(frozen=True)
+class Economics:
+    """What one model's warm GPU copy saves, as the policy estimates it."""
+
+    saving_ms: float
+    """Per use: the best cold side's cost less a warm GPU call's."""
+    load_ms: float
+    """Its GPU load time."""
+    weights_mb: float
+    working_mb: float = 0.0
+    """The working memory of its calls (the largest)."""
+    gpus: tuple[int, ...] | None = None
+    """The GPUs its tools may run on (None: any)."""
+    cpu_load_ms: float = 0.0
+    """Its load time into host memory (what a cold CPU call waits for)."""
+
+
+def economics(batch: Batch, params: Mapping[str, ToolParams],
+              known: Callable[[CallRequest], bool]) -> dict[str, Economics]:
+    """Each model's economics from a policy's estimated parameters of ``batch``'s tools:
+    only models whose every call may run on the GPU and is ``known`` (both sides measured
+    or declared), the saving per use averaged over its calls."""
+    calls: dict[str, list[CallRequest]] = {}
+    for call in batch.calls:
+        model = call.spec.model_name(call.tool)
+        if model is not None:
+            calls.setdefault(model, []).append(call)
+    out = {}
+    for model, used in calls.items():
+        if not all(known(c) and any(is_gpu(o) for o in c.spec.allowed_options())
+                   for c in used):
+            continue
+        ps = [params[c.tool] for c in used]
+        saving = sum(p.cpu_ms - p.gpu_ms - p.transfer_ms for p in ps) / len(ps)
+        gpus = used[0].spec.gpus
+        out[model] = Economics(saving_ms=saving, load_ms=ps[0].load_gpu_ms,
+                               weights_mb=ps[0].weights_mb,
+                               working_mb=max(p.vram_mb for p in ps),
+                               gpus=gpus, cpu_load_ms=ps[0].load_cpu_ms)
+    return out
+
+
+@dataclass(frozen=True)
+class Preload:
+    """A load between two steps: ``model`` on GPU ``gpu`` (evicting ``evict`` first), or
+    into host memory (``side="cpu"``)."""
+
+    model: str
+    gpu: int
+    load_ms: float
+    worth_ms: float
+    evict: tuple[str, ...] = ()
+    side: ModelSide = "gpu"
+
+
+@dataclass
+class _Rent:
+    paid_ms: float = 0.0
+
+
+@dataclass
+class Investments:
+    """A policy's view of its models' loads (see the module)."""
+
+    trust: float = TRUST
+    forecast: UseForecast = field(default_factory=UseForecast)
+    _economics: LruTable[str, Economics] = field(
+        default_factory=lambda: LruTable[str, Economics](MAX_MODELS))
+    _rent: LruTable[str, _Rent] = field(default_factory=lambda: LruTable[str, _Rent](MAX_MODELS))
+    _declared: dict[str, Economics] = field(default_factory=dict)
+    """Models the app declared (at most `MAX_MODELS`), for warming before a first use."""
+
+    def __len__(self) -> int:
+        return len(self._economics)
+
+    def note(self, uses: Mapping[str, int],
+             economics: Mapping[str, Economics] | None = None) -> None:
+        """One decided step: its models' uses (model -> calls), and their economics where
+        known (`learn`)."""
+        self.forecast.step(uses)
+        self.learn(economics or {})
+
+    def learn(self, economics: Mapping[str, Economics]) -> None:
+        """The policy's current estimates of these models' economics."""
+        for model, eco in economics.items():
+            self._economics[model] = eco
+
+    def declare(self, specs: Mapping[str, ToolDeviceSpec]) -> None:
+        """The app's tools as declared (the node knows them all before any step): the
+        models whose profile and load times are declared can be warmed while the machine is
+        idle before their first use (`preloads`); what a step measures replaces them."""
+        for tool, spec in specs.items():
+            model = spec.model_name(tool)
+            profile, load = spec.profile, spec.load_ms
+            if (model is None or model in self._declared or profile is None
+                    or profile.cpu_ms is None or profile.gpu_ms is None or load is None
+                    or load.gpu_ms is None or len(self._declared) >= MAX_MODELS):
+                continue
+            self._declared[model] = Economics(
+                saving_ms=profile.cpu_ms - profile.gpu_ms, load_ms=load.gpu_ms,
+                weights_mb=spec.weights_mb, working_mb=spec.vram_mb or 0.0, gpus=spec.gpus,
+                cpu_load_ms=load.cpu_ms or 0.0)
+
+    def economics(self, model: str) -> Economics | None:
+        return self._economics.get(model)
+
+    def worth(self, model: str) -> float:
+        """What keeping ``model`` resident is worth to the coming steps (0: unknown)."""
+        eco = self._economics.get(model)
+        if eco is None:
+            return 0.0
+        return worth_ms(saving_ms=eco.saving_ms, coming_uses=self.forecast.coming(model))
+
+    def paid(self, uses: Iterable[tuple[str, bool]]) -> None:
+        """An executed step's calls on models: (model, ran on a GPU, warm or loaded there).
+        A call served off the GPU pays its saving as rent; a GPU call resets it (the model
+        was bought, or was already there)."""
+        for model, on_gpu in uses:
+            eco = self._economics.get(model)
+            if eco is None:
+                continue
+            rent = self._rent.setdefault_with(model, _Rent)
+            if on_gpu:
+                rent.paid_ms = 0.0
+            else:
+                rent.paid_ms += max(0.0, eco.saving_ms)
+
+    def to_buy(self, cold: Iterable[str]) -> set[str]:
+        """Of these models (cold on every GPU), those whose load the rule buys now."""
+        out = set()
+        for model in cold:
+            eco = self._economics.get(model)
+            rent = self._rent.get(model)
+            if eco is None or rent is None:
+                continue
+            if buy(price_ms=eco.load_ms, rent_paid_ms=rent.paid_ms, saving_ms=eco.saving_ms,
+                   coming_uses=self.forecast.coming(model), trust=self.trust):
+                out.add(model)
+        return out
+
+    def preloads(self, device: DeviceState, idle_ms: float) -> list[Preload]:
+        """The loads to run in ``idle_ms`` of idle time before the next step (see the
+        module), one after another, most gain first.
+
+        A GPU load's gain is what the next step saves with the model warm (its forecast
+        uses next times its saving). Evicting an idle model loses the same figure for it
+        when its own load also fits in an idle time (it can come back before it is needed
+        again), else its whole worth; a load evicts only models that lose less. A model
+        expected next whose calls are better served on the CPU (warm there), or that gets
+        no GPU, loads into host memory instead, so that its first CPU call does not wait
+        for it."""
+        if idle_ms <= 0 or not device.devices:
+            return []
+        gpus = {g.index: _Room(g) for g in device.devices}
+        host = {w.model for w in device.resident if w.side == "cpu"}
+        busy = 0.0
+        wanted = sorted(((self.gain(m), m) for m in self.forecast.models()
+                         if not any(r.holds(m) for r in gpus.values())), reverse=True)
+        out: list[Preload] = []
+        for gain, model in wanted:
+            eco = self._economics.get(model)
+            if eco is None or gain <= 0 or len(out) >= MAX_PRELOADS:
+                continue
+            if busy + eco.load_ms > idle_ms:
+                continue
+            lost = functools.partial(self.lost, idle_ms=idle_ms)
+            best: tuple[tuple[float, float], Preload] | None = None
+            for index, room in gpus.items():
+                if eco.gpus is not None and index not in eco.gpus:
+                    continue
+                evict = room.evictions(eco.weights_mb + eco.working_mb, gain, lost)
+                if evict is None:
+                    continue
+                key = (sum(lost(m) for m in evict), -room.free_mb)
+                if best is None or key < best[0]:
+                    best = key, Preload(model, index, eco.load_ms, gain, evict)
+            if best is not None:
+                chosen = best[1]
+                gpus[chosen.gpu].add(chosen, eco.weights_mb)
+                busy += chosen.load_ms
+                out.append(chosen)
+        for model in self.forecast.models():  # what runs on the CPU next: its host load
+            eco = self._economics.get(model)
+            if (eco is None or model in host or len(out) >= MAX_PRELOADS
+                    or eco.cpu_load_ms <= 0 or busy + eco.cpu_load_ms > idle_ms
+                    or self.forecast.next_rate(model) <= 0
+                    or (eco.saving_ms > 0 and any(r.holds(model) for r in gpus.values()))):
+                continue
+            out.append(Preload(model, 0, eco.cpu_load_ms,
+                               eco.cpu_load_ms * min(1.0, self.forecast.next_rate(model)),
+                               side="cpu"))
+            busy += eco.cpu_load_ms
+        return out + self._warm_ups(gpus, host, idle_ms - busy, MAX_PRELOADS - len(out),
+                                    {p.model for p in out})
+
+    def _warm_ups(self, gpus: dict[int, _Room], host: set[str], idle_ms: float, most: int,
+                  planned: set[str]) -> list[Preload]:
+        """Declared models never used yet, warmed with what idle time and room are left:
+        onto a GPU with free room (evicting nothing) where warm GPU calls save time, else
+        into host memory; most saving first."""
+        out: list[Preload] = []
+        for model, eco in sorted(self._declared.items(), key=lambda kv: -kv[1].saving_ms):
+            if (len(out) >= most or model in planned or model in self.forecast.models()
+                    or any(r.holds(model) for r in gpus.values())):
+                continue
+            room = next((r for i, r in gpus.items() if (eco.gpus is None or i in eco.gpus)
+                         and eco.weights_mb + eco.working_mb <= r.free_mb), None)
+            if eco.saving_ms > 0 and room is not None and eco.load_ms <= idle_ms:
+                chosen = Preload(model, room.gpu.index, eco.load_ms, 0.0)
+                room.add(chosen, eco.weights_mb)
+            elif model not in host and 0 < eco.cpu_load_ms <= idle_ms:
+                chosen = Preload(model, 0, eco.cpu_load_ms, 0.0, side="cpu")
+            else:
+                continue
+            out.append(chosen)
+            idle_ms -= chosen.load_ms
+        return out
+
+    def gain(self, model: str) -> float:
+        """What the next step saves with ``model`` warm (0: unknown)."""
+        eco = self._economics.get(model)
+        if eco is None:
+            return 0.0
+        return max(0.0, eco.saving_ms) * self.forecast.next_rate(model)
+
+    def lost(self, model: str, *, idle_ms: float) -> float:
+        """What evicting idle ``model`` now costs (see `preloads`)."""
+        eco = self._economics.get(model)
+        if eco is None:
+            return 0.0
+        return self.gain(model) if eco.load_ms <= idle_ms else self.worth(model)
+
+
+@dataclass
+class _Room:
+    """One GPU's room as the preloads planned so far leave it."""
+
+    gpu: GpuDevice
+    busy_ms: float = 0.0
+    added: list[WarmModel] = field(default_factory=list)
+    gone: set[str] = field(default_factory=set)
+
+    @property
+    def resident(self) -> list[WarmModel]:
+        return [w for w in (*self.gpu.resident, *self.added) if w.model not in self.gone]
+
+    @property
+    def free_mb(self) -> float:
+        return self.gpu.budget_mb - self.gpu.used_mb - sum(w.weights_mb for w in self.resident)
+
+    def holds(self, model: str) -> bool:
+        return any(w.model == model for w in self.resident)
+
+    def evictions(self, need_mb: float, worth: float,
+                  worth_of: Callable[[str], float]) -> tuple[str, ...] | None:
+        """The idle models to evict, least ``worth_of`` first, each under ``worth``, so that
+        ``need_mb`` fits; None when that cannot make room."""
+        free = self.free_mb
+        if need_mb <= free:
+            return ()
+        added = {w.model for w in self.added}
+        candidates = sorted((worth_of(w.model), i, w) for i, w in enumerate(self.resident)
+                            if not w.keep_warm and w.in_use == 0 and w.model not in added)
+        evict: list[str] = []
+        for v, _, w in candidates:
+            if v >= worth or free >= need_mb:
+                break
+            evict.append(w.model)
+            free += w.weights_mb
+        return tuple(evict) if free >= need_mb else None
+
+    def add(self, preload: Preload, weights_mb: float) -> None:
+        self.busy_ms += preload.load_ms
+        self.gone.update(preload.evict)
+        self.added.append(WarmModel(preload.model, weights_mb))
