@@ -561,6 +561,35 @@ class SimulatedTestbed:
         others[gpu - 1] = after
         return dataclasses.replace(state, others=tuple(others))
 
+    def beside(
+        self, state: batchsim.Residency, model: str, gpu: int, evict: Sequence[str],
+        tools: Sequence[str], busy: bool,
+    ) -> batchsim.Residency | None:
+        """``state`` (a step's end) after a load on GPU ``gpu`` that ran in the background of
+        that step, whose calls are ``tools`` (`with_loaded`). On a GPU the step used
+        (``busy``) it evicts nothing and needs room beside the step: its weights and every
+        call's working memory (``vram_mb``, whatever their mapping) beside the resident
+        weights. None when that cannot be; pure."""
+        if busy:
+            p = self._models.get(model)
+            if p is None or evict or not 0 <= gpu < len(self._gpus):
+                return None
+            weights = state.gpu if gpu == 0 else state.others[gpu - 1]
+            background = self._background if gpu == 0 else self._gpus[gpu].background
+            free = self._gpus[gpu].vram_mb - background.vram_mb - sum(mb for _, mb in weights)
+            if p.weights_mb + sum(self._params[t].vram_mb for t in tools) > free + _EPS:
+                return None
+        return self.with_loaded(state, model, gpu, evict)
+
+    def load_beside(self, model: str, gpu: int, evict: Sequence[str], tools: Sequence[str],
+                    busy: bool) -> float | None:
+        """`beside` on the testbed's state (a step just ran): the load time (ms), or None."""
+        after = self.beside(self._state, model, gpu, evict, tools, busy)
+        if after is None:
+            return None
+        self._state = after
+        return self.model_loads("gpu")[model]
+
     def preload(self, model: str, gpu: int = 0, evict: Sequence[str] = (),
                 side: ModelSide = "gpu") -> float | None:
         """Load ``model`` between two steps (`with_loaded`; the clock is not advanced: the

@@ -97,6 +97,8 @@ class _Step:
     lb: Any = None
     spans: Any = None
     """Simulated makespans; NaN where not simulated yet."""
+    cpu_row: int | None = None
+    """The mapping that runs every call on the CPU (the GPU idle), if the hints allow it."""
 
 
 @dataclass
@@ -117,6 +119,11 @@ class _Search:
         view = SchedulerView(device=self.bed.device_state())
         self.tools = [[c.tool for c in b.calls] for b in self.batches]
         self.codes = [batchsim.product_codes(self.oracle.choices(b, view)) for b in self.batches]
+        np = batchsim.require_numpy()
+        cpu = DEVICE_OPTIONS.index("cpu")
+        self.cpu_rows = [next(iter(np.flatnonzero((c == cpu).all(axis=1)).tolist()), None)
+                         for c in self.codes]
+        self.loads = self.bed.model_loads("gpu") if self.bed.gpu_count == 1 else {}
 
     def step(self, state: batchsim.Residency, b: int) -> _Step:
         key = (_key(state), b)
@@ -127,7 +134,7 @@ class _Search:
                 self.rows = 0
             self.bed.restore(state)
             index, ends = self.bed.codes_residencies(self.tools[b], self.codes[b])
-            found = self.steps[key] = _Step(state, index, ends)
+            found = self.steps[key] = _Step(state, index, ends, cpu_row=self.cpu_rows[b])
             self.rows += len(self.codes[b])
         return found
 
@@ -164,6 +171,43 @@ class _Search:
             self.idles.clear()
         found = self.idles[key] = list(out.values())
         return found
+
+    def beside(self, step: _Step, end: batchsim.Residency, b: int, busy: bool,
+               ) -> list[tuple[batchsim.Residency, float]]:
+        """The states a load in the background of batch ``b`` can leave from its end state
+        ``end`` (`SimulatedTestbed.beside`), each with its load time: on the GPU a mapping
+        uses (``busy``) into room beside the step only, else evicting any one resident
+        model first or least recently used ones (one GPU)."""
+        out = []
+        evictions = [()] if busy else [(), *((m,) for m, _ in end.gpu)]
+        for model, ms in self.loads.items():
+            for evict in evictions:
+                after = self.bed.beside(end, model, 0, evict, self.tools[b], busy)
+                if after is not None:
+                    out.append((after, ms))
+        return out
+
+    def after(self, step: _Step, end: batchsim.Residency, span: float, b: int,
+              options: tuple[DeviceOption, ...]) -> list[tuple[batchsim.Residency, float]]:
+        """The states the time after batch ``b``'s mapping ``options`` (ending in ``end`` in
+        ``span`` ms) can leave before the next batch, each with the delay it adds: loads
+        between steps (`idle`), or one load started with the step (the next step waits
+        for what it takes beyond the step and the think time; then no load between steps:
+        one loader)."""
+        out = [(s, 0.0) for s in self.idle(end)]
+        busy = any(o != "cpu" for o in options)
+        for after, ms in self.beside(step, end, b, busy):
+            out.append((after, max(0.0, ms - span - self.think_ms)))
+        return out
+
+    def reachable(self, step: _Step, b: int) -> list[batchsim.Residency]:
+        """Every state batch ``b`` from ``step``'s state and the time after it can leave."""
+        out = [s for end in step.ends for s in self.idle(end)]
+        out += [s for end in step.ends for s, _ in self.beside(step, end, b, busy=True)]
+        if step.cpu_row is not None:
+            end = step.ends[int(step.index[step.cpu_row])]
+            out += [s for s, _ in self.beside(step, end, b, busy=False)]
+        return out
 
     def greedy(self, state: batchsim.Residency) -> tuple[float, _Path]:
         """The round paid by the per-batch optimum from ``state`` (an upper bound)."""
@@ -202,13 +246,15 @@ class _Search:
             self.bed.restore(step.state)
             step.spans[todo] = self.bed.codes_makespans(tools, codes[todo])
         within = np.flatnonzero(step.spans <= limit)  # NaN compares False
-        out = []
+        rows = []
         for g in np.unique(step.index[within]).tolist():
-            rows = within[step.index[within] == g]
-            row = int(rows[np.argmin(step.spans[rows])])  # the first of the cheapest
-            out.append((step.ends[g], float(step.spans[row]),
-                        tuple(DEVICE_OPTIONS[int(c)] for c in codes[row])))
-        return out
+            group = within[step.index[within] == g]
+            rows.append(int(group[np.argmin(step.spans[group])]))  # the first of the cheapest
+        cpu = step.cpu_row  # the GPU idle: a load beside it may evict (see `after`)
+        if self.loads and cpu is not None and cpu not in rows and step.spans[cpu] <= limit:
+            rows.append(cpu)
+        return [(step.ends[int(step.index[row])], float(step.spans[row]),
+                 tuple(DEVICE_OPTIONS[int(c)] for c in codes[row])) for row in rows]
 
     def round(self, start: list[batchsim.Residency]) -> tuple[float, _Path]:
         """The least a round pays from any of ``start``, and the mappings that pay it."""
@@ -229,9 +275,12 @@ class _Search:
         for b in range(len(self.batches)):
             nxt: dict[_Key, tuple[float, _Path, batchsim.Residency]] = {}
             for spent, done, state in level.values():
-                for end, span, options in self.moves(self.step(state, b), b, limit - spent):
-                    cost = spent + span
-                    for after in self.idle(end) if b + 1 < len(self.batches) else (end,):
+                step = self.step(state, b)
+                for end, span, options in self.moves(step, b, limit - spent):
+                    ways = (self.after(step, end, span, b, options) if b + 1 < len(self.batches)
+                            else [(end, 0.0)])
+                    for after, delay in ways:
+                        cost = spent + span + delay
                         seen = nxt.get(_key(after))
                         if cost <= limit and (seen is None or cost < seen[0]):
                             nxt[_key(after)] = (cost, (*done, options), after)
@@ -246,7 +295,7 @@ class _Search:
         mapping (then the per-batch optimum is the round's)."""
         for b in range(len(self.batches)):
             step = self.step(state, b)
-            if len(step.ends) != 1 or len(self.idle(step.ends[0])) != 1:
+            if len(step.ends) != 1 or len(self.reachable(step, b)) != 1:
                 return False
             state = step.ends[0]
         return True
@@ -280,9 +329,8 @@ def horizon_reference(
         for b in range(len(batches)):  # the states the round can leave
             nxt: dict[_Key, batchsim.Residency] = {}
             for state in level.values():
-                for end in search.step(state, b).ends:
-                    for after in search.idle(end):
-                        nxt.setdefault(_key(after), after)
+                for after in search.reachable(search.step(state, b), b):
+                    nxt.setdefault(_key(after), after)
             if len(nxt) > MAX_STATES:
                 nxt, exact = dict(list(nxt.items())[:MAX_STATES]), False
             most = max(most, len(nxt))
@@ -345,9 +393,11 @@ def whole_run_reference(
                 room = limit - spent - after[r]
                 if room < 0:
                     continue
-                for end, span, _ in search.moves(search.step(state, b), b, room):
-                    cost = spent + span
-                    for st in (end,) if last else search.idle(end):
+                step = search.step(state, b)
+                for end, span, options in search.moves(step, b, room):
+                    for st, delay in ([(end, 0.0)] if last
+                                      else search.after(step, end, span, b, options)):
+                        cost = spent + span + delay
                         seen = nxt.get(_key(st))
                         if seen is None or cost < seen[0]:
                             nxt[_key(st)] = (cost, st)

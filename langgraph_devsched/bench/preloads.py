@@ -11,6 +11,15 @@ end within the idle time, so no step arrives during one: the cost a step pays fo
 in flight is zero by construction here, and the node's own loads between steps wait for a
 step's calls the same way (see docs/resident_models.md).
 
+A step whose decision names loads in its ``background`` (a model to load on a GPU that none
+of the step's calls uses: the monitor policy's `Investments.background`) starts them with the
+step (`run_background`): the load runs while the step runs and then in the think time; what
+it takes beyond both delays the next step, which starts only once it ended (the step's
+total pays that delay). On a GPU the step uses it evicts nothing and needs room beside every
+call of the step (`SimulatedTestbed.beside`); otherwise it is refused. A step with a
+background load has no load between steps after it (one loader: at most `MAX_PRELOADS` per
+step and its think time).
+
 `PreloadRuns` counts what they did: loads run, their device time, the models a later step
 then used warm on the GPU (saved: the load that step did not pay) and those evicted or never
 used before the run ended (wasted device time).
@@ -18,10 +27,12 @@ used before the run ended (wasted device time).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_devsched.records import StepRecord
+from langgraph_devsched.schedulers.base import Preload
 from langgraph_devsched.schedulers.policy.investments import MAX_PRELOADS
 from langgraph_devsched.schedulers.protocols import capabilities
 from langgraph_devsched.testbed import SimulatedTestbed
@@ -39,6 +50,13 @@ class PreloadRuns:
     wasted_ms: float = 0.0
     cancelled: int = 0
     """Loads cut where the next step arrived (their time is wasted)."""
+    background: int = 0
+    """Of `loads`, those started with a step (`run_background`)."""
+    delay_ms: float = 0.0
+    """What background loads delayed the next step by (their time past the step and the
+    think time): the cost to a step that arrived during one."""
+    refused: int = 0
+    """Background loads that could not run (no room beside the step, or unknown)."""
     pending: dict[str, float] = field(default_factory=dict)
     """Models preloaded and not yet used, with their load time."""
 
@@ -60,6 +78,29 @@ class PreloadRuns:
     def _waste(self, model: str) -> None:
         self.wasted += 1
         self.wasted_ms += self.pending.pop(model)
+
+
+def run_background(bed: SimulatedTestbed, loads: Sequence[Preload], tools: Sequence[str],
+                   used_gpus: set[int], step_ms: float, think_ms: float,
+                   totals: PreloadRuns) -> float:
+    """Run a step's background ``loads`` (at most `MAX_PRELOADS`) on ``bed`` once the step
+    (``tools``, on ``used_gpus``) ran in ``step_ms`` (`SimulatedTestbed.load_beside`: on a GPU
+    the step used, only into room beside its calls): the delay to the next step (ms)."""
+    busy = 0.0
+    for p in loads[:MAX_PRELOADS]:
+        took = None if p.side != "gpu" else bed.load_beside(
+            p.model, p.gpu, p.evict, tools, p.gpu in used_gpus)
+        if took is None:
+            totals.refused += 1
+            continue
+        busy += took
+        totals.loads += 1
+        totals.background += 1
+        totals.device_ms += took
+        totals.pending[p.model] = took
+    delay = max(0.0, busy - step_ms - think_ms)
+    totals.delay_ms += delay
+    return delay
 
 
 def run_preloads(bed: SimulatedTestbed, scheduler: Any, idle_ms: float,

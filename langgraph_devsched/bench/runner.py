@@ -51,12 +51,12 @@ from langgraph_devsched.bench.horizon import (
     horizon_reference,
     whole_run_reference,
 )
-from langgraph_devsched.bench.preloads import PreloadRuns, run_preloads
+from langgraph_devsched.bench.preloads import PreloadRuns, run_background, run_preloads
 from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.executors.base import PlannedCall, planned_gpus
 from langgraph_devsched.gpus import check_gpus
 from langgraph_devsched.hedging import check_hedges, hedge_outcomes
-from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
+from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption, is_gpu
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import (
     Batch,
@@ -551,6 +551,13 @@ def _observer(scheduler: Scheduler, monitor: BenchMonitor | None) -> Callable[
     return observe
 
 
+def _used_gpus(options: Sequence[DeviceOption], gpus: Mapping[str, int] | None) -> set[int]:
+    """The GPUs a step's calls ran on (one GPU: 0 when any call ran on a GPU)."""
+    if gpus is None:
+        return {0} if any(is_gpu(o) for o in options) else set()
+    return set(gpus.values())
+
+
 def _run_one(
     scenario: Scenario,
     name: str,
@@ -641,10 +648,17 @@ def _run_one(
             if gpus is not None:
                 devices.update(device_labels(batch.call_ids, options, gpus))
             preloaded.step(bed, record)
-            if scenario.workload.think_ms > 0:  # the agent's LLM turn: idle devices
-                left = idle_calibration(bed, scheduler, scenario.workload.think_ms,
+            think, loaded = scenario.workload.think_ms, preloaded.background
+            if decision.background:  # loads started with the step, beside its calls
+                delay = run_background(bed, decision.background, _tools(batch),
+                                       _used_gpus(options, gpus), cache[key], think, preloaded)
+                noise_free += delay
+                took += delay
+            if think > 0:  # the agent's LLM turn: idle devices
+                left = idle_calibration(bed, scheduler, think,
                                         _observer(scheduler, monitor), idle)
-                run_preloads(bed, scheduler, left, preloaded)
+                if preloaded.background == loaded:  # one loader: a background load had it
+                    run_preloads(bed, scheduler, left, preloaded)
         round_spans.append(noise_free)
         walls.append(noise_free + (deciding if counted else 0.0))
         measured.append(took)

@@ -22,6 +22,7 @@ from langgraph_devsched.hedging import HEDGE_BOUND
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import StepRecord
+from langgraph_devsched.residency import ModelSide
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
 
@@ -103,6 +104,21 @@ def batch_snapshot(monitor: Any) -> Callable[[Batch], Any]:
 
 
 @dataclass(frozen=True)
+class Preload:
+    """A model load off the critical path: ``model`` on GPU ``gpu`` (evicting ``evict``
+    first), or into host memory (``side="cpu"``). Between two steps (a scheduler's
+    ``preloads``) or in the background of a step that leaves that GPU idle
+    (`Decision.background`)."""
+
+    model: str
+    gpu: int
+    load_ms: float
+    worth_ms: float
+    evict: tuple[str, ...] = ()
+    side: ModelSide = "gpu"
+
+
+@dataclass(frozen=True)
 class Decision:
     """One option per call id, with the why. ``probe`` marks an exploratory placement;
     ``reused`` a decision taken again unchanged because none of its inputs moved;
@@ -110,7 +126,9 @@ class Decision:
     second option run beside the first: the call is answered by whichever ends first and
     the other is cancelled at its bound (`langgraph_devsched.hedging`);
     ``gpus``: the GPU index of GPU-placed calls, on a machine with several; a call it leaves
-    out gets the default rule (`langgraph_devsched.gpus.default_gpus`; one GPU: 0)."""
+    out gets the default rule (`langgraph_devsched.gpus.default_gpus`; one GPU: 0);
+    ``background``: model loads to start with the step on a GPU none of its calls uses (the
+    model the next steps need loads while this step runs on the CPU)."""
 
     mapping: Mapping[str, DeviceOption]
     reason: str = ""
@@ -124,6 +142,7 @@ class Decision:
     hedge_bound: float = HEDGE_BOUND
     """A hedge's loser is cancelled once it ran this many times the winner's run time."""
     gpus: Mapping[str, int] = field(default_factory=dict)
+    background: tuple[Preload, ...] = ()
 
     def options_for(self, batch: Batch) -> tuple[DeviceOption, ...]:
         return tuple(self.mapping[cid] for cid in batch.call_ids)

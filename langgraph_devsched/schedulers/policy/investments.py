@@ -27,6 +27,7 @@ Every table is bounded (`MAX_MODELS`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,8 +35,8 @@ from dataclasses import dataclass, field
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.monitor.forecast import UseForecast
 from langgraph_devsched.options import is_gpu
-from langgraph_devsched.residency import ModelSide, WarmModel
-from langgraph_devsched.schedulers.base import Batch, CallRequest
+from langgraph_devsched.residency import WarmModel
+from langgraph_devsched.schedulers.base import Batch, CallRequest, Preload
 from langgraph_devsched.schedulers.policy.rent_or_buy import TRUST, buy, worth_ms
 from langgraph_devsched.schedulers.tables import LruTable
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
@@ -43,6 +44,9 @@ from langgraph_devsched.testbed import ToolParams
 
 MAX_MODELS = 64
 """At most this many models' economics are remembered."""
+DECLARED_USES = 1.0
+"""The uses a declared model never used yet is expected to have over the coming steps (a
+prior: the app declared the tool because it calls it), what warming it is worth."""
 MAX_PRELOADS = 1
 """At most this many loads between two steps, one after another (the bench's whole-run
 reference searches the same)."""
@@ -63,6 +67,8 @@ class Economics:
     """The GPUs its tools may run on (None: any)."""
     cpu_load_ms: float = 0.0
     """Its load time into host memory (what a cold CPU call waits for)."""
+    per_tool: tuple[tuple[str, float], ...] = ()
+    """Each tool's own saving per use (the tools that share the model each have theirs)."""
 
 
 def economics(batch: Batch, params: Mapping[str, ToolParams],
@@ -81,26 +87,16 @@ def economics(batch: Batch, params: Mapping[str, ToolParams],
                    for c in used):
             continue
         ps = [params[c.tool] for c in used]
-        saving = sum(p.cpu_ms - p.gpu_ms - p.transfer_ms for p in ps) / len(ps)
+        # a warm copy never forces a call onto the GPU: a call faster cold saves nothing
+        savings = [max(0.0, p.cpu_ms - p.gpu_ms - p.transfer_ms) for p in ps]
         gpus = used[0].spec.gpus
-        out[model] = Economics(saving_ms=saving, load_ms=ps[0].load_gpu_ms,
-                               weights_mb=ps[0].weights_mb,
-                               working_mb=max(p.vram_mb for p in ps),
-                               gpus=gpus, cpu_load_ms=ps[0].load_cpu_ms)
+        out[model] = Economics(saving_ms=sum(savings) / len(savings),
+                               load_ms=ps[0].load_gpu_ms, weights_mb=ps[0].weights_mb,
+                               working_mb=max(p.vram_mb for p in ps), gpus=gpus,
+                               cpu_load_ms=ps[0].load_cpu_ms,
+                               per_tool=tuple(dict(zip((c.tool for c in used), savings,
+                                                       strict=True)).items()))
     return out
-
-
-@dataclass(frozen=True)
-class Preload:
-    """A load between two steps: ``model`` on GPU ``gpu`` (evicting ``evict`` first), or
-    into host memory (``side="cpu"``)."""
-
-    model: str
-    gpu: int
-    load_ms: float
-    worth_ms: float
-    evict: tuple[str, ...] = ()
-    side: ModelSide = "gpu"
 
 
 @dataclass
@@ -119,6 +115,8 @@ class Investments:
     _rent: LruTable[str, _Rent] = field(default_factory=lambda: LruTable[str, _Rent](MAX_MODELS))
     _declared: dict[str, Economics] = field(default_factory=dict)
     """Models the app declared (at most `MAX_MODELS`), for warming before a first use."""
+    think_ms: float = 0.0
+    """The idle time between two steps, as last seen (`preloads`' ``idle_ms``)."""
 
     def __len__(self) -> int:
         return len(self._economics)
@@ -131,8 +129,15 @@ class Investments:
         self.learn(economics or {})
 
     def learn(self, economics: Mapping[str, Economics]) -> None:
-        """The policy's current estimates of these models' economics."""
+        """The policy's current estimates of these models' economics. A model that several
+        declared tools share saves, per use, the mean of its tools' savings (the measured
+        ones where known): a use is as likely any of them."""
         for model, eco in economics.items():
+            declared = self._declared.get(model)
+            if declared is not None and declared.per_tool:
+                tools = dict(declared.per_tool) | dict(eco.per_tool)
+                eco = dataclasses.replace(eco, saving_ms=sum(tools.values()) / len(tools),
+                                          per_tool=tuple(tools.items()))
             self._economics[model] = eco
 
     def declare(self, specs: Mapping[str, ToolDeviceSpec]) -> None:
@@ -142,14 +147,20 @@ class Investments:
         for tool, spec in specs.items():
             model = spec.model_name(tool)
             profile, load = spec.profile, spec.load_ms
-            if (model is None or model in self._declared or profile is None
-                    or profile.cpu_ms is None or profile.gpu_ms is None or load is None
-                    or load.gpu_ms is None or len(self._declared) >= MAX_MODELS):
+            if (model is None or profile is None or profile.cpu_ms is None
+                    or profile.gpu_ms is None or load is None or load.gpu_ms is None
+                    or (model not in self._declared and len(self._declared) >= MAX_MODELS)):
+                continue
+            saving = max(0.0, profile.cpu_ms - profile.gpu_ms)
+            known = self._declared.get(model)
+            tools = (dict(known.per_tool) if known else {}) | {tool: saving}
+            if len(tools) > MAX_MODELS:
                 continue
             self._declared[model] = Economics(
-                saving_ms=profile.cpu_ms - profile.gpu_ms, load_ms=load.gpu_ms,
-                weights_mb=spec.weights_mb, working_mb=spec.vram_mb or 0.0, gpus=spec.gpus,
-                cpu_load_ms=load.cpu_ms or 0.0)
+                saving_ms=sum(tools.values()) / len(tools), load_ms=load.gpu_ms,
+                weights_mb=spec.weights_mb, working_mb=max(
+                    spec.vram_mb or 0.0, known.working_mb if known else 0.0),
+                gpus=spec.gpus, cpu_load_ms=load.cpu_ms or 0.0, per_tool=tuple(tools.items()))
 
     def economics(self, model: str) -> Economics | None:
         return self._economics.get(model)
@@ -199,6 +210,7 @@ class Investments:
         expected next whose calls are better served on the CPU (warm there), or that gets
         no GPU, loads into host memory instead, so that its first CPU call does not wait
         for it."""
+        self.think_ms = max(0.0, idle_ms)
         if idle_ms <= 0 or not device.devices:
             return []
         gpus = {g.index: _Room(g) for g in device.devices}
@@ -206,10 +218,14 @@ class Investments:
         busy = 0.0
         wanted = sorted(((self.gain(m), m) for m in self.forecast.models()
                          if not any(r.holds(m) for r in gpus.values())), reverse=True)
+        # a declared model never used yet, worth more to warm than a forecast one, goes first
+        warm = self._warm_ups({g.index: _Room(g) for g in device.devices}, host, idle_ms, 1,
+                              set())
+        first = warm[0].worth_ms if warm and warm[0].side == "gpu" else 0.0
         out: list[Preload] = []
         for gain, model in wanted:
             eco = self._economics.get(model)
-            if eco is None or gain <= 0 or len(out) >= MAX_PRELOADS:
+            if eco is None or gain <= first or len(out) >= MAX_PRELOADS:
                 continue
             if busy + eco.load_ms > idle_ms:
                 continue
@@ -243,6 +259,65 @@ class Investments:
         return out + self._warm_ups(gpus, host, idle_ms - busy, MAX_PRELOADS - len(out),
                                     {p.model for p in out})
 
+    def background(self, device: DeviceState, *, busy_gpus: Iterable[int],
+                   beside_mb: float | None, step_ms: float,
+                   renting: Mapping[str, int], loading: Iterable[str] = ()) -> list[Preload]:
+        """The load to start with a step, beside its calls, so the next steps find the
+        model warm (at most `MAX_PRELOADS`): ``step_ms`` is the step's predicted makespan,
+        ``renting`` its calls served cold (model -> calls), ``loading`` the models its GPU
+        calls use (warm or loaded by the step: never loaded again). On a GPU the step uses
+        (``busy_gpus``) the load evicts nothing and needs room beside every call's working
+        memory (``beside_mb``; None: unknown, so no such GPU).
+
+        The load runs while the step runs and then while the agent thinks (`think_ms`, the
+        idle time last seen); what it takes beyond both delays the next step. That delay is
+        the load's price in the user's time, bought by the rent-or-buy rule with the rent
+        this step pays included (`buy`); a load that ends in time costs only what it evicts,
+        and is worth what the model's forecast uses save (`worth`). A declared model never
+        used yet loads only when it ends in time into free room."""
+        busy = set(busy_gpus)
+        best: tuple[float, Preload] | None = None
+        rooms = {g.index: _Room(g) for g in device.devices
+                 if g.index not in busy or beside_mb is not None}
+        window = step_ms + self.think_ms
+        skip = set(loading)
+        for model in (*self.forecast.models(), *self._declared):
+            if model in skip or any(r.holds(model) for r in rooms.values()):
+                continue
+            used = model in self.forecast.models()
+            eco = self._economics.get(model) if used else self._declared.get(model)
+            if eco is None or eco.saving_ms <= 0:
+                continue
+            delay = max(0.0, eco.load_ms - window)
+            gain = 0.0
+            if used:
+                rent = self._rent.get(model)
+                paid = (rent.paid_ms if rent else 0.0) + eco.saving_ms * renting.get(model, 0)
+                gain = self.worth(model)
+                if not buy(price_ms=delay, rent_paid_ms=paid, saving_ms=eco.saving_ms,
+                           coming_uses=self.forecast.coming(model), trust=self.trust):
+                    continue
+            elif delay > 0:
+                continue
+            else:
+                gain = eco.saving_ms * DECLARED_USES
+            for index, room in rooms.items():
+                if eco.gpus is not None and index not in eco.gpus:
+                    continue
+                if index in busy:  # beside the step's calls: free room only
+                    fits = eco.weights_mb + (beside_mb or 0.0) <= room.free_mb
+                    evict: tuple[str, ...] | None = () if fits else None
+                elif used:
+                    evict = room.evictions(eco.weights_mb + eco.working_mb, gain, self.worth)
+                else:
+                    evict = () if eco.weights_mb + eco.working_mb <= room.free_mb else None
+                if evict is None:
+                    continue
+                net = gain - delay - sum(self.worth(m) for m in evict)
+                if best is None or net > best[0]:
+                    best = net, Preload(model, index, eco.load_ms, gain, evict)
+        return [best[1]] if best is not None else []
+
     def _warm_ups(self, gpus: dict[int, _Room], host: set[str], idle_ms: float, most: int,
                   planned: set[str]) -> list[Preload]:
         """Declared models never used yet, warmed with what idle time and room are left:
@@ -256,7 +331,8 @@ class Investments:
             room = next((r for i, r in gpus.items() if (eco.gpus is None or i in eco.gpus)
                          and eco.weights_mb + eco.working_mb <= r.free_mb), None)
             if eco.saving_ms > 0 and room is not None and eco.load_ms <= idle_ms:
-                chosen = Preload(model, room.gpu.index, eco.load_ms, 0.0)
+                chosen = Preload(model, room.gpu.index, eco.load_ms,
+                                 eco.saving_ms * DECLARED_USES)
                 room.add(chosen, eco.weights_mb)
             elif model not in host and 0 < eco.cpu_load_ms <= idle_ms:
                 chosen = Preload(model, 0, eco.cpu_load_ms, 0.0, side="cpu")

@@ -55,6 +55,7 @@ batch's shape), else ``view.observations``. It never records into a monitor it d
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import time
@@ -213,14 +214,39 @@ class MonitorPolicy(SchedulerBase):
                 last, specs, bucket, versions, refresh_after=self.refresh_after,
                 samples=samples):
             last.reuses += 1
-            return self._again(batch, last)
+            return self._in_background(batch, self._again(batch, last), view.device)
         decision, settled = self._full(batch, view, started, last)
         if any(c.spec.idempotent for c in batch.calls):  # side-effect free: may hedge
             decision = self._hedge.attach(decision, batch, self._observations(batch, view),
                                           view.device, getattr(self.monitor, "censored", None))
         self._last[key] = LastDecision(specs, bucket, versions, decision.options_for(batch),
                                        decision, samples, settled)
-        return decision
+        return self._in_background(batch, decision, view.device)
+
+    def _in_background(self, batch: Batch, decision: Decision,
+                       device: DeviceState | None) -> Decision:
+        """``decision`` with the load worth starting beside it, if any
+        (`investments.Investments.background`)."""
+        if device is None or not device.devices or decision.hedges:
+            return decision
+        on_gpu = [c for c in batch.calls if is_gpu(decision.mapping[c.call_id])]
+        if len(device.devices) == 1 or not all(c.call_id in decision.gpus for c in on_gpu):
+            busy = {g.index for g in device.devices} if on_gpu else set()
+        else:
+            busy = {decision.gpus[c.call_id] for c in on_gpu}
+        vram = [c.spec.vram_mb for c in batch.calls]
+        renting = Counter(m for c in batch.calls if (m := c.spec.model_name(c.tool))
+                          and not is_gpu(decision.mapping[c.call_id]))
+        loads = self._investments.background(
+            device, busy_gpus=busy, beside_mb=None if None in vram else sum(
+                v for v in vram if v is not None), step_ms=max(
+                decision.predicted_ms.values(), default=0.0), renting=renting,
+            loading={m for c in on_gpu if (m := c.spec.model_name(c.tool))})
+        if not loads:
+            return decision
+        said = ", ".join(f"{p.model} on GPU {p.gpu}" for p in loads)
+        return dataclasses.replace(decision, background=tuple(loads),
+                                   reason=f"{decision.reason}; loading {said} in the background")
 
     def _again(self, batch: Batch, last: LastDecision) -> Decision:
         """The remembered decision, for this batch's call ids (same tools, same order)."""
