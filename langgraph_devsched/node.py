@@ -127,7 +127,8 @@ class DeviceToolNode(ToolNode):
       stream (``stream_mode="custom"``; `langgraph_devsched._node.stream_events`). Off by default:
       the custom stream then carries only what the tools write, as with `ToolNode`.
     * ``preload``: between steps, while the agent's LLM thinks, run the model loads the
-      scheduler's ``preloads`` asks for (the monitor policy's), in the background
+      scheduler's ``preloads`` asks for (the monitor policy's), and during a step the loads
+      its decision starts beside the step's calls (``Decision.background``), in the background
       (`langgraph_devsched._node.preload`; on by default where the scheduler has ``preloads``, the
       backend can load between steps (the local backend) and a tool names a resident model).
       ``preload=False`` turns it off.
@@ -441,9 +442,14 @@ class DeviceToolNode(ToolNode):
         return getattr(runtime, "stream_writer", None) if self.stream_decisions else None
 
     def _traced_preloads(self, step: PlannedStep | None) -> None:
-        """The loads run since the previous step, on the step's traced runs."""
-        if self.preload is not None and step is not None and not step.plain:
+        """The loads run since the previous step, on the step's traced runs; then the loads
+        its decision starts beside it (``Decision.background``)."""
+        if self.preload is None or step is None:
+            return
+        if not step.plain:
             step.trace = self.preload.trace()
+        if step.report.decision.background:
+            self.preload.beside(step.report.decision.background)
 
     def _close_own(self, step: PlannedStep | None, own: list[str]) -> None:
         """After this invocation: its calls that never started (cancelled first) are

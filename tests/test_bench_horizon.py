@@ -67,7 +67,8 @@ def _tiny(rng: random.Random, physics: str) -> tuple[Scenario, int]:
         "testbed": {"vram_budget_mb": rng.choice([6000, 9000]), "cpu_cores": 2, "noise": 0,
                     "physics": physics},
         "tools": tools, "workload": {"kind": "sequence", "batches": batches,
-                                     "rounds": rounds}}), rounds
+                                     "rounds": rounds,
+                                     "think_ms": rng.choice([0.0, 1000.0, 3000.0])}}), rounds
 
 
 def _idle_states(bed: SimulatedTestbed, think_ms: float) -> list[Any]:
@@ -89,9 +90,27 @@ def _idle_states(bed: SimulatedTestbed, think_ms: float) -> list[Any]:
     return out
 
 
+def _beside_states(bed: SimulatedTestbed, tools: list[str], options: tuple[str, ...],
+                   span: float, think_ms: float) -> list[tuple[Any, float]]:
+    """Every state one load started beside the step that just ran can leave, with what it
+    delays the next step by (its time past the step and the think time): on a GPU the step
+    used, into room beside every call only; on an idle GPU evicting least recently used
+    models or one chosen first."""
+    state = bed.residency()
+    busy = any(o != "cpu" for o in options)
+    out = []
+    for model, ms in bed.model_loads("gpu").items():
+        for evict in [()] if busy else [(), *((m,) for m, _ in state.gpu)]:
+            after = bed.beside(state, model, 0, evict, tools, busy)
+            if after is not None:
+                out.append((after, max(0.0, ms - span - think_ms)))
+    return out
+
+
 @pytest.mark.parametrize("case", range(8))
 def test_the_reference_is_the_least_any_sequence_of_mappings_pays_each_round(case: int) -> None:
-    """Every sequence of mappings (and of loads between steps) over the rounds, simulated
+    """Every sequence of mappings (and of loads between steps or beside a step) over the
+    rounds, simulated
     step by step on the testbed: each round's least cost is the reference's, the reference's
     mapping pays the last, and the least total is the whole-run reference's."""
     rng = random.Random(case)
@@ -119,11 +138,18 @@ def test_the_reference_is_the_least_any_sequence_of_mappings_pays_each_round(cas
             calls = list(zip(batch.call_ids, [c.tool for c in batch.calls], options,
                              strict=True))
             more = list(spent)
-            more[k // len(batches)] += bed.run_step(calls).makespan_ms
+            span = bed.run_step(calls).makespan_ms
+            more[k // len(batches)] += span
             mine = all(ref.mapping[c] == o for c, o in zip(batch.call_ids, options, strict=True))
-            for after in _idle_states(bed, think_ms if k + 1 < len(steps) else 0.0):
+            ways = [(s, 0.0) for s in _idle_states(bed, think_ms if k + 1 < len(steps) else 0.0)]
+            if k + 1 < len(steps):
+                ways += _beside_states(bed, [c.tool for c in batch.calls], options, span,
+                                       think_ms)
+            for after, delay in ways:
                 bed.restore(after)
-                walk(k + 1, more, same and (k < len(steps) - len(batches) or mine))
+                paid = list(more)
+                paid[k // len(batches)] += delay
+                walk(k + 1, paid, same and (k < len(steps) - len(batches) or mine))
 
     walk(0, [0.0] * rounds, True)
     assert ref.exact

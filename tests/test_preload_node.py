@@ -12,6 +12,7 @@ moves: the gaps between steps (the agent's think time) are exact; nothing sleeps
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from typing import Any
 
@@ -32,8 +33,7 @@ from langgraph_devsched import (
 from langgraph_devsched._dev.stress.probe_models import CheckedLedger
 from langgraph_devsched._node.preload import MIN_IDLE_MS, PRELOADS_KEY, WASTED_KEY
 from langgraph_devsched.schedulers import Batch, Decision, SchedulerView
-from langgraph_devsched.schedulers.base import SchedulerBase
-from langgraph_devsched.schedulers.policy.investments import Preload
+from langgraph_devsched.schedulers.base import Preload, SchedulerBase
 from langgraph_devsched.telemetry import DeviceState
 
 WAIT_S = 30.0
@@ -391,7 +391,8 @@ class Timed:
 def test_the_default_monitor_loads_the_model_every_step_uses_between_steps():
     """A 6 GB model every step calls (120 ms a call on the CPU, 8 ms warm on the GPU, an
     800 ms GPU load), and a declared OCR model not used yet: with 3 s of think time, the
-    default scheduler loads each between two steps and the step after finds it warm."""
+    default scheduler loads the first between two steps and the second beside a step (into
+    free room), and the step after each finds it warm."""
     app_ = Timed()
     sst = app_.model("sst", 6000, gpu_ms=800, cpu_ms=300)
     ocr = app_.model("ocr", 2000, gpu_ms=500, cpu_ms=200)
@@ -410,9 +411,50 @@ def test_the_default_monitor_loads_the_model_every_step_uses_between_steps():
     steps = [[(c.device, c.loaded) for c in r.calls] for r in records]  # type: ignore[union-attr]
     assert steps[2] == [("fake:0", False)] and steps[3] == [("fake:0", False)]  # warm
     assert [(b.model, b.used) for r in records[2:]  # type: ignore[union-attr]
-            for b in r.extra[PRELOADS_KEY]] == [("sst", True), ("ocr", True)]
+            for b in r.extra.get(PRELOADS_KEY, ())] == [("sst", True), ("ocr", True)]
+    # sst between steps 2 and 3; ocr beside step 3 (room beside its call), warm in step 4
+    assert [p.model for p in node.history[2].decision.background] == ["ocr"]
     assert app_.loads.count(("sst", "fake:0")) == 1 and app_.loads.count(("ocr", "fake:0")) == 1
     assert node.preload.loads == 2 and node.preload.used == 2 and node.preload.wasted == 0
     assert node.preload.saved_ms == pytest.approx(1300.0)
     node.close()
     assert backend.ledger is not None and backend.ledger.in_use_mb == 0.0
+
+
+class Beside(Scripted):
+    """Every call on the CPU, the decision naming ``want``'s load beside the step while it
+    is not resident; no loads between steps."""
+
+    name = "beside"
+
+    def decide(self, batch: Batch, view: SchedulerView) -> Decision:
+        if view.device.warm(self.want or "", "gpu"):
+            return self._decision(dict.fromkeys(batch.call_ids, "gpu_now"), "warm")
+        return dataclasses.replace(
+            self._decision(dict.fromkeys(batch.call_ids, "cpu"), "cpu, loading beside"),
+            background=(Preload(self.want or "", 0, 800.0, 100.0),))
+
+    def preloads(self, device: DeviceState, idle_ms: float) -> list[Preload]:
+        self.asked.append(idle_ms)
+        return []
+
+
+def test_a_load_started_beside_a_cpu_step_makes_the_next_step_warm_without_think_time():
+    """A decision's background load runs during its step (the step on the CPU does not wait
+    for it); with steps back to back, the next one finds the model warm on the GPU."""
+    scheduler = Beside("sst")
+    app, node, _clock, ledger, loaders = setup(scheduler)
+    sst = loaders["sst"]
+    assert answer(app.invoke(step("sentiment", "s1"))).content == "sst@cpu"
+    assert node.preload is not None and node.preload.join(WAIT_S)
+    assert sorted(sst.loads) == ["cpu", "fake:0"]  # the step's own (host) load; the one beside
+    assert scheduler.asked == []  # back to back: no load between steps was asked for
+    assert answer(app.invoke(step("sentiment", "s2"))).content == "sst@fake:0"
+    assert sorted(sst.loads) == ["cpu", "fake:0"]  # warm: no load in the step
+    first, second = (r.record for r in node.history)
+    assert first is not None and second is not None and second.loads == 0
+    (load,) = first.extra[PRELOADS_KEY]  # type: ignore[misc]  # started with the first step
+    assert (load.model, load.device, load.used) == ("sst", "fake:0", True)  # used in the next
+    assert not ledger.problems and ledger.peak_mb <= 8000
+    node.close()
+    assert ledger.in_use_mb == 0.0 and not ledger.problems

@@ -46,6 +46,7 @@ from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import (
     Batch,
     Decision,
+    Preload,
     Scheduler,
     SchedulerView,
     batch_snapshot,
@@ -59,6 +60,8 @@ logger = logging.getLogger(__name__)
 StepKey = tuple[str, ...]
 _CAUSES: frozenset[str] = frozenset(get_args(FallbackCause))
 _MAX_REASON = 2000
+MAX_BACKGROUND = 4
+"""At most this many of a decision's background loads are checked (the node runs one)."""
 
 _DECIDE_THREADS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="devsched-decide")
 """Blocking schedulers decide here under ``ainvoke``, never in the loop's default executor
@@ -201,7 +204,28 @@ def checked_decision(
                               {c.call_id: c.spec for c in batch.calls}, mapping, gpu=gpu),
         hedge_bound=_bound(getattr(raw, "hedge_bound", HEDGE_BOUND)),
         gpus=gpus,
+        background=_background(getattr(raw, "background", ()), devices, scheduler),
     ), fallbacks
+
+
+def _background(value: object, devices: Sequence[GpuDevice], scheduler: str,
+                ) -> tuple[Preload, ...]:
+    """The loads a decision names beside its step, each checked (a known side, a GPU that
+    exists, names as strings, finite figures); the others dropped with a warning."""
+    if not isinstance(value, (tuple, list)):
+        return ()
+    out = []
+    for p in value[:MAX_BACKGROUND]:
+        ok = isinstance(p, Preload) and isinstance(p.model, str) and p.side in ("gpu", "cpu") and (
+            type(p.gpu) is int and (p.side == "cpu" or 0 <= p.gpu < len(devices))) and (
+            isinstance(p.evict, tuple) and all(isinstance(m, str) for m in p.evict)) and all(
+            isinstance(x, (int, float)) and math.isfinite(x) for x in (p.load_ms, p.worth_ms))
+        if ok:
+            out.append(p)
+        else:
+            logger.warning("scheduler %s named a background load %r; valid: a Preload on GPU "
+                           "0..%d or the host; not run", scheduler, p, len(devices) - 1)
+    return tuple(out)
 
 
 def _bound(value: object) -> float:

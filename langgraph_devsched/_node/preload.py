@@ -11,6 +11,10 @@ median is under `MIN_IDLE_MS`: a program that drives the graph in a loop leaves 
 to load in. The median (not a low quantile): a step that arrives during a load it needs
 waits only for the rest of that load, which it would have paid whole.
 
+A step's decision may also name loads to start beside its calls (``Decision.background``: a
+model the next steps need, loading while this step runs on the CPU); `beside` starts them
+with the step, through the same loader, and the step does not wait for them.
+
 Each load (at most `MAX_PRELOADS` between two steps, one after another, none once a step has
 arrived) runs in a thread of its own through the backend (`LocalBackend.preload_model`): a
 GPU load through that GPU's model cache, its weights reserved in that GPU's ledger before it
@@ -35,7 +39,7 @@ import logging
 import statistics
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,11 +168,18 @@ class Preloader:
         if asked:
             self._thread = spawn(lambda: self._run(asked[:MAX_PRELOADS]))
 
-    def _run(self, asked: list[Any]) -> None:
+    def beside(self, asked: Sequence[Any]) -> None:
+        """Start a step's background loads (``Decision.background``) now, beside its calls
+        (nothing while a load runs: one loader). The ledger gives them only free room, behind
+        any queued call, and they evict only idle models the scheduler named."""
+        if asked and not self.running:
+            self._thread = spawn(lambda: self._run(list(asked[:MAX_PRELOADS]), during=True))
+
+    def _run(self, asked: list[Any], *, during: bool = False) -> None:
         for p in asked:
             handle = known_model(p.model)
             with self._lock:
-                if self._active or handle is None:  # a step arrived: the loads stop
+                if (self._active and not during) or handle is None:  # a step arrived: stop
                     return
                 load = BackgroundLoad(p.model, p.side,
                                       "cpu" if p.side == "cpu" else f"cuda:{p.gpu}")

@@ -182,7 +182,9 @@ def _extra_runs(r: SchedulerResult) -> dict[str, Any]:
             "preloads": r.preloads, "preload_device_ms": round(r.preload_device_ms, 3),
             "preload_saved_ms": round(r.preload_saved_ms, 3),
             "preloads_wasted": r.preloads_wasted,
-            "preload_wasted_ms": round(r.preload_wasted_ms, 3)}
+            "preload_wasted_ms": round(r.preload_wasted_ms, 3),
+            "preloads_beside": r.preloads_beside,
+            "preload_delay_ms": round(r.preload_delay_ms, 3)}
 
 
 def beaten_lines(bench: BenchResult) -> list[str]:
@@ -360,20 +362,24 @@ def whole_run_table(bench: BenchResult, *, caption: str = "") -> Any:
 
 
 def preload_table(bench: BenchResult, *, caption: str = "") -> Any:
-    """Per scheduler that ran any: the model loads between steps (while the agent's LLM
-    thinks), their device time, the loads later steps did not pay, and the wasted ones
-    (evicted or never used, or cut by the next step); else None."""
+    """Per scheduler that ran any: the model loads off the critical path (between steps,
+    while the agent's LLM thinks, or beside a step), how many ran beside a step, their
+    device time, the loads later steps did not pay, what loads beside a step delayed the
+    next one by, and the wasted ones (evicted or never used, or cut by the next step); else
+    None."""
     from rich.table import Table
 
     rows = {n: r for n, r in summary(bench).items() if r["preloads"]}
     if not rows:
         return None
-    table = Table(title="Loads between steps", caption=caption)
-    for col in ("scheduler", "loads", "device ms", "saved ms", "wasted", "wasted ms"):
+    table = Table(title="Loads off the critical path", caption=caption)
+    for col in ("scheduler", "loads", "beside a step", "device ms", "saved ms", "delay ms",
+                "wasted", "wasted ms"):
         table.add_column(col, justify="left" if col == "scheduler" else "right")
     for name, r in rows.items():
-        table.add_row(name, f"{r['preloads']:.0f}", f"{r['preload_device_ms']:,.0f}",
-                      f"{r['preload_saved_ms']:,.0f}", f"{r['preloads_wasted']:.0f}",
+        table.add_row(name, f"{r['preloads']:.0f}", f"{r['preloads_beside']:.0f}",
+                      f"{r['preload_device_ms']:,.0f}", f"{r['preload_saved_ms']:,.0f}",
+                      f"{r['preload_delay_ms']:,.0f}", f"{r['preloads_wasted']:.0f}",
                       f"{r['preload_wasted_ms']:,.0f}")
     return table
 

@@ -183,6 +183,11 @@ class SchedulerResult:
     """Preloads evicted or never used before the run ended, or cut by the next step."""
     preload_wasted_ms: float = 0.0
     """Their device time."""
+    preloads_beside: int = 0
+    """Of `preloads`, the loads started beside a step (``Decision.background``)."""
+    preload_delay_ms: float = 0.0
+    """What loads beside a step delayed the next step by (their time past the step and
+    the think time)."""
     total_ratio: float | None = None
     """The run's total (the sum of ``round_makespans_ms``) over the whole-run reference's
     (`ScenarioResult.total_reference_ms`); None without one."""
@@ -700,6 +705,8 @@ def _run_one(
         preload_saved_ms=preloaded.saved_ms,
         preloads_wasted=preloaded.wasted + preloaded.cancelled,
         preload_wasted_ms=preloaded.wasted_ms,
+        preloads_beside=preloaded.background,
+        preload_delay_ms=preloaded.delay_ms,
         below_reference=[r for r, (s, best) in enumerate(zip(round_spans, per_round,
                                                               strict=True), 1)
                          if s < best * BELOW_REFERENCE],

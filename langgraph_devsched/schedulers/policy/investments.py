@@ -44,7 +44,7 @@ from langgraph_devsched.testbed import ToolParams
 
 MAX_MODELS = 64
 """At most this many models' economics are remembered."""
-DECLARED_USES = 1.0
+DECLARED_USES = 0.5
 """The uses a declared model never used yet is expected to have over the coming steps (a
 prior: the app declared the tool because it calls it), what warming it is worth."""
 MAX_PRELOADS = 1
