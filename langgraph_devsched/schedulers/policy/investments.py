@@ -274,7 +274,8 @@ class Investments:
         the load's price in the user's time, bought by the rent-or-buy rule with the rent
         this step pays included (`buy`); a load that ends in time costs only what it evicts,
         and is worth what the model's forecast uses save (`worth`). A declared model never
-        used yet loads only when it ends in time into free room."""
+        used yet is worth its prior (`DECLARED_USES`), loads only into free room, and delays
+        the next step by at most ``trust`` times that worth."""
         busy = set(busy_gpus)
         best: tuple[float, Preload] | None = None
         rooms = {g.index: _Room(g) for g in device.devices
@@ -297,10 +298,10 @@ class Investments:
                 if not buy(price_ms=delay, rent_paid_ms=paid, saving_ms=eco.saving_ms,
                            coming_uses=self.forecast.coming(model), trust=self.trust):
                     continue
-            elif delay > 0:
-                continue
-            else:
+            else:  # never used yet: its prior worth, and a delay only its trusted part repays
                 gain = eco.saving_ms * DECLARED_USES
+                if delay > self.trust * gain:
+                    continue
             for index, room in rooms.items():
                 if eco.gpus is not None and index not in eco.gpus:
                     continue
