@@ -18,7 +18,9 @@ import pytest
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
 OWN_DOCS = (
-    "quickstart.md",
+    "switch.md",
+    "multi_gpu.md",
+    "reference_hints.md",
     "concepts.md",
     "hints.md",
     "schedulers.md",
