@@ -87,6 +87,11 @@ def test_a_first_question_is_one_click_and_one_screen_from_the_index(question: s
     assert found, f"{question}: no link of index.md lands within {SCREEN} lines of it"
 
 
+def test_the_readme_sends_readers_to_the_index() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "(docs/index.md)" in readme
+
+
 def all_pages() -> list[Path]:
     return [ROOT / "README.md", *sorted(p for p in DOCS.glob("*.md") if p.name not in NOT_OURS)]
 
