@@ -94,16 +94,15 @@ def _cell(text: str) -> str:
 
 
 def cli_block() -> str:
-    import click
     import typer
 
     from langgraph_devsched.cli import app
 
     group = typer.main.get_command(app)
-    root = click.Context(group, info_name="devsched")
+    root = group.context_class(group, info_name="devsched")
     out: list[str] = []
     for name, command in group.commands.items():  # type: ignore[attr-defined]
-        ctx = click.Context(command, parent=root, info_name=name)
+        ctx = command.context_class(command, parent=root, info_name=name)
         summary = _cell((command.help or "").split("\n\n")[0])
         out += [f"## `devsched {name}`", "", summary, "",
                 "| option | value | meaning |", "| --- | --- | --- |"]
