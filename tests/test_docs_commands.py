@@ -211,9 +211,14 @@ def tracked_files() -> frozenset[Path]:
     return frozenset((ROOT / name).resolve() for name in done.stdout.splitlines())
 
 
+REGENERATES = {"results.md"}
+"""Pages whose commands rewrite tracked files on purpose: each run's command on the results
+page is how its committed JSON under docs/results/ is made again."""
+
+
 def test_no_documented_command_writes_over_a_tracked_file() -> None:
     tracked = tracked_files()
-    written = [w for page in PAGES for w in written_paths(page)]
+    written = [w for page in PAGES if page.name not in REGENERATES for w in written_paths(page)]
     assert len(written) >= 10 and any("cd examples" in where for where, _ in written)
     over = [f"{where} -> {path.relative_to(ROOT)}" for where, path in written
             if path in tracked]

@@ -39,10 +39,10 @@ def test_left_empty_pip_uses_its_configured_index(tmp_path: Path) -> None:
 
 
 def test_the_readme_says_how_to_get_the_cpu_build(tmp_path: Path) -> None:
-    """Point 8: README and quickstart give the command, with the variable the Makefile reads
+    """Point 8: README and the install guide give the command, with the variable the Makefile reads
     and the PyTorch CPU wheel index, and no longer call the default install a CPU build."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    quickstart = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    quickstart = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
     command = f"make setup TORCH_INDEX_URL={CPU_INDEX}"
     assert command in readme and command in quickstart
     words = " ".join(readme.split())
