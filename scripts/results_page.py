@@ -2,6 +2,7 @@
 
     python scripts/results_page.py          # rewrite docs/results.md
     python scripts/results_page.py --check  # exit 1 if docs/results.md is not what the runs give
+    python scripts/results_page.py --slim docs/results/NAME.json  # drop mappings (large sets)
 
 Each run is a pair: ``NAME.json``, written by ``devsched bench --json``, and ``NAME.run.yaml``,
 its sidecar, which says how it was made:
@@ -118,6 +119,56 @@ def scenario_table(bench: dict[str, Any]) -> list[str]:
     return lines
 
 
+WORST = 10
+"""A generated set (``devsched bench --generate N``: every scenario named ``gen-s...``) shows
+its distribution and its worst workloads instead of one row per scenario."""
+
+
+def generated(bench: dict[str, Any]) -> bool:
+    return bool(bench["scenarios"]) and all(
+        str(s["name"]).startswith("gen-s") for s in bench["scenarios"])
+
+
+def distribution_table(bench: dict[str, Any]) -> list[str]:
+    """Per scheduler: the total ratio's p50 / p95 / max, how many end optimal on the total,
+    and how many above 1.10."""
+    lines = ["| scheduler | total ratio p50 / p95 / max | optimal (total) | above 1.10 |",
+             "| --- | ---: | ---: | ---: |"]
+    for name, row in bench["summary"].items():
+        ratios = [s["results"][name].get("total_ratio") for s in bench["scenarios"]
+                  if name in s["results"]]
+        above = sum(1 for r in ratios if r is not None and r > 1.10)
+        lines.append(f"| {name} | {_n(row.get('total_ratio_p50'), '.3f')} / "
+                     f"{_n(row.get('total_ratio_p95'), '.3f')} / "
+                     f"{_n(row.get('total_ratio_max'), '.3f')} | "
+                     f"{row.get('optimal_total', 0)}/{row['total']} | {above} |")
+    return lines
+
+
+def worst_lines(bench: dict[str, Any]) -> list[str]:
+    """The last scheduler's worst workloads by total ratio (replay one by its name)."""
+    name = list(bench["summary"])[-1]
+    rows = sorted(((s["results"][name].get("total_ratio") or 0.0, s["name"],
+                    s.get("physics")) for s in bench["scenarios"] if name in s["results"]),
+                  reverse=True)[:WORST]
+    return [f"Worst for `{name}` (total ratio): " + ", ".join(
+        f"`{n}` {r:.2f}× ({p})" for r, n, p in rows) + "."]
+
+
+def loads_line(bench: dict[str, Any]) -> list[str]:
+    """The loads off the critical path of the schedulers that ran any."""
+    out = []
+    for name, r in bench["summary"].items():
+        if r.get("preloads"):
+            out.append(f"`{name}`: {r['preloads']} loads ({r.get('preloads_beside', 0)} beside "
+                       f"a step), {_n(r.get('preload_device_ms'))} ms of device time, "
+                       f"{_n(r.get('preload_saved_ms'))} ms of loads later steps did not pay, "
+                       f"{_n(r.get('preload_delay_ms', 0.0))} ms of delay to a next step, "
+                       f"{r.get('preloads_wasted', 0)} wasted "
+                       f"({_n(r.get('preload_wasted_ms'))} ms).")
+    return ["Loads off the critical path: " + " ".join(out)] if out else []
+
+
 def residency_table(bench: dict[str, Any]) -> list[str]:
     names = list(bench["summary"])
     rows = [s for s in bench["scenarios"] if s.get("resident_models")]
@@ -168,6 +219,11 @@ def section(name: str, side: dict[str, Any], bench: dict[str, Any]) -> list[str]
     physics = physics_table(bench)
     if physics:
         out += ["Per contention physics (optimal · mean ratio):", "", *physics, ""]
+    if generated(bench):
+        out += ["The whole run (total over the whole-run reference):", "",
+                *distribution_table(bench), "", *worst_lines(bench), ""]
+        loads = loads_line(bench)
+        return out + ([*loads, ""] if loads else [])
     out += ["Per scenario (✓ optimal · final makespan over the optimum):", "",
             *scenario_table(bench), ""]
     residency = residency_table(bench)
@@ -189,7 +245,26 @@ def render(folder: Path = RUNS) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+SLIM_KEYS = ("final_mapping", "final_devices", "measured_makespans_ms", "round_wall_ms",
+             "decision_ms")
+
+
+def slim(path: Path) -> None:
+    """Drop from a bench JSON the per-call mappings and per-round timings the page does not
+    show (a generated set's JSON is then a third of its size); a workload replays by name."""
+    bench = json.loads(path.read_text(encoding="utf-8"))
+    for scenario in bench["scenarios"]:
+        scenario.pop("optimal_mapping", None)
+        for result in scenario["results"].values():
+            for key in SLIM_KEYS:
+                result.pop(key, None)
+    path.write_text(json.dumps(bench, indent=1) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--slim":
+        slim(Path(argv[1]))
+        return 0
     try:
         text = render()
     except RunError as exc:

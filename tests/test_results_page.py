@@ -71,3 +71,29 @@ def test_a_sidecar_with_a_wrong_key_says_which_keys_are_valid(tmp_path: Path) ->
                                            "titel: typo\n", encoding="utf-8")
     with pytest.raises(results_page.RunError, match=r"unknown \['titel'\]; valid keys: "):
         results_page.render(tmp_path)
+
+
+def test_a_generated_set_shows_its_distribution_and_its_worst_workloads(tmp_path: Path) -> None:
+    """A generated set (``--generate N``): the total ratio's p50 / p95 / max per
+    scheduler and the worst workloads by name, not one row each; --slim keeps what the page
+    reads."""
+    scenarios = [{"name": f"gen-s1-{i}", "physics": "idle_queue", "optimal_makespan_ms": 100.0,
+                  "optimal_mapping": {"a": "cpu"}, "results": {"monitor": {
+                      "total_ratio": 1.0 + i / 100, "optimal": True, "makespan_ratio": 1.0,
+                      "final_mapping": {"a": "cpu"}}}} for i in range(41)]
+    bench = {"config": {"decision_cost": "none"}, "scenarios": scenarios, "summary": {
+        "monitor": {"optimal": 41, "total": 41, "regret_ms": 0.0, "total_ratio_p50": 1.2,
+                    "total_ratio_p95": 1.38, "total_ratio_max": 1.4, "optimal_total": 1,
+                    "preloads": 3, "preloads_beside": 1, "preload_delay_ms": 50.0}}}
+    (tmp_path / "gen.json").write_text(json.dumps(bench), encoding="utf-8")
+    results_page.slim(tmp_path / "gen.json")
+    slimmed = json.loads((tmp_path / "gen.json").read_text(encoding="utf-8"))
+    assert "final_mapping" not in slimmed["scenarios"][0]["results"]["monitor"]
+    assert "optimal_mapping" not in slimmed["scenarios"][0]
+    (tmp_path / "gen.run.yaml").write_text(
+        "title: Generated\ncommand: devsched bench --generate 41\ndate: 2026-12-05\n"
+        "machine: test\n", encoding="utf-8")
+    page = results_page.render(tmp_path)
+    assert "| monitor | 1.200 / 1.380 / 1.400 | 1/41 | 30 |" in page  # above 1.10: 11..40
+    assert "`gen-s1-40` 1.40× (idle_queue), `gen-s1-39` 1.39×" in page
+    assert "3 loads (1 beside a step)" in page and "| gen-s1-0 |" not in page
