@@ -14,7 +14,9 @@ how many times) and keeps, per model:
   speech one, not both at half a use;
 * an **age**: the steps since the model was first used. With no other knowledge of how
   long the run goes on, a run that has lasted ``age`` steps is expected to last about as
-  long again (the Lindy estimate, capped at ``horizon``): `coming` is the rate times that.
+  long again (the Lindy estimate, at least `MIN_STEPS`, capped at ``horizon``): `coming` is
+  the rate times that. The floor is a prior on agent runs: a tool the agent has just started
+  calling is called for a few more steps.
 
 Memory is bounded by ``max_models`` models and as many preceding sets (the least recently
 used are dropped), and a model whose rate fell under ``MIN_RATE`` is forgotten.
@@ -22,7 +24,7 @@ used are dropped), and a model whose rate fell under ``MIN_RATE`` is forgotten.
 >>> f = UseForecast(decay=0.5, horizon=8)
 >>> f.step({"sst": 2})
 >>> f.rate("sst"), f.coming("sst")
-(2.0, 2.0)
+(2.0, 6.0)
 >>> for _ in range(3):
 ...     f.step({"sst": 2})
 >>> f.rate("sst"), f.coming("sst")
@@ -47,6 +49,9 @@ DECAY = 0.7
 """Weight the past keeps per step: a model unused for 6 steps forecasts a tenth of its rate."""
 HORIZON = 16
 """At most this many coming steps are forecast (the run may end any time)."""
+MIN_STEPS = 3
+"""At least this many coming steps are forecast for a model in use (the Lindy estimate's
+floor: an agent that starts calling a tool rarely stops at once)."""
 MAX_MODELS = 64
 """At most this many models are remembered."""
 MIN_RATE = 0.02
@@ -129,11 +134,11 @@ class UseForecast:
 
     def coming(self, model: str) -> float:
         """Forecast uses over the coming steps: the rate times the steps the model has been
-        in use, at most ``horizon``."""
+        in use (at least `MIN_STEPS`), at most ``horizon``."""
         use = self._uses.get(model)
         if use is None:
             return 0.0
-        return self.rate(model) * min(use.age, self.horizon)
+        return self.rate(model) * min(max(use.age, MIN_STEPS), self.horizon)
 
     def models(self) -> list[str]:
         """The remembered models, most recently used last."""
