@@ -1,6 +1,6 @@
 """The monitor policy's contention fit on a machine with several GPUs.
 
-The one-GPU fit (`model.fit_contention`) replays executed placements on one GPU; on
+The one-GPU fit (`contention_fit.fit_contention`) replays executed placements on one GPU; on
 several it would read two calls that ran on different GPUs as sharing one. Here each
 executed placement is replayed where it ran: the policy keeps the runs of each placement
 with its GPUs (`PlacedRuns`, bounded), and `fit_gpu_shares` sets each GPU tool's share, one

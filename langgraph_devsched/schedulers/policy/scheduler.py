@@ -74,6 +74,11 @@ from langgraph_devsched.schedulers.classic.dmda import DmdaScheduler
 from langgraph_devsched.schedulers.classic.heft import HeftScheduler
 from langgraph_devsched.schedulers.gpu_workers import allowed_gpus
 from langgraph_devsched.schedulers.lru import LruTable
+from langgraph_devsched.schedulers.policy.contention_fit import (
+    SCREEN_MODELS,
+    ContentionFit,
+    fit_contention,
+)
 from langgraph_devsched.schedulers.policy.eviction import RecentModels
 from langgraph_devsched.schedulers.policy.first_contact import (
     GUARD_ABOVE,
@@ -85,11 +90,8 @@ from langgraph_devsched.schedulers.policy.gpu_placement import Placed, Placement
 from langgraph_devsched.schedulers.policy.hedge_rule import HedgeRule
 from langgraph_devsched.schedulers.policy.investments import Investments, Preload, economics
 from langgraph_devsched.schedulers.policy.model import (
-    SCREEN_MODELS,
-    ContentionFit,
     declared_error,
     estimate_params,
-    fit_contention,
     oom_detect_ms,
     twin,
 )
