@@ -15,18 +15,34 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from langgraph_devsched._sim.lockstep import BackgroundLoad, ToolParams
 from langgraph_devsched._sim.physics import Physics, event_rule
 from langgraph_devsched.ledger import Reservation, VramLedger
 from langgraph_devsched.options import DeviceOption, FallbackCause
 from langgraph_devsched.records import CallRecord, StepRecord
 
-if TYPE_CHECKING:
-    from langgraph_devsched.testbed import BackgroundLoad, GpuSpec, ToolParams
-
 SIM_GPU_DEVICE = "cuda:0"
 _EPS = 1e-9
+
+
+class GpuSpec(Protocol):
+    """What the simulation reads of one GPU (`testbed.GpuSpec` is one)."""
+
+    @property
+    def vram_mb(self) -> float: ...
+    @property
+    def speed(self) -> float: ...
+    @property
+    def background(self) -> BackgroundLoad: ...
+
+
+class ModelParams(Protocol):
+    """What the simulation reads of a resident model (a `testbed.ToolParams` naming it)."""
+
+    @property
+    def load_cpu_ms(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -41,7 +57,7 @@ class Machine:
     oom_detect_ms: float
     host: Collection[str]
     """The models resident in host memory when the step starts."""
-    models: Mapping[str, ToolParams]
+    models: Mapping[str, ModelParams]
     """Each resident model's parameters (its ``load_cpu_ms``)."""
 
 
