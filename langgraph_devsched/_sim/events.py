@@ -151,6 +151,8 @@ class Simulation:
 
     def _start_cpu(self, t: Task) -> None:
         t.device = "cpu"
+        # a call that fell back after an OOM started when it tried the GPU: its record
+        # charges the detection to it
         t.start = t.start if t.fallback == "oom" else self.now
         model = t.model
         if model is not None and model not in self.machine.host:
@@ -173,6 +175,8 @@ class Simulation:
         queue, ledger = self.queues[gpu], self.ledgers[gpu]
         while queue:
             head = queue[0]
+            # FIFO, as the real ledger admits: a call that fits never overtakes the head,
+            # so a large call is not starved by a stream of small ones
             if not ledger.admissible(head.p.vram_mb, head.p.gpu_share):
                 return
             queue.pop(0)
@@ -266,7 +270,7 @@ class Simulation:
                 [t.remaining / r for t, r in zip(active, rates, strict=True) if r > 0]
                 + [t.ready_at - self.now for t in waiting]
             )
-            dt = max(dt, 0.0)
+            dt = max(dt, 0.0)  # an OOM detection may end a rounding error behind the clock
             self.now += dt
             for t, r in zip(active, rates, strict=True):
                 t.remaining -= r * dt
@@ -278,6 +282,7 @@ class Simulation:
                         self._start_cpu(t)
             released: set[int] = set()
             for t in active:
+                # relative tolerance: after hours of virtual time an exact zero is never hit
                 if t.remaining > _EPS * max(1.0, self.now):
                     continue
                 if t.phase == "transfer":

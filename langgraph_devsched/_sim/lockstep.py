@@ -191,6 +191,8 @@ class Lockstep:
                 st.phase[rows, j] = np.where(wait, _LOAD, nxt)
                 st.remaining[rows, j] = np.where(wait, pre, first)
                 if self.fifo and nxt == _GPU:
+                    # a call still waiting for its load has not begun computing: it must not
+                    # be the head an idle queue serves
                     st.gpu_since[rows, j] = np.where(wait, np.inf, st.now[rows])
                 return
         if transfer[j] > 0:
@@ -340,6 +342,8 @@ class Lockstep:
                     admitted[idx[head == j]] = True
                     self.grant(admitted, int(j))
                     self.start_gpu(admitted, int(j))
+            # a row whose head fitted may fit its next call too (FIFO: never one behind a
+            # head that does not fit, as the ledger admits)
             idx = idx[st.queued_n[idx] > 0]
 
     def release(self, rows: Any, cols: Any) -> None:
@@ -434,11 +438,14 @@ class Lockstep:
             dt = np.minimum.reduce(np.where(active, remaining / rate, inf), axis=1)
         else:
             rate = np.where(stalled, 0.0, rate)
+            # a stalled call has rate 0: divided by 1.0 instead (its value is masked out), so
+            # that numpy raises no division warning and no inf leaks into the minimum
             dt = np.where(active & ~stalled, remaining / np.where(stalled, 1.0, rate),
                           inf).min(axis=1)
         any_waiting = bool(np.logical_or.reduce(waiting, axis=None))
         if any_waiting:
             dt = np.minimum(dt, np.where(waiting, st.ready_at - now[:, None], inf).min(axis=1))
+        # an OOM detection may end a rounding error behind the clock: time never runs back
         dt = np.maximum(dt, 0.0)
         now = now + dt
         st.now = now

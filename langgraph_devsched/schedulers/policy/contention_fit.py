@@ -491,6 +491,8 @@ class _Fit:
             for loss, table in zip(losses_here, tables, strict=True):
                 ours_now = found[mine.label]
                 ratio = loss / ours_now if ours_now > 0 else (math.inf if loss > 0 else 1.0)
+                # strictly better only: on a tie the earlier screened (model, table) stays, so
+                # the order of `CANDIDATE_MODELS` decides, not float noise
                 if screened is None or ratio < screened[0] - 1e-12:
                     screened = (ratio, index, tuple(sorted(table.items())))
         if left:
