@@ -42,7 +42,6 @@ from langgraph_devsched._node.checks import (
     node_scheduler,
     warn_never_fitting,
 )
-from langgraph_devsched._node.hedge_race import race
 from langgraph_devsched._node.idle import IdleCalibration
 from langgraph_devsched._node.lean_step import CPU, lean_backend, plain_tools
 from langgraph_devsched._node.planning import (
@@ -56,6 +55,7 @@ from langgraph_devsched._node.preload import Preloader
 from langgraph_devsched._node.stream_events import stream_step
 from langgraph_devsched.device import injected_device_args, placed
 from langgraph_devsched.executors.base import Backend
+from langgraph_devsched.hedging.race import race
 from langgraph_devsched.hints import ToolDeviceSpec, resolve_specs
 from langgraph_devsched.langsmith_check import check_langsmith
 from langgraph_devsched.records import StepRecord
@@ -564,7 +564,7 @@ class DeviceToolNode(ToolNode):
         self, step: PlannedStep, request: ToolCallRequest,
         planned: Callable[[ToolCallRequest], Awaitable[Any]],
     ) -> Any:
-        """A hedged call: its two runs raced (`hedge_race.race`), one answer under the
+        """A hedged call: its two runs raced (`hedging.race.race`), one answer under the
         call's own id, the loser cancelled at the decision's bound."""
         call_id = request.tool_call.get("id") or ""
         second_id = step.seconds[call_id]

@@ -42,20 +42,18 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from langgraph_devsched import batchsim
+from langgraph_devsched._sim.events import Machine, Simulation, Task
 from langgraph_devsched.batchsim import Physics, check_physics
-from langgraph_devsched.ledger import Reservation, VramLedger
-from langgraph_devsched.options import DeviceOption, FallbackCause
-from langgraph_devsched.records import CallRecord, StepRecord
+from langgraph_devsched.options import DeviceOption
+from langgraph_devsched.records import StepRecord
 from langgraph_devsched.residency import ModelSide, WarmModel, demoted, plan_room
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
-SIM_GPU_DEVICE = "cuda:0"
 DEFAULT_MEM_BOUND = 0.5
 """Under ``physics="bandwidth"``, how memory-bound a tool is when its parameters do not say."""
 _EPS = 1e-9
@@ -116,40 +114,6 @@ class GpuSpec(BaseModel):
     resident: tuple[str | tuple[str, float], ...] = Field(
         default=(), description="models resident on this GPU at the start, least recently "
         "used first (as the testbed's resident['gpu'] for one GPU)")
-
-
-@dataclass(eq=False)
-class _Task:
-    index: int
-    call_id: str
-    tool: str
-    option: DeviceOption
-    p: ToolParams
-    scale: float
-    device: str = "cpu"
-    fallback: FallbackCause | None = None
-    phase: str = "pending"  # pending | transfer | gpu | cpu | done
-    remaining: float = 0.0
-    start: float = 0.0
-    end: float = 0.0
-    ready_at: float = 0.0
-    reservation: Reservation | None = None
-    peers: int = 0
-    cpu_forbidden: bool = False
-    error: str | None = None
-    model: str | None = None
-    gpu_load_ms: float = 0.0
-    """load_gpu_ms of this call's model when the step loads it on the GPU, else 0."""
-    no_room: bool = False
-    after_load: str = ""
-    load_ms: float = 0.0
-    loaded: bool = False
-    evicted: tuple[str, ...] = ()
-    mem_bound: float = 0.0
-    gpu_since: float = float("inf")
-    """When the call began computing (``idle_queue`` serves the earliest)."""
-    gpu: int = 0
-    """The GPU a GPU option runs on (a testbed with several)."""
 
 
 class SimulatedTestbed:
@@ -490,7 +454,7 @@ class SimulatedTestbed:
             scale = 1.0
             if noisy and self._noise > 0:
                 scale = max(0.05, self._rng.gauss(1.0, self._noise))
-            task = _Task(i, call_id, tool, option, params, scale)
+            task = Task(i, call_id, tool, option, params, scale)
             task.cpu_forbidden = call_id in cpu_forbidden
             task.model = params.model_name(tool)
             task.mem_bound = self._mem_bound(params)
@@ -513,7 +477,7 @@ class SimulatedTestbed:
             if key not in first_use:
                 first_use.add(key)
                 t.evicted = plan.evicted.get(t.model, ())
-        sim = _Simulation(self, tasks, bases=[p.base_mb for p in plans])
+        sim = Simulation(self._event_machine(), tasks, bases=[p.base_mb for p in plans])
         record = sim.run()
         host = tuple(self._state.host_order) + tuple(
             m for m in sim.host_end if m not in self._state.host)
@@ -601,13 +565,18 @@ class SimulatedTestbed:
         self._state = after
         return self.model_loads(side)[model]
 
+    def _event_machine(self) -> Machine:
+        """What the event simulation of a step reads of this testbed, at the step's start."""
+        return Machine(self._background, self._gpus, self.cpu_cores, self.physics,
+                       self.slice_overhead, self._oom_detect_ms, self._state.host, self._models)
+
     def _gpu_of(self, call_id: str, index: object) -> int:
         if type(index) is not int or not 0 <= index < len(self._gpus):
             raise ValueError(
                 f"call {call_id}: GPU {index!r} does not exist; valid: 0..{len(self._gpus) - 1}")
         return index
 
-    def _plan_gpu(self, tasks: Sequence[_Task], gpu: int) -> batchsim.GpuPlan:
+    def _plan_gpu(self, tasks: Sequence[Task], gpu: int) -> batchsim.GpuPlan:
         """GPU ``gpu``'s weights for the step (`batchsim.plan_gpu`, one GPU at a time)."""
         wanted: dict[str, float] = {}
         for t in tasks:
@@ -665,255 +634,3 @@ def _models_of(params: Mapping[str, ToolParams]) -> dict[str, ToolParams]:
                 f"tool {tool!r}: model {model!r} is declared with other weights_mb/load_gpu_ms/"
                 f"load_cpu_ms by another tool; tools sharing a model must agree")
     return out
-
-
-@dataclass
-class _Simulation:
-    bed: SimulatedTestbed
-    tasks: list[_Task]
-    now: float = 0.0
-    queue: list[_Task] = field(default_factory=list)
-    peak: float = 0.0
-    bases: list[float] | None = None
-    host_end: dict[str, float] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        bg = self.bed._background
-        specs = self.bed._gpus
-        shares = [bg.gpu_share] + [g.background.gpu_share for g in specs[1:]]
-        bases = self.bases or [bg.vram_mb] + [g.background.vram_mb for g in specs[1:]]
-        self.ledgers = [VramLedger(g.vram_mb, reserved_mb=base, reserved_share=share)
-                        for g, base, share in zip(specs, bases, shares, strict=True)]
-        self.ledger = self.ledgers[0]
-        self.queues: list[list[_Task]] = [self.queue] + [[] for _ in specs[1:]]
-        self.peaks = [0.0] * len(specs)
-        self.free_cores = max(1, self.bed.cpu_cores - bg.cpu_threads)
-        self.bg_share = bg.gpu_share
-        self.bg_shares = shares
-        self.speeds = [g.speed for g in specs]
-
-    def _start_gpu(self, t: _Task, reservation: Reservation) -> None:
-        t.reservation = reservation
-        t.device = SIM_GPU_DEVICE if t.gpu == 0 else f"cuda:{t.gpu}"
-        t.start = self.now
-        in_use = self.ledgers[t.gpu].in_use_mb
-        self.peaks[t.gpu] = max(self.peaks[t.gpu], in_use)
-        self.peak = max(self.peak, in_use)
-        pre = max(0.0, t.gpu_load_ms - self.now)
-        if pre > 0:
-            t.phase, t.remaining, t.load_ms, t.after_load = "load", pre, pre, "gpu"
-            return
-        self._begin_gpu(t)
-
-    def _begin_gpu(self, t: _Task) -> None:
-        if t.p.transfer_ms > 0:
-            t.phase, t.remaining = "transfer", t.p.transfer_ms * t.scale
-        else:
-            self._compute(t)
-
-    def _compute(self, t: _Task) -> None:
-        t.phase, t.remaining, t.gpu_since = "gpu", t.p.gpu_ms * t.scale, self.now
-
-    def _start_cpu(self, t: _Task) -> None:
-        t.device = "cpu"
-        t.start = t.start if t.fallback == "oom" else self.now
-        model = t.model
-        if model is not None and model not in self.bed._state.host:
-            cold = self.bed._models[model].load_cpu_ms
-            if cold > 0:
-                if model not in self.host_end:
-                    self.host_end[model] = self.now + cold
-                    t.loaded = True
-                pre = max(0.0, self.host_end[model] - self.now)
-                if pre > 0:
-                    t.phase, t.remaining, t.load_ms, t.after_load = "load", pre, pre, "cpu"
-                    return
-        t.phase, t.remaining = "cpu", t.p.cpu_ms * t.scale
-
-    def _fail(self, t: _Task, why: str) -> None:
-        t.phase, t.device, t.end = "done", "none", self.now
-        t.error = f"tool {t.tool!r} cannot run: {why}, and its hints forbid the CPU"
-
-    def _admit_queue(self, gpu: int = 0) -> None:
-        queue, ledger = self.queues[gpu], self.ledgers[gpu]
-        while queue:
-            head = queue[0]
-            if not ledger.admissible(head.p.vram_mb, head.p.gpu_share):
-                return
-            queue.pop(0)
-            res = ledger.try_reserve(head.p.vram_mb, head.p.gpu_share)
-            assert res is not None
-            self._start_gpu(head, res)
-
-    def _launch(self) -> None:
-        for t in self.tasks:
-            if t.option == "cpu":
-                self._start_cpu(t)
-            elif t.option == "gpu_now":
-                ledger = self.ledgers[t.gpu]
-                if t.no_room or t.p.vram_mb > ledger.capacity_mb:
-                    res = None
-                else:
-                    res = ledger.try_reserve(t.p.vram_mb, t.p.gpu_share)
-                if res is not None:
-                    self._start_gpu(t, res)
-                else:
-                    t.fallback, t.phase, t.start = "oom", "oom", self.now
-                    t.ready_at = self.now + self.bed._oom_detect_ms
-        for t in self.tasks:
-            if t.option == "gpu_queued":
-                if t.no_room or t.p.vram_mb > self.ledgers[t.gpu].capacity_mb:
-                    t.fallback = "vram_over_budget"
-                    if t.cpu_forbidden and t.no_room:
-                        self._fail(t, f"the weights of model {t.model!r} get no room on the GPU")
-                    elif t.cpu_forbidden:
-                        self._fail(t, f"needs {t.p.vram_mb:.0f} MB of VRAM, over the budget")
-                    else:
-                        self._start_cpu(t)
-                else:
-                    self.queues[t.gpu].append(t)
-        for gpu in range(len(self.queues)):
-            self._admit_queue(gpu)
-
-    def _rates(self, active: list[_Task]) -> list[float]:
-        """Each active call's progress per ms (0: waiting for the GPU under ``idle_queue``);
-        the GPU demand D by the testbed's physics (`batchsim.Contention`), per GPU, where a
-        GPU's speed scales its compute rate."""
-        if len(self.ledgers) > 1:
-            return self._rates_per_gpu(active)
-        physics = self.bed.physics
-        computing = [t for t in active if t.phase == "gpu"]
-        head = None
-        if physics == "processor_sharing":
-            demand = self.bg_share + sum(t.p.gpu_share for t in computing)
-        elif physics == "time_slicing":
-            demand = self.bg_share + len(computing)
-            if len(computing) >= 2:
-                demand = demand * (1.0 + self.bed.slice_overhead)
-        elif physics == "bandwidth":
-            peers = len(computing) - 1
-            demand = self.bg_share + sum(
-                t.p.gpu_share * (1.0 + t.mem_bound * peers) for t in computing)
-        else:  # idle_queue
-            head = min(computing, key=lambda t: (t.gpu_since, t.index), default=None)
-            demand = self.bg_share + (head.p.gpu_share if head is not None else 0.0)
-        gpu_rate = 1.0 / demand if demand > 1.0 else 1.0
-        threads = sum(t.p.cpu_threads for t in active if t.phase == "cpu")
-        cpu_rate = self.free_cores / threads if threads > self.free_cores else 1.0
-        return [
-            (gpu_rate if head is None or t is head else 0.0) if t.phase == "gpu"
-            else cpu_rate if t.phase == "cpu" else 1.0 for t in active
-        ]
-
-    def _rates_per_gpu(self, active: list[_Task]) -> list[float]:
-        physics = self.bed.physics
-        rate: dict[int, float] = {}
-        heads: dict[int, _Task | None] = {}
-        for gpu, share in enumerate(self.bg_shares):
-            computing = [t for t in active if t.phase == "gpu" and t.gpu == gpu]
-            head = None
-            if physics == "processor_sharing":
-                demand = share + sum(t.p.gpu_share for t in computing)
-            elif physics == "time_slicing":
-                demand = share + len(computing)
-                if len(computing) >= 2:
-                    demand = demand * (1.0 + self.bed.slice_overhead)
-            elif physics == "bandwidth":
-                peers = len(computing) - 1
-                demand = share + sum(
-                    t.p.gpu_share * (1.0 + t.mem_bound * peers) for t in computing)
-            else:  # idle_queue
-                head = min(computing, key=lambda t: (t.gpu_since, t.index), default=None)
-                demand = share + (head.p.gpu_share if head is not None else 0.0)
-            rate[gpu] = (1.0 / demand if demand > 1.0 else 1.0) * self.speeds[gpu]
-            heads[gpu] = head
-        threads = sum(t.p.cpu_threads for t in active if t.phase == "cpu")
-        cpu_rate = self.free_cores / threads if threads > self.free_cores else 1.0
-        out = []
-        for t in active:
-            if t.phase == "gpu":
-                head = heads[t.gpu]
-                out.append(rate[t.gpu] if head is None or t is head else 0.0)
-            else:
-                out.append(cpu_rate if t.phase == "cpu" else 1.0)
-        return out
-
-    def run(self) -> StepRecord:
-        self._launch()
-        while True:
-            active = [t for t in self.tasks if t.phase in ("load", "transfer", "gpu", "cpu")]
-            waiting = [t for t in self.tasks if t.phase == "oom"]
-            if not active and not waiting:
-                if any(self.queues):  # cannot happen: an idle GPU admits any fitting head
-                    raise RuntimeError("simulation stalled with a non-empty GPU queue")
-                break
-            rates = self._rates(active)
-            computing = [0] * len(self.ledgers)
-            for t in active:
-                if t.phase == "gpu":
-                    computing[t.gpu] += 1
-            for t in active:
-                if t.phase == "gpu":
-                    t.peers = max(t.peers, computing[t.gpu] - 1)
-            dt = min(
-                [t.remaining / r for t, r in zip(active, rates, strict=True) if r > 0]
-                + [t.ready_at - self.now for t in waiting]
-            )
-            dt = max(dt, 0.0)
-            self.now += dt
-            for t, r in zip(active, rates, strict=True):
-                t.remaining -= r * dt
-            for t in waiting:
-                if t.ready_at <= self.now + _EPS:
-                    if t.cpu_forbidden:
-                        self._fail(t, f"{t.p.vram_mb:.0f} MB of VRAM did not fit (GPU OOM)")
-                    else:
-                        self._start_cpu(t)
-            released: set[int] = set()
-            for t in active:
-                if t.remaining > _EPS * max(1.0, self.now):
-                    continue
-                if t.phase == "transfer":
-                    self._compute(t)
-                    continue
-                if t.phase == "load":
-                    if t.after_load == "gpu":
-                        self._begin_gpu(t)
-                    else:
-                        t.phase, t.remaining = "cpu", t.p.cpu_ms * t.scale
-                    continue
-                t.phase, t.end = "done", self.now
-                if t.reservation is not None:
-                    self.ledgers[t.gpu].release(t.reservation)
-                    released.add(t.gpu)
-            for gpu in sorted(released):
-                self._admit_queue(gpu)
-        if any(ledger.in_use_mb > _EPS for ledger in self.ledgers):
-            raise RuntimeError("simulated ledger did not return to zero")
-        calls = tuple(
-            CallRecord(
-                call_id=t.call_id,
-                tool=t.tool,
-                option=t.option,
-                device=t.device,
-                fallback=t.fallback,
-                start_ms=t.start,
-                end_ms=t.end,
-                vram_reserved_mb=t.reservation.mb if t.reservation else 0.0,
-                gpu_peers=t.peers,
-                error=t.error,
-                model=t.model,
-                load_ms=t.load_ms,
-                loaded=t.loaded,
-                evicted=t.evicted,
-            )
-            for t in self.tasks
-        )
-        makespan = max((c.end_ms for c in calls), default=0.0)
-        extra: dict[str, object] = {
-            "vram_end_mb": self.ledger.in_use_mb, "vram_budget_mb": self.ledger.capacity_mb}
-        if len(self.ledgers) > 1:  # per GPU: peak, end, budget
-            extra["gpus"] = [{"vram_peak_mb": peak, "vram_end_mb": ledger.in_use_mb,
-                              "vram_budget_mb": ledger.capacity_mb}
-                             for peak, ledger in zip(self.peaks, self.ledgers, strict=True)]
-        return StepRecord(calls=calls, makespan_ms=makespan, vram_peak_mb=self.peak, extra=extra)

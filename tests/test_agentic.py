@@ -11,8 +11,8 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
-from langgraph_devsched.monitor.hints import ExplorationHint
 from langgraph_devsched.monitor.observations import Observations, OptionEstimate
+from langgraph_devsched.monitor.unknowns import ExplorationHint
 from langgraph_devsched.schedulers.agentic import (
     ANSWER_PROMPT,
     FORCE_PROMPT,

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from langgraph_devsched.hints import ToolDeviceSpec
-from langgraph_devsched.monitor.hints import ExplorationHint
 from langgraph_devsched.monitor.observations import Observations, OptionEstimate
+from langgraph_devsched.monitor.unknowns import ExplorationHint
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
 from langgraph_devsched.telemetry import DeviceState

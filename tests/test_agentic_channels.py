@@ -14,8 +14,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
-from langgraph_devsched.monitor.hints import ExplorationHint
 from langgraph_devsched.monitor.observations import Observations
+from langgraph_devsched.monitor.unknowns import ExplorationHint
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
 from langgraph_devsched.schedulers.agentic.model import (
     LONG_BUDGET_FACTOR,

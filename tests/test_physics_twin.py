@@ -12,7 +12,8 @@ from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor import RuntimeMonitor
 from langgraph_devsched.monitor.observations import PlacementOutcome
 from langgraph_devsched.schedulers import Batch, Decision
-from langgraph_devsched.schedulers.policy.model import ContentionModel, fit_contention, twin
+from langgraph_devsched.schedulers.policy.contention_fit import fit_contention
+from langgraph_devsched.schedulers.policy.model import ContentionModel, twin
 from langgraph_devsched.schedulers.policy.scores import TwinScores, override_tolerance
 from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
 

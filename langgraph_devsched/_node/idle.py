@@ -35,8 +35,8 @@ from langgraph_devsched.executors.lease import current_lease
 from langgraph_devsched.hedging import HEDGES_KEY, HedgeOutcome
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.records import StepRecord
+from langgraph_devsched.schedulers.lru import LruTable
 from langgraph_devsched.schedulers.protocols import capabilities
-from langgraph_devsched.schedulers.tables import LruTable
 
 logger = logging.getLogger(__name__)
 

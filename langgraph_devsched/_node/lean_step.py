@@ -76,7 +76,7 @@ class LeanExecution:
 
     def __init__(self, calls: Sequence[PlannedCall], backend: LocalBackend) -> None:
         self._calls = {c.call_id: c for c in calls}
-        self._clock = backend._clock
+        self._clock = backend.clock
         self._models = backend.models
         self._t0 = self._clock()
         self._ended: dict[str, tuple[str, float, float, str | None, CallModels | None]] = {}

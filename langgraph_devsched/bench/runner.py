@@ -44,7 +44,6 @@ from typing import Any, Literal, Protocol, get_args
 
 from langgraph_devsched.bench.agentic_stats import AgenticStats, AgenticSummary
 from langgraph_devsched.bench.declare import Declare, declared_specs, parse_declare
-from langgraph_devsched.bench.hedged import IdleRuns, idle_calibration, run_hedged_step
 from langgraph_devsched.bench.horizon import (
     Reference,
     WholeRun,
@@ -56,6 +55,7 @@ from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.executors.base import PlannedCall, planned_gpus
 from langgraph_devsched.gpus import check_gpus
 from langgraph_devsched.hedging import check_hedges, hedge_outcomes
+from langgraph_devsched.hedging.simulated import IdleRuns, idle_calibration, run_hedged_step
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption, is_gpu
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import (
@@ -622,7 +622,7 @@ def _run_one(
                                     tuple(sorted(hedges.items())))
             if gpus is not None:
                 key = (*key, state.others, tuple(sorted(gpus.items())))
-            if hedges:  # both runs of each hedged call (`bench.hedged`; one GPU)
+            if hedges:  # both runs of each hedged call (`hedging.simulated`; one GPU)
                 check_hedges(hedges, decision.mapping, scheduler=f"scheduler {name!r}")
                 runner = None if step_runner is None else functools.partial(
                     step_runner, bed, batch)

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from langgraph_devsched.batchsim import PHYSICS, Physics, check_physics
 from langgraph_devsched.bench.declare import Declare, declared_specs
-from langgraph_devsched.bench.hedged import DEFAULT_THINK_MS
+from langgraph_devsched.hedging.simulated import DEFAULT_THINK_MS
 from langgraph_devsched.hints import ToolDeviceSpec, validate_spec
 from langgraph_devsched.testbed import (
     DEFAULT_MEM_BOUND,

@@ -302,6 +302,15 @@ class LocalBackend:
             self._detect()
         return self._gpu
 
+    def stand_in_ledger(self, ledger: VramLedger) -> None:
+        """Put ``ledger`` in place of GPU 0's ledger, for the backend and its model cache
+        (the GPU detected first): the dev harness's checked ledgers watch every reservation
+        and release the node makes."""
+        if not self._detected:
+            self._detect()
+        self._ledger = ledger
+        self._models.ledger = ledger
+
     @property
     def ledger(self) -> VramLedger | None:
         """The GPU's VRAM ledger, or None without a GPU."""
@@ -444,7 +453,7 @@ class LocalBackend:
 
 class _LocalStep(BookedStep):
     def __init__(self, backend: LocalBackend, calls: Sequence[PlannedCall]) -> None:
-        super().__init__(calls, backend._clock)
+        super().__init__(calls, backend.clock)
         self._b = backend
         self._gpus: dict[str, int] = {}
         if len(backend._lanes) > 1:  # the decision's GPU, else the default rule

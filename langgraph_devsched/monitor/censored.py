@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 
-from langgraph_devsched.schedulers.tables import LruTable
+from langgraph_devsched.schedulers.lru import LruTable
 
 
 class CensoredTimes:

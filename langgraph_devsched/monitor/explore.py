@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from langgraph_devsched.monitor.context import BackgroundBucket
-from langgraph_devsched.monitor.hints import DeviceClass, ExplorationHint
 from langgraph_devsched.monitor.keys import outcome_key, placement_key, shape_key
 from langgraph_devsched.monitor.state import LastCall, LastStep
 from langgraph_devsched.monitor.tables import Tables
+from langgraph_devsched.monitor.unknowns import DeviceClass, ExplorationHint
 from langgraph_devsched.options import GPU_OPTIONS, is_gpu
 
 

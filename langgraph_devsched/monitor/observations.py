@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from langgraph_devsched.monitor.hints import ExplorationHint
+from langgraph_devsched.monitor.unknowns import ExplorationHint
 from langgraph_devsched.options import DeviceOption
 
 EstimateStatus = Literal["measured", "noisy", "stale"]

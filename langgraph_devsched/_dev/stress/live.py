@@ -290,9 +290,7 @@ def live_backend(
     backend = LocalBackend(gpu=GpuConfig(budget_mb, device="fake:0"),
                            queue_timeout_s=queue_timeout_s, gpu_concurrency=gpu_concurrency)
     ledger = LiveLedger(budget_mb, models, max_active=gpu_concurrency)
-    backend.ledger  # noqa: B018 - detect the declared GPU, then stand the checked ledger in
-    backend._ledger = ledger
-    backend.models.ledger = ledger
+    backend.stand_in_ledger(ledger)
     return backend, ledger
 
 

@@ -102,9 +102,7 @@ def resident_models(ctx: ProbeContext) -> ProbeResult:
 
     backend = LocalBackend(gpu=GpuConfig(BUDGET_MB, device="fake:0"))
     ledger = CheckedLedger(BUDGET_MB, live)
-    backend._detect()
-    backend._ledger = ledger  # the probe's checked ledger stands in for the backend's own
-    backend.models.ledger = ledger
+    backend.stand_in_ledger(ledger)  # the probe's checked ledger stands in for the backend's own
     hints = {f"m_{n}": h.hints(vram_mb=600.0, gpu_share=0.4) for n, h in handles.items()}
     rng = ctx.rng
     calls = [(f"r{ctx.index}c{j}", f"m_{rng.choice(sorted(WEIGHTS_MB))}")

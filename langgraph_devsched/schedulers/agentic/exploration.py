@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from langgraph_devsched.schedulers.tables import LruTable
+from langgraph_devsched.schedulers.lru import LruTable
 
 MAX_SHAPES = 1024
 """Shapes whose exploration the ledger keeps (least recently used dropped)."""

@@ -1,6 +1,6 @@
 """The guard on an agentic answer: the monitor's twin predicts it against the best it knows.
 
-The twin is the `schedulers.monitor_model` noise-free testbed built from the monitor's observations
+The twin is the `schedulers.policy.model` noise-free testbed built from the monitor's observations
 (declared hints blended with measurements). `TwinView.rank` predicts every mapping of the
 batch (a coordinate descent beyond `ENUMERATE_UP_TO` calls); `guard` rejects an answer whose
 predicted makespan exceeds ``ratio`` times the best prediction, with both recorded, unless
@@ -81,7 +81,7 @@ class TwinView:
         calls over the GPUs. There the measured guard alone judges an answer, and pick mode
         runs as one-shot."""
         from langgraph_devsched.monitor.observations import Observations
-        from langgraph_devsched.schedulers.monitor_model import (
+        from langgraph_devsched.schedulers.policy.model import (
             estimate_params,
             oom_detect_ms,
             twin,
@@ -124,7 +124,7 @@ class TwinView:
 
     def rank(self, k: int | None = None) -> list[tuple[float, dict[str, DeviceOption]]]:
         """Mappings by predicted makespan (ties: fewer GPU options first), best first."""
-        from langgraph_devsched.schedulers.monitor_model import predict_makespans
+        from langgraph_devsched.schedulers.policy.model import predict_makespans
 
         tools = [c.tool for c in self.batch.calls]
         ids = list(self.batch.call_ids)

@@ -59,11 +59,6 @@ from langgraph_devsched.schedulers.agentic.cache import (
     fingerprint,
     occurrences,
 )
-from langgraph_devsched.schedulers.agentic.classical import (
-    agreement,
-    fallback_lead,
-    held_to_rules,
-)
 from langgraph_devsched.schedulers.agentic.config import (
     ANSWER_CHANNELS,
     CONSULT_MODES,
@@ -80,6 +75,11 @@ from langgraph_devsched.schedulers.agentic.constraints import (
 )
 from langgraph_devsched.schedulers.agentic.consult import Outcome, Runner, Tally
 from langgraph_devsched.schedulers.agentic.exploration import ExplorationLedger, Veto
+from langgraph_devsched.schedulers.agentic.fallback import (
+    agreement,
+    fallback_lead,
+    held_to_rules,
+)
 from langgraph_devsched.schedulers.agentic.gpu_choice import (
     kept,
     several,
@@ -565,7 +565,7 @@ class AgenticScheduler(SchedulerBase):
         try:
             return self.fallback.decide(step.batch, step.view), self.fallback.name
         except Exception as exc:
-            from langgraph_devsched.schedulers.static import StaticHintScheduler
+            from langgraph_devsched.schedulers.classic.static import StaticHintScheduler
 
             logger.warning(
                 "fallback scheduler %s failed (%s); using static", self.fallback.name, exc

@@ -44,7 +44,7 @@ from langgraph_devsched.schedulers.costs import (
     load_cost,
 )
 from langgraph_devsched.schedulers.gpu_workers import WorkerQueues, fitting_gpus, gpu_load_cost
-from langgraph_devsched.schedulers.tables import LruTable
+from langgraph_devsched.schedulers.lru import LruTable
 from langgraph_devsched.telemetry import GpuDevice
 
 HISTORY_WINDOW = 1000

@@ -47,7 +47,7 @@ from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, S
 from langgraph_devsched.schedulers.classic.heft import HeftScheduler
 from langgraph_devsched.schedulers.costs import declared_cost
 from langgraph_devsched.schedulers.gpu_workers import allowed_gpus, gpu_load_cost
-from langgraph_devsched.schedulers.tables import LruTable
+from langgraph_devsched.schedulers.lru import LruTable
 
 Choice = tuple[DeviceOption, int | None]
 """One call's option and, on a machine with several GPUs, the GPU of a GPU option."""

@@ -28,7 +28,7 @@ import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
-from langgraph_devsched.schedulers.tables import LruTable
+from langgraph_devsched.schedulers.lru import LruTable
 
 PENDING = 16
 """Predictions kept per shape for placements chosen but not measured yet."""

@@ -1,6 +1,6 @@
 """The monitor policy's contention fit on a machine with several GPUs.
 
-The one-GPU fit (`monitor_model.fit_contention`) replays executed placements on one GPU; on
+The one-GPU fit (`contention_fit.fit_contention`) replays executed placements on one GPU; on
 several it would read two calls that ran on different GPUs as sharing one. Here each
 executed placement is replayed where it ran: the policy keeps the runs of each placement
 with its GPUs (`PlacedRuns`, bounded), and `fit_gpu_shares` sets each GPU tool's share, one
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from langgraph_devsched.gpus import gpu_index
 from langgraph_devsched.options import DeviceOption, is_gpu
 from langgraph_devsched.records import StepRecord
+from langgraph_devsched.schedulers.lru import LruTable
 from langgraph_devsched.schedulers.policy.gpu_placement import Spot, gpus_twin
 from langgraph_devsched.schedulers.policy.model import ContentionModel
-from langgraph_devsched.schedulers.tables import LruTable
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import ToolParams
 

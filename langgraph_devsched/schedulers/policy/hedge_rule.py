@@ -46,8 +46,8 @@ from langgraph_devsched.monitor.censored import CensoredTimes
 from langgraph_devsched.monitor.observations import Observations
 from langgraph_devsched.options import DeviceOption, is_gpu
 from langgraph_devsched.schedulers.base import Batch, CallRequest, Decision
+from langgraph_devsched.schedulers.lru import LruTable
 from langgraph_devsched.schedulers.policy.model import UNKNOWN_FACTOR
-from langgraph_devsched.schedulers.tables import LruTable
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import ToolParams
 

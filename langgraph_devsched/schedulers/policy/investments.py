@@ -37,8 +37,8 @@ from langgraph_devsched.monitor.forecast import UseForecast
 from langgraph_devsched.options import is_gpu
 from langgraph_devsched.residency import WarmModel
 from langgraph_devsched.schedulers.base import Batch, CallRequest, Preload
+from langgraph_devsched.schedulers.lru import LruTable
 from langgraph_devsched.schedulers.policy.rent_or_buy import TRUST, buy, worth_ms
-from langgraph_devsched.schedulers.tables import LruTable
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
 from langgraph_devsched.testbed import ToolParams
 

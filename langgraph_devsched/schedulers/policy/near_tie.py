@@ -37,9 +37,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from langgraph_devsched.schedulers.lru import LruTable
 from langgraph_devsched.schedulers.policy.scores import canon
 from langgraph_devsched.schedulers.policy.search import Mapping_, demand
-from langgraph_devsched.schedulers.tables import LruTable
 
 MAX_TRIES = 2
 """Near-ties a batch shape tries over the policy's life."""

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from langgraph_devsched.hints import ToolDeviceSpec
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Decision
-from langgraph_devsched.schedulers.tables import LruTable
+from langgraph_devsched.schedulers.lru import LruTable
 from langgraph_devsched.telemetry import DeviceState
 
 SETTLE_SAMPLES = 3

@@ -1,7 +1,7 @@
 """The monitor policy: a deterministic scheduler that reads only hints and the monitor.
 
 For a batch it estimates every tool's parameters from its declared hints and the monitor's
-observations (`monitor_model`), predicts makespans of joint mappings on a twin of the
+observations (`model`), predicts makespans of joint mappings on a twin of the
 machine and takes ``min(candidates, key=(score, index))``. The candidates come from
 `search.search_mappings`: every mapping while that is cheap (``exact_limit``), branch and
 bound on the twin's lower bounds up to ``bound_limit`` mappings, beyond that a local search
@@ -65,15 +65,21 @@ from collections.abc import Callable, Mapping, Sequence
 from langgraph_devsched.gpus import GpuCall, default_gpus
 from langgraph_devsched.hedging import hedge_outcomes
 from langgraph_devsched.hints import ToolDeviceSpec
-from langgraph_devsched.monitor.hints import ExplorationHint
 from langgraph_devsched.monitor.monitor import RuntimeMonitor
 from langgraph_devsched.monitor.observations import Observations, PlacementOutcome
+from langgraph_devsched.monitor.unknowns import ExplorationHint
 from langgraph_devsched.options import GPU_OPTIONS, DeviceOption, is_gpu
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
 from langgraph_devsched.schedulers.classic.dmda import DmdaScheduler
 from langgraph_devsched.schedulers.classic.heft import HeftScheduler
 from langgraph_devsched.schedulers.gpu_workers import allowed_gpus
+from langgraph_devsched.schedulers.lru import LruTable
+from langgraph_devsched.schedulers.policy.contention_fit import (
+    SCREEN_MODELS,
+    ContentionFit,
+    fit_contention,
+)
 from langgraph_devsched.schedulers.policy.eviction import RecentModels
 from langgraph_devsched.schedulers.policy.first_contact import (
     GUARD_ABOVE,
@@ -85,11 +91,8 @@ from langgraph_devsched.schedulers.policy.gpu_placement import Placed, Placement
 from langgraph_devsched.schedulers.policy.hedge_rule import HedgeRule
 from langgraph_devsched.schedulers.policy.investments import Investments, Preload, economics
 from langgraph_devsched.schedulers.policy.model import (
-    SCREEN_MODELS,
-    ContentionFit,
     declared_error,
     estimate_params,
-    fit_contention,
     oom_detect_ms,
     twin,
 )
@@ -112,7 +115,6 @@ from langgraph_devsched.schedulers.policy.search import (
     demand,
     search_mappings,
 )
-from langgraph_devsched.schedulers.tables import LruTable
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import SimulatedTestbed
 
@@ -681,7 +683,7 @@ class MonitorPolicy(SchedulerBase):
                 if m == best or runs >= (RESAMPLE_BELOW if hint.kind == "sparse" else 1):
                     continue
                 # a side never measured nor declared is priced at its pessimistic guess
-                # (`monitor_model.UNKNOWN_FACTOR` times the measured side): the probe's
+                # (`model.UNKNOWN_FACTOR` times the measured side): the probe's
                 # cost stays bounded by the step's, whatever the unknown side turns out
                 cost = model.values[m] - base
                 # a probe of a light step may cost up to `min_probe_ms` (once): otherwise a

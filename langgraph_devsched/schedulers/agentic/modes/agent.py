@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from langgraph_devsched.schedulers.agentic.classical import measured_outcome
 from langgraph_devsched.schedulers.agentic.config import AnswerChannel
 from langgraph_devsched.schedulers.agentic.consult import Consultation
+from langgraph_devsched.schedulers.agentic.fallback import measured_outcome
 from langgraph_devsched.schedulers.agentic.gpu_choice import several
 from langgraph_devsched.schedulers.agentic.model import (
     CHANNEL_CHAIN,

@@ -31,10 +31,10 @@ from langgraph_devsched.schedulers.agentic.answers import (
     text_of,
 )
 from langgraph_devsched.schedulers.agentic.cache import occurrences
-from langgraph_devsched.schedulers.agentic.classical import held_to_rules
 from langgraph_devsched.schedulers.agentic.config import AnswerChannel
 from langgraph_devsched.schedulers.agentic.constraints import HardConstraints, repair
 from langgraph_devsched.schedulers.agentic.consult import Consultation, Outcome
+from langgraph_devsched.schedulers.agentic.fallback import held_to_rules
 from langgraph_devsched.schedulers.agentic.guard import GPU_DEMAND
 from langgraph_devsched.schedulers.agentic.model import ChannelState
 from langgraph_devsched.schedulers.agentic.modes.agent import AgentMode
