@@ -228,14 +228,13 @@ class MonitorPolicy(SchedulerBase):
     def _in_background(self, batch: Batch, decision: Decision,
                        device: DeviceState | None) -> Decision:
         """``decision`` with the load worth starting beside it, if any
-        (`investments.Investments.background`)."""
-        if device is None or not device.devices or decision.hedges:
+        (`investments.Investments.background`). One GPU only: on several, the benchmark's
+        whole-run reference does not search loads beside a step yet, so none is started
+        there (a figure below its reference would not be a proven one)."""
+        if device is None or len(device.devices) != 1 or decision.hedges:
             return decision
         on_gpu = [c for c in batch.calls if is_gpu(decision.mapping[c.call_id])]
-        if len(device.devices) == 1 or not all(c.call_id in decision.gpus for c in on_gpu):
-            busy = {g.index for g in device.devices} if on_gpu else set()
-        else:
-            busy = {decision.gpus[c.call_id] for c in on_gpu}
+        busy = {device.devices[0].index} if on_gpu else set()
         vram = [c.spec.vram_mb for c in batch.calls]
         renting = Counter(m for c in batch.calls if (m := c.spec.model_name(c.tool))
                           and not is_gpu(decision.mapping[c.call_id]))
