@@ -24,10 +24,9 @@ declared hints decide only which options a call may take, as for the oracle). Wi
 resident models there is one state, and the reference is the oracle's per-batch brute force,
 figure for figure.
 
-**Several GPUs.** The batched simulator models one GPU: on a testbed with several, the
-whole-run reference (and the reference of a single round) comes from `bench.horizon_gpus`,
-which simulates every placement (option and GPU of each call) from every state, with its
-own budget.
+**Several GPUs.** The batched simulator models one GPU: on a testbed with several, both
+references come from `bench.horizon_gpus`, which simulates every placement (option and GPU
+of each call) from every state, with its own budget.
 
 **Budget.** At most `MAX_STATES` states per step (and the oracle's limit on a batch's calls);
 beyond it the first ones found are kept and the result says ``exact=False``: its figures are
@@ -269,13 +268,9 @@ def horizon_reference(
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if not batches:
         return Reference((0.0,) * rounds, {}, 1, True)
-    if bed.gpu_count > 1 and rounds == 1:  # every placement simulated (`horizon_gpus`)
+    if bed.gpu_count > 1:  # every placement simulated (`horizon_gpus`)
         g = gpus_reference(bed, batches, rounds, think_ms)
         return Reference(g.round_ms, g.mapping, g.states, g.exact, devices=g.devices)
-    if bed.gpu_count > 1:
-        raise NotImplementedError(
-            f"the per-round reference over {rounds} rounds searches one GPU; this testbed has "
-            f"{bed.gpu_count} (one round, or whole_run_reference, searches several)")
     search = _Search(bed, batches, think_ms)
     origin = bed.residency()
     start: dict[_Key, batchsim.Residency] = {_key(origin): origin}

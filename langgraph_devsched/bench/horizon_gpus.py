@@ -16,10 +16,10 @@ lets a scheduler load while the agent thinks.
   the last step's states is the reference. A state whose cost so far plus the later steps'
   bounds (each step's slowest call at its fastest, alone and warm) cannot beat the per-step
   optimum's plan is dropped: it cannot lead to a cheaper run, so the result stays exact.
-* **One round**: that figure is also the round's reference (no scheduler can end the
-  round below it). Over several rounds each round's least from every state the earlier
-  rounds can leave is not searched here (the bench keeps the per-step optimum there,
-  labelled inexact).
+* **Per round**: every state the earlier rounds can leave (the same dynamic programming
+  without the cut), and from all of them at once the least a round can pay (the cut
+  applies again): no scheduler can end the round below it. With one round it is the
+  whole-run figure.
 
 **Budget.** At most `MAX_GPU_STATES` states per step, and `MAX_PLACEMENTS` simulated
 placements per search (each is a discrete-event run, ~0.3 ms here). Beyond either, the
@@ -32,12 +32,13 @@ a plan some scheduler could follow, not a proven bound.
 >>> bed = SimulatedTestbed({"asr": ToolParams(cpu_ms=2600, gpu_ms=220, vram_mb=700,
 ...     weights_mb=3100, load_gpu_ms=3000)}, gpus=[{"vram_mb": 2000}, {"vram_mb": 12000}])
 >>> ref = gpus_reference(bed, [Batch.of([("a", "asr", ToolDeviceSpec())])], 3)
->>> ref.total_ms, ref.devices, ref.exact
-(3660.0, {'a': 'cuda:1'}, True)
+>>> ref.total_ms, ref.round_ms, ref.devices, ref.exact
+(3660.0, (2600.0, 220.0, 220.0), {'a': 'cuda:1'}, True)
 
 The whole run loads ``asr`` on GPU 1 in round 1 (3,220 ms; it does not fit on GPU 0) and
 runs it warm in rounds 2 and 3 (220 ms each): 3,660 ms, where the per-step optimum stays on
-the CPU (7,800 ms).
+the CPU (7,800 ms). Each round's own least: the CPU's 2,600 ms in round 1, 220 ms after
+(a plan that loaded it before).
 """
 
 from __future__ import annotations
@@ -76,12 +77,11 @@ class GpuReference:
     """The references of one scenario on several GPUs."""
 
     round_ms: tuple[float, ...]
-    """One round: its least (``total_ms``); several: empty (each round's least over every
-    state the earlier rounds leave is not searched here)."""
+    """Per round, the least any sequence of placements can pay in that round."""
     total_ms: float
     """The least the rounds can add up to (the whole-run reference)."""
     mapping: dict[str, DeviceOption]
-    """Every call's option in the last round of the plan that pays ``total_ms``."""
+    """Every call's option in the placements that pay the last round's ``round_ms``."""
     devices: dict[str, str]
     """Their device (``cuda:k`` or ``cpu``)."""
     states: int
@@ -238,17 +238,25 @@ class _Search:
         return total
 
     def run(
-        self, start: batchsim.Residency, steps: Sequence[int], bounds: Sequence[float],
+        self, start: Sequence[batchsim.Residency], steps: Sequence[int],
+        bounds: Sequence[float] | None, levels: list[dict[_Key, _Entry]] | None = None,
     ) -> _Entry:
         """The least any sequence of placements (and loads between steps, not after the
-        last) pays over ``steps`` (batch indices) from ``start``, and the placements that pay
-        it: dynamic programming over the states each step can leave, where a state whose
-        cost so far and the later steps' ``bounds`` cannot beat the per-step optimum's plan
-        is dropped (exactly: it cannot lead to a better one)."""
-        upper = self.greedy(start, steps)
-        limit = upper * (1 + _SLACK) + _SLACK
-        after = [sum(bounds[b] for b in steps[i + 1:]) for i in range(len(steps))]
-        level: dict[_Key, _Entry] = {_key(start): (0.0, (), start)}
+        last) pays over ``steps`` (batch indices) from any state of ``start``, and the
+        placements that pay it: dynamic programming over the states each step can leave.
+        With ``bounds`` (each batch's least makespan), a state whose cost so far and the
+        later steps' bounds cannot beat the per-step optimum's plan from ``start[0]`` is
+        dropped (exactly: it cannot lead to a better one); without, every reachable state
+        is kept, and ``levels`` (when given) gets the states of every step boundary."""
+        limit = float("inf")
+        after = [0.0] * len(steps)
+        if bounds is not None:
+            upper = self.greedy(start[0], steps)
+            limit = upper * (1 + _SLACK) + _SLACK
+            after = [sum(bounds[b] for b in steps[i + 1:]) for i in range(len(steps))]
+        level: dict[_Key, _Entry] = {_key(s): (0.0, (), s) for s in start}
+        if levels is not None:
+            levels.append(level)
         for i, b in enumerate(steps):
             level = self._budget(level, b)
             nxt: dict[_Key, _Entry] = {}
@@ -266,6 +274,8 @@ class _Search:
                 nxt, self.exact = _cheapest(nxt, MAX_GPU_STATES), False
             self.most = max(self.most, len(nxt))
             level = nxt
+            if levels is not None:
+                levels.append(level)
         return min(level.values(), key=lambda v: v[0])
 
     def _budget(self, level: dict[_Key, _Entry], b: int) -> dict[_Key, _Entry]:
@@ -301,10 +311,9 @@ budget would cut it after a few states: the per-step optimum stands in, labelled
 def gpus_reference(
     bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int, think_ms: float = 0.0,
 ) -> GpuReference:
-    """The whole-run reference of ``rounds`` rounds of ``batches`` on ``bed`` (several
-    GPUs, noise-free) from its current state (see the module docstring), and with one round
-    its per-round reference (the same figure); the testbed is left in that state, its clock
-    untouched."""
+    """The whole-run and per-round references of ``rounds`` rounds of ``batches`` on
+    ``bed`` (several GPUs, noise-free) from its current state (see the module docstring);
+    the testbed is left in that state, its clock untouched."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if not batches:
@@ -312,16 +321,28 @@ def gpus_reference(
     origin = bed.residency()
     search = _Search(bed, batches, think_ms)
     n = len(batches)
-    total, path, _ = search.run(origin, [b for _ in range(rounds) for b in range(n)],
-                                search.solo_bounds())
+    bounds = search.solo_bounds()
+    total, path, _ = search.run([origin], [b for _ in range(rounds) for b in range(n)], bounds)
+    round_ms = [total]
+    last = path[-n:]
+    if rounds > 1:  # each round from every state the earlier rounds can leave
+        levels: list[dict[_Key, _Entry]] = []
+        search.run([origin], [b for _ in range(rounds) for b in range(n)], None, levels)
+        known: dict[frozenset[_Key], _Entry] = {}
+        round_ms = []
+        for r in range(rounds):
+            start = levels[r * n]
+            seen = frozenset(start)
+            if seen not in known:
+                known[seen] = search.run([v[2] for v in start.values()], range(n), bounds)
+            round_ms.append(known[seen][0])
+            last = known[seen][1]
     bed.restore(origin)
     mapping: dict[str, DeviceOption] = {}
     devices: dict[str, str] = {}
-    last = path[-n:]
     for batch, placement in zip(batches, last, strict=True):
         for call, (option, gpu) in zip(batch.calls, placement, strict=True):
             mapping[call.call_id] = option
             devices[call.call_id] = "cpu" if gpu is None else f"cuda:{gpu}"
-    round_ms = (total,) if rounds == 1 else ()
-    return GpuReference(round_ms, total, mapping, devices, search.most, search.exact,
+    return GpuReference(tuple(round_ms), total, mapping, devices, search.most, search.exact,
                         search.simulated)

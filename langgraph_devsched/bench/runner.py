@@ -397,8 +397,9 @@ def device_labels(
 
 
 def _per_step_reference(scenario: Scenario, rounds: int) -> Reference:
-    """Several GPUs over several rounds: each step's oracle optimum in turn, the state
-    carried; a proven bound only without resident models (then no step changes the next)."""
+    """Several GPUs where `horizon_gpus` does not search: each step's oracle optimum in
+    turn, the state carried; a proven bound only without resident models (then no step
+    changes the next)."""
     bed = scenario.make_testbed(noise=0.0)
     oracle = OracleScheduler(testbed=bed)
     round_ms: list[float] = []
@@ -447,7 +448,7 @@ def scenario_reference(scenario: Scenario, rounds: int) -> Reference:
     key = (scenario.model_dump_json(), rounds)
     found = _REFERENCES.get(key)
     if found is None and _several_gpus(scenario):
-        if rounds == 1 and _gpus_searched(scenario):  # the whole run is the round
+        if _gpus_searched(scenario):
             g = scenario_gpus_reference(scenario, rounds)
             found = Reference(g.round_ms, g.mapping, g.states, g.exact, devices=g.devices)
         else:  # exact without resident models (no step changes the next)
