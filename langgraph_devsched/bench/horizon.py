@@ -24,6 +24,10 @@ declared hints decide only which options a call may take, as for the oracle). Wi
 resident models there is one state, and the reference is the oracle's per-batch brute force,
 figure for figure.
 
+**Several GPUs.** The batched simulator models one GPU: on a testbed with several, both
+references come from `bench.horizon_gpus`, which simulates every placement (option and GPU
+of each call) from every state, with its own budget.
+
 **Budget.** At most `MAX_STATES` states per step (and the oracle's limit on a batch's calls);
 beyond it the first ones found are kept and the result says ``exact=False``: its figures are
 then no longer proven bounds. The simulated makespans kept for reuse are bounded by
@@ -48,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_devsched import batchsim
+from langgraph_devsched.bench.horizon_gpus import gpus_reference
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
 from langgraph_devsched.schedulers.classic.oracle import OracleScheduler
@@ -312,6 +317,9 @@ def horizon_reference(
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if not batches:
         return Reference((0.0,) * rounds, {}, 1, True)
+    if bed.gpu_count > 1:  # every placement simulated (`horizon_gpus`)
+        g = gpus_reference(bed, batches, rounds, think_ms)
+        return Reference(g.round_ms, g.mapping, g.states, g.exact, devices=g.devices)
     search = _Search(bed, batches, think_ms)
     origin = bed.residency()
     start: dict[_Key, batchsim.Residency] = {_key(origin): origin}
@@ -364,7 +372,8 @@ def whole_run_reference(
     testbed's current state, every mapping of each step (the declared hints' options) and,
     between steps, the loads ``think_ms`` allows (`_Search.idle`). ``round_bounds``: each
     round's lower bound (`horizon_reference`'s ``round_ms`` with the same ``think_ms``),
-    with which the search skips every path that cannot beat a feasible plan; one GPU only.
+    with which the search skips every path that cannot beat a feasible plan (one GPU; on
+    several, `horizon_gpus.gpus_reference` simulates every placement of every state).
     The testbed is left in its state, its clock untouched.
 
     Unlike the per-round ``round_ms``, this is a plan a scheduler can follow: round 1 pays
@@ -374,9 +383,9 @@ def whole_run_reference(
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if not batches:
         return WholeRun(0.0, True, 1)
-    if bed.gpu_count > 1:
-        raise NotImplementedError("the whole-run reference searches one GPU; this testbed "
-                                  f"has {bed.gpu_count}")
+    if bed.gpu_count > 1:  # every placement simulated (`horizon_gpus`)
+        g = gpus_reference(bed, batches, rounds, think_ms)
+        return WholeRun(g.total_ms, g.exact, g.states)
     search = _Search(bed, batches, think_ms)
     origin = bed.residency()
     after = [sum(round_bounds[r + 1:]) if round_bounds is not None else 0.0

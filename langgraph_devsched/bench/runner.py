@@ -50,6 +50,12 @@ from langgraph_devsched.bench.horizon import (
     horizon_reference,
     whole_run_reference,
 )
+from langgraph_devsched.bench.horizon_gpus import (
+    SEARCHABLE,
+    GpuReference,
+    gpus_reference,
+    placements_per_state,
+)
 from langgraph_devsched.bench.preloads import PreloadRuns, run_background, run_preloads
 from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.executors.base import PlannedCall, planned_gpus
@@ -230,8 +236,8 @@ class ScenarioResult:
     """The whole-run reference: the least the rounds' makespans can add up to over every
     sequence of mappings and loads between steps (`horizon.whole_run_reference`)."""
     total_reference_exact: bool = True
-    """False when that search hit its state budget, or on several GPUs (the per-step
-    reference's total then stands in: not a proven bound)."""
+    """False when that search hit its budget (`horizon.MAX_STATES`; several GPUs:
+    `horizon_gpus.MAX_GPU_STATES`, `horizon_gpus.MAX_PLACEMENTS`): not a proven bound."""
 
     def below_reference(self) -> dict[str, list[int]]:
         """Per scheduler that ended a round below its reference, those rounds."""
@@ -396,8 +402,9 @@ def device_labels(
 
 
 def _per_step_reference(scenario: Scenario, rounds: int) -> Reference:
-    """Several GPUs: each step's oracle optimum in turn (the batched horizon search models
-    one GPU); a proven bound only without resident models (then no step changes the next)."""
+    """Several GPUs where `horizon_gpus` does not search: each step's oracle optimum in
+    turn, the state carried; a proven bound only without resident models (then no step
+    changes the next)."""
     bed = scenario.make_testbed(noise=0.0)
     oracle = OracleScheduler(testbed=bed)
     round_ms: list[float] = []
@@ -445,8 +452,12 @@ def scenario_reference(scenario: Scenario, rounds: int) -> Reference:
     the last `_MAX_REFERENCES` are kept (the same scenario file and rounds: the same one)."""
     key = (scenario.model_dump_json(), rounds)
     found = _REFERENCES.get(key)
-    if found is None and scenario.testbed.gpus is not None and len(scenario.testbed.gpus) > 1:
-        found = _per_step_reference(scenario, rounds)
+    if found is None and _several_gpus(scenario):
+        if _gpus_searched(scenario):
+            g = scenario_gpus_reference(scenario, rounds)
+            found = Reference(g.round_ms, g.mapping, g.states, g.exact, devices=g.devices)
+        else:  # exact without resident models (no step changes the next)
+            found = _per_step_reference(scenario, rounds)
         _REFERENCES[key] = found
     if found is None:
         found = horizon_reference(scenario.make_testbed(noise=0.0), scenario_batches(scenario),
@@ -459,18 +470,51 @@ def scenario_reference(scenario: Scenario, rounds: int) -> Reference:
 
 
 _WHOLE_RUNS: OrderedDict[tuple[str, int], WholeRun] = OrderedDict()
+_GPU_REFERENCES: OrderedDict[tuple[str, int], GpuReference] = OrderedDict()
+
+
+def _several_gpus(scenario: Scenario) -> bool:
+    return scenario.testbed.gpus is not None and len(scenario.testbed.gpus) > 1
+
+
+def _gpus_searched(scenario: Scenario) -> bool:
+    """Several GPUs with resident models, and batches small enough for `horizon_gpus`."""
+    return (_several_gpus(scenario) and scenario.has_resident_models()
+            and placements_per_state(scenario.make_testbed(noise=0.0),
+                                     scenario_batches(scenario)) <= SEARCHABLE)
+
+
+def scenario_gpus_reference(scenario: Scenario, rounds: int) -> GpuReference:
+    """Several GPUs: the per-round and whole-run references of ``rounds`` rounds of
+    ``scenario`` (`horizon_gpus.gpus_reference`, the scenario's think time between steps);
+    the last `_MAX_REFERENCES` are kept."""
+    key = (scenario.model_dump_json(), rounds)
+    found = _GPU_REFERENCES.get(key)
+    if found is None:
+        found = _GPU_REFERENCES[key] = gpus_reference(
+            scenario.make_testbed(noise=0.0), scenario_batches(scenario), rounds,
+            think_ms=scenario.workload.think_ms)
+        while len(_GPU_REFERENCES) > _MAX_REFERENCES:
+            _GPU_REFERENCES.popitem(last=False)
+    _GPU_REFERENCES.move_to_end(key)
+    return found
 
 
 def scenario_whole_run(scenario: Scenario, rounds: int) -> WholeRun:
     """The whole-run reference of ``rounds`` rounds of ``scenario`` (`horizon.
     whole_run_reference`, the scenario's think time between steps). Several GPUs: the
-    per-step reference's total, labelled inexact (the batched search models one GPU)."""
+    shortest path of `horizon_gpus` with resident models (batches of at most
+    `horizon_gpus.SEARCHABLE` placements), else the rounds' per-step optima added up (exact
+    without resident models: no step changes the next)."""
     key = (scenario.model_dump_json(), rounds)
     found = _WHOLE_RUNS.get(key)
     if found is None:
         ref = scenario_reference(scenario, rounds)
-        if scenario.testbed.gpus is not None and len(scenario.testbed.gpus) > 1:
-            found = WholeRun(sum(ref.round_ms), False, ref.states)
+        if _gpus_searched(scenario):
+            g = scenario_gpus_reference(scenario, rounds)
+            found = WholeRun(g.total_ms, g.exact, g.states)
+        elif _several_gpus(scenario):  # exact without resident models (rounds independent)
+            found = WholeRun(sum(ref.round_ms), ref.exact, ref.states)
         else:
             found = whole_run_reference(
                 scenario.make_testbed(noise=0.0), scenario_batches(scenario), rounds,
