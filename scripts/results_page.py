@@ -258,7 +258,7 @@ def slim(path: Path) -> None:
         for result in scenario["results"].values():
             for key in SLIM_KEYS:
                 result.pop(key, None)
-    path.write_text(json.dumps(bench, indent=1) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(bench, separators=(",", ":")) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str]) -> int:
