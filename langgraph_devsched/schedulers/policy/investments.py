@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -272,7 +273,9 @@ class Investments:
         The load runs while the step runs and then while the agent thinks (`think_ms`, the
         idle time last seen); what it takes beyond both delays the next step. That delay is
         the load's price in the user's time, bought by the rent-or-buy rule with the rent
-        this step pays included (`buy`); a load that ends in time costs only what it evicts,
+        this step pays included (`buy`). A load the think time alone holds is left to the
+        loads between steps (`preloads`: chosen once the step's outcome is known). A load
+        that ends in time costs only what it evicts,
         and is worth what the model's forecast uses save (`worth`). A declared model never
         used yet is worth its prior (`DECLARED_USES`), loads only into free room, and delays
         the next step by at most ``trust`` times that worth."""
@@ -287,8 +290,8 @@ class Investments:
                 continue
             used = model in self.forecast.models()
             eco = self._economics.get(model) if used else self._declared.get(model)
-            if eco is None or eco.saving_ms <= 0:
-                continue
+            if eco is None or eco.saving_ms <= 0 or eco.load_ms <= self.think_ms:
+                continue  # a load the think time holds is chosen between steps, knowing more
             delay = max(0.0, eco.load_ms - window)
             gain = 0.0
             if used:
@@ -308,8 +311,9 @@ class Investments:
                 if index in busy:  # beside the step's calls: free room only
                     fits = eco.weights_mb + (beside_mb or 0.0) <= room.free_mb
                     evict: tuple[str, ...] | None = () if fits else None
-                elif used:
-                    evict = room.evictions(eco.weights_mb + eco.working_mb, gain, self.worth)
+                elif used:  # never a model the next step is expected to use
+                    evict = room.evictions(eco.weights_mb + eco.working_mb, gain, lambda m: (
+                        math.inf if self.forecast.next_rate(m) > 0 else self.worth(m)))
                 else:
                     evict = () if eco.weights_mb + eco.working_mb <= room.free_mb else None
                 if evict is None:
