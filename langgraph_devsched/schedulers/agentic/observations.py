@@ -185,7 +185,11 @@ def calls_data(
         if allowed != every:
             row["allowed"] = allowed
         hints = {k: v for k, v in _hints_data(call.spec).items()
-                 if k not in ("pinned", "profile", "timeout_s")}
+                 if k not in ("pinned", "profile", "timeout_s", "idempotent", "load_ms")}
+        load = call.spec.load_ms
+        if load is not None:  # the load times by side, as solo_ms (fewer tokens)
+            side = {"gpu": load.gpu_ms, "cpu": load.cpu_ms}
+            hints["load_ms"] = {k: _round2(v) for k, v in side.items() if v}
         profile = call.spec.profile
         if profile is not None:
             solo = {"gpu": profile.gpu_ms, "cpu": profile.cpu_ms}

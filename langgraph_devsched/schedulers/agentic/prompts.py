@@ -114,6 +114,28 @@ def call_labels(batch: Batch) -> dict[str, str]:
     return labels
 
 
+def short_labels(batch: Batch) -> dict[str, str]:
+    """Each call id's label in the default mode's prompt and answer: the tool name
+    (`call_labels`) where that is shorter than the id, else the id; the ids themselves when
+    the labels would not be unique or would name another call's id. Every token of the
+    prompt, and every token the model writes, costs on a small CPU server: a LangGraph call
+    id (``call_`` and 24 random characters) is about 15 tokens, written once per call in the
+    answer and read once per call in each observation.
+
+    >>> from langgraph_devsched.hints import ToolDeviceSpec
+    >>> from langgraph_devsched.schedulers.base import Batch
+    >>> short_labels(Batch.of([("call_Vx3kPq9LmZ", "asr", ToolDeviceSpec()),
+    ...                        ("c2", "embed", ToolDeviceSpec())]))
+    {'call_Vx3kPq9LmZ': 'asr', 'c2': 'c2'}
+    """
+    tools = call_labels(batch)
+    labels = {c: tools[c] if len(tools[c]) < len(c) else c for c in batch.call_ids}
+    ids = set(batch.call_ids)
+    clash = len(set(labels.values())) < len(labels) or any(
+        label in ids and label != c for c, label in labels.items())
+    return {c: c for c in batch.call_ids} if clash else labels
+
+
 def candidates_text(batch: Batch, candidates: Sequence[Candidate]) -> str:
     """The numbered candidates: the first in full (``(best)`` if no other is predicted
     lower), the others as their difference to it.
