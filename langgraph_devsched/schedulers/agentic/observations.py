@@ -180,7 +180,7 @@ def calls_data(
         device)
     out = {}
     for call in batch.calls:
-        row: dict[str, Any] = {} if call.call_id == call.tool else {"tool": call.tool}
+        row: dict[str, Any] = {} if names_tool(call.call_id, call.tool) else {"tool": call.tool}
         allowed = answer_values(call, rules, device)
         if allowed != every:
             row["allowed"] = allowed
@@ -203,6 +203,19 @@ def calls_data(
             row["warm"] = [s for s in ("gpu", "cpu") if device.warm(model, s)]
         out[call.call_id] = row
     return out
+
+
+def names_tool(call_id: str, tool: str) -> bool:
+    """Whether ``call_id`` says its tool: the tool's name, or ``<tool>#<i>`` (`call_labels`
+    of a repeated tool); the observations then leave the tool out (fewer tokens).
+
+    >>> names_tool("ocr", "ocr"), names_tool("ocr#3", "ocr"), names_tool("c1", "ocr")
+    (True, True, False)
+    """
+    if call_id == tool:
+        return True
+    head, sep, tail = call_id.rpartition("#")
+    return bool(sep) and head == tool and tail.isdigit()
 
 
 def _round2(value: Any) -> float | int:

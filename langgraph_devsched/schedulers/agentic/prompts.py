@@ -17,7 +17,7 @@ from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from langchain_core.tools import BaseTool
 
 from langgraph_devsched.schedulers.agentic.constraints import HardConstraints
-from langgraph_devsched.schedulers.agentic.observations import compact, inline, opening
+from langgraph_devsched.schedulers.agentic.observations import compact, inline, names_tool, opening
 
 if TYPE_CHECKING:
     from langgraph_devsched.schedulers.agentic.modes.pick import Candidate
@@ -75,7 +75,7 @@ def agent_prompt(
         system += f"\n{GPUS_PROMPT}"
     if policy:
         system += f"\nOperator policy: {policy}"
-    listed = ", ".join(c.call_id if c.call_id == c.tool else f"{c.call_id} ({c.tool})"
+    listed = ", ".join(c.call_id if names_tool(c.call_id, c.tool) else f"{c.call_id} ({c.tool})"
                        for c in batch.calls)
     task = f"Step of {len(batch)} call(s): {listed}."
     if fastest_ms is not None:
