@@ -8,6 +8,9 @@ with the modes that ran, the candidate numbers picked (``--llm-mode pick``) and 
 
     python scripts/agentic_bench.py --llm qwen --llm-base-url http://127.0.0.1:8080/v1 \\
         --schedulers agentic,monitor,oracle --llm-mode pick --rounds 10
+
+``--must-show BENCH.json`` instead reads a ``devsched bench --json`` file with agentic and
+monitor rows and prints the issue's figures (`must_show`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,7 +34,56 @@ from langgraph_devsched.schedulers.agentic.config import (
 )
 
 
+def must_show(path: Path) -> dict[str, Any]:
+    """The issue's figures from a ``devsched bench --json`` file with agentic and monitor
+    rows: per scenario the final ratios (agentic within 1.02x of the monitor?), the
+    consultations answered and used, p50, deviations and vetoes; over all of them the
+    totals, the p50 of every consultation, and the prompt tokens per answered consultation
+    (all, and not read from the server's cache)."""
+    data = json.loads(path.read_text())
+    rows, lat = [], []
+    tot: Counter[str] = Counter()
+    for sc in data["scenarios"]:
+        opt, res = sc["optimal_makespan_ms"], sc["results"]
+        mon, ag = res["monitor"], res["agentic"]
+        st = ag.get("agentic") or {}
+        rm, ra = mon["final_makespan_ms"] / opt, ag["final_makespan_ms"] / opt
+        lat += st.get("latencies_ms") or []
+        fields = ("consultations", "answered", "valid_answers", "deviations_won",
+                  "deviations_lost", "explorations", "prompt_tokens", "cached_tokens")
+        for k in fields:
+            tot[k] += st.get(k) or 0
+        tot["timeouts"] += (st.get("fallbacks") or {}).get("timeout", 0)
+        tot["within"] += int(ra <= rm * 1.02 + 1e-9)
+        tot["agentic_optimal"] += int(ag.get("optimal", False))
+        tot["monitor_optimal"] += int(mon.get("optimal", False))
+        net, cost = st.get("deviation_won_ms") or 0.0, st.get("exploration_cost_ms") or 0.0
+        tot["net_ms"] += net  # type: ignore[assignment]
+        tot["exploration_ms"] += cost  # type: ignore[assignment]
+        rows.append({"scenario": sc["name"], "monitor": round(rm, 3), "agentic": round(ra, 3),
+                     "within_1.02": ra <= rm * 1.02 + 1e-9,
+                     "answered": st.get("answered"), "used": st.get("valid_answers"),
+                     "consultations": st.get("consultations"),
+                     "p50_s": round((st.get("latency_p50_ms") or 0) / 1000, 1),
+                     "won": st.get("deviations_won"), "lost": st.get("deviations_lost"),
+                     "net_ms": round(net), "exploration_ms": round(cost),
+                     "vetoes": st.get("vetoes") or {},
+                     "fallbacks": st.get("fallbacks") or {}})
+    n = tot["consultations"] or 1
+    answered_calls = max(1, tot["consultations"] - tot["timeouts"])
+    total = {**tot, "scenarios": len(rows), "answered_rate": tot["answered"] / n,
+             "used_rate": tot["valid_answers"] / n,
+             "p50_s": statistics.median(lat) / 1000 if lat else None,
+             "prompt_tokens_per_answered": tot["prompt_tokens"] / answered_calls,
+             "uncached_tokens_per_answered":
+                 (tot["prompt_tokens"] - tot["cached_tokens"]) / answered_calls}
+    return {"rows": rows, "total": total}
+
+
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--must-show":
+        print(json.dumps(must_show(Path(sys.argv[2])), indent=1))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llm", required=True)
     parser.add_argument("--llm-base-url", required=True)

@@ -25,8 +25,8 @@ from langgraph_devsched.telemetry import DeviceState
 from tests.agentic_fakes import ToolScriptModel, submit, tool_call
 
 OBS_TOOLS = (
-    "step_calls",
     "device_state",
+    "step_calls",
     "tool_estimates",
     "past_outcomes",
     "exploration_hints",
@@ -107,10 +107,10 @@ def test_the_observations_open_the_conversation_as_tool_outputs() -> None:
     )
     calls = [tool_call(name, id=f"obs{i}") for i, name in enumerate(OBS_TOOLS[:-1])]
     outputs = [
-        '{"c1":{"tool":"asr","vram_mb":1500},'
-        '"c2":{"tool":"embed","vram_mb":500,"solo_ms":{"gpu":40,"cpu":50}}}',
         '{"gpu":true,"vram_budget_mb":8000,"vram_free_mb":7000,"gpu_utilization":0.0,'
         '"cpu_cores":8}',
+        '{"c1":{"tool":"asr","vram_mb":1500},'
+        '"c2":{"tool":"embed","vram_mb":500,"solo_ms":{"gpu":40,"cpu":50}}}',
         '{"asr":{"gpu_now":[60,3,"g1c0"]},"embed":"unmeasured"}',
         '[]',
         '["unknown: asr on cpu unmeasured, gain<=10ms"]',

@@ -109,7 +109,7 @@ async def test_the_default_consultation_is_one_request_with_a_schema_per_call(mo
     assert [m["role"] for m in body["messages"]] == [
         "system", "assistant", *["tool"] * 5, "user"]
     called = [c["function"]["name"] for c in body["messages"][1]["tool_calls"]]
-    assert called == ["step_calls", "device_state", "tool_estimates", "past_outcomes",
+    assert called == ["device_state", "step_calls", "tool_estimates", "past_outcomes",
                       "exploration_hints"]
     assert "tools" not in body and body["max_completion_tokens"] == answer_budget(2)
     schema = body["response_format"]["json_schema"]["schema"]
@@ -144,8 +144,8 @@ async def test_the_wire_format_of_a_consultation_with_a_turn_budget(mode: str) -
         tool_names(first)
         == tool_names(second)
         == [
-            "step_calls",
             "device_state",
+            "step_calls",
             "tool_estimates",
             "past_outcomes",
             "exploration_hints",

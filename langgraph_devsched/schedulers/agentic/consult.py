@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
@@ -143,6 +143,9 @@ class Consultation:
     tried once more on the same channel."""
     clock: Callable[[], float] = time.monotonic
     on_llm_call: Callable[[], None] | None = None
+    ids: dict[str, str] = field(default_factory=dict)
+    """The step's call ids by the short labels the model reads and answers with
+    (`prompts.short_labels`; ``batch`` is then the labelled one); empty: the ids as they are."""
     tally: Tally = field(default_factory=Tally)
     _compiled: Any = None
     _retried: bool = False
@@ -156,11 +159,15 @@ class Consultation:
 
     def answer_in(self, messages: Sequence[AnyMessage]) -> Outcome | None:
         """The newest answer in any AI turn of ``messages``, else None."""
-        found = find_answer(messages, self.batch.call_ids)
+        found = find_answer(messages, [*self.batch.call_ids, *self.ids.values()])
         if found is None:
             return None
         args, via = found
-        return Outcome(parse_answer(args), via=via, tally=self.tally, messages=list(messages))
+        answer = parse_answer(args)
+        if self.ids:  # back to the step's call ids (an answer naming the ids themselves too)
+            answer = replace(answer, options={self.ids.get(k, k): v
+                                              for k, v in answer.options.items()})
+        return Outcome(answer, via=via, tally=self.tally, messages=list(messages))
 
     # -- turns ---------------------------------------------------------------------------------
 

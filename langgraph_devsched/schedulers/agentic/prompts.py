@@ -17,7 +17,7 @@ from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from langchain_core.tools import BaseTool
 
 from langgraph_devsched.schedulers.agentic.constraints import HardConstraints
-from langgraph_devsched.schedulers.agentic.observations import compact, inline, opening
+from langgraph_devsched.schedulers.agentic.observations import compact, inline, names_tool, opening
 
 if TYPE_CHECKING:
     from langgraph_devsched.schedulers.agentic.modes.pick import Candidate
@@ -75,7 +75,7 @@ def agent_prompt(
         system += f"\n{GPUS_PROMPT}"
     if policy:
         system += f"\nOperator policy: {policy}"
-    listed = ", ".join(c.call_id if c.call_id == c.tool else f"{c.call_id} ({c.tool})"
+    listed = ", ".join(c.call_id if names_tool(c.call_id, c.tool) else f"{c.call_id} ({c.tool})"
                        for c in batch.calls)
     task = f"Step of {len(batch)} call(s): {listed}."
     if fastest_ms is not None:
@@ -112,6 +112,28 @@ def call_labels(batch: Batch) -> dict[str, str]:
             labels[call.call_id] = f"{call.tool}#{seen.get(call.tool, 0)}"
             seen[call.tool] = seen.get(call.tool, 0) + 1
     return labels
+
+
+def short_labels(batch: Batch) -> dict[str, str]:
+    """Each call id's label in the default mode's prompt and answer: the tool name
+    (`call_labels`) where that is shorter than the id, else the id; the ids themselves when
+    the labels would not be unique or would name another call's id. Every token of the
+    prompt, and every token the model writes, costs on a small CPU server: a LangGraph call
+    id (``call_`` and 24 random characters) is about 15 tokens, written once per call in the
+    answer and read once per call in each observation.
+
+    >>> from langgraph_devsched.hints import ToolDeviceSpec
+    >>> from langgraph_devsched.schedulers.base import Batch
+    >>> short_labels(Batch.of([("call_Vx3kPq9LmZ", "asr", ToolDeviceSpec()),
+    ...                        ("c2", "embed", ToolDeviceSpec())]))
+    {'call_Vx3kPq9LmZ': 'asr', 'c2': 'c2'}
+    """
+    tools = call_labels(batch)
+    labels = {c: tools[c] if len(tools[c]) < len(c) else c for c in batch.call_ids}
+    ids = set(batch.call_ids)
+    clash = len(set(labels.values())) < len(labels) or any(
+        label in ids and label != c for c, label in labels.items())
+    return {c: c for c in batch.call_ids} if clash else labels
 
 
 def candidates_text(batch: Batch, candidates: Sequence[Candidate]) -> str:

@@ -31,14 +31,15 @@ from langgraph_devsched.schedulers.agentic.observations import (
     observation_tools,
     outcomes_of,
 )
-from langgraph_devsched.schedulers.agentic.prompts import agent_prompt
+from langgraph_devsched.schedulers.agentic.prompts import agent_prompt, short_labels
+from langgraph_devsched.schedulers.base import Batch
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
     from langgraph_devsched.schedulers.agentic.constraints import HardConstraints
     from langgraph_devsched.schedulers.agentic.guard import TwinView
-    from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerView
+    from langgraph_devsched.schedulers.base import Decision, SchedulerView
 
 
 @dataclass
@@ -147,7 +148,10 @@ class AgentMode:
                 f"{fastest:.0f} ms measured at best{extra}")
 
     def consultation(self, step: Step) -> Consultation:
-        batch, rules = step.batch, step.constraints
+        rules = step.constraints
+        labels = short_labels(step.batch)
+        # the model reads and answers with short labels; the answer is read back to the ids
+        batch = Batch.of([(labels[c.call_id], c.tool, c.spec) for c in step.batch.calls])
         tools = observation_tools(batch, step.view, rules, step.obs)
         budget = answer_budget(len(batch), several_gpus=several(step.view.device))
         consultation = Consultation(
@@ -166,6 +170,7 @@ class AgentMode:
             inline=self.inline,
             clock=step.clock,
             on_llm_call=step.on_llm_call,
+            ids={label: c for c, label in labels.items() if label != c},
         )
         consultation.graph()  # compiled outside the consultation's time
         consultation.deadline = step.clock() + step.timeout_s
