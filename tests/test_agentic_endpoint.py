@@ -12,7 +12,7 @@ from langgraph_devsched.monitor import RuntimeMonitor
 from langgraph_devsched.options import DEVICE_OPTIONS
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
 from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerView
-from langgraph_devsched.schedulers.policy.scheduler import MonitorPolicy
+from langgraph_devsched.schedulers.policy.scheduler import DefaultPolicy
 from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
 from tests.agentic_fakes import ToolScriptModel, submit
 
@@ -32,7 +32,7 @@ def warmed(steps: int = 6) -> tuple[Batch, SchedulerView, SimulatedTestbed]:
     """A batch and a view whose monitor has seen a few executed steps of it."""
     bed = SimulatedTestbed(PARAMS, vram_budget_mb=8000)
     monitor = RuntimeMonitor()
-    policy = MonitorPolicy()
+    policy = DefaultPolicy()
     for i in range(steps):
         batch = Batch.of([(f"{t}{i}", t, SPECS[t]) for t in PARAMS])
         view = SchedulerView(bed.device_state(), monitor.snapshot(batch))
@@ -84,5 +84,5 @@ def test_cached_agentic_decision(benchmark: BenchmarkFixture) -> None:
 def test_monitor_decision(benchmark: BenchmarkFixture) -> None:
     """The reference for the cached agentic decision above (compare the two rows)."""
     batch, view, _ = warmed()
-    decision: Decision = benchmark(MonitorPolicy().decide, batch, view)
+    decision: Decision = benchmark(DefaultPolicy().decide, batch, view)
     assert set(decision.mapping) == set(batch.call_ids)

@@ -31,7 +31,7 @@ from langgraph_devsched.hedging import hedge_outcomes
 from langgraph_devsched.hints import HintsError, validate_spec
 from langgraph_devsched.monitor.monitor import RuntimeMonitor
 from langgraph_devsched.schedulers.base import Decision, SchedulerBase
-from langgraph_devsched.schedulers.policy.scheduler import MonitorPolicy
+from langgraph_devsched.schedulers.policy.scheduler import DefaultPolicy
 from tests.builtin_bench import run_builtin
 
 
@@ -176,7 +176,7 @@ def test_the_monitor_hedges_an_unmeasured_side_on_the_simulated_gpu_and_learns_i
     monitor = RuntimeMonitor()
     reports: list[StepReport] = []
     node = DeviceToolNode([fft], testbed=bed, monitor=monitor, on_step=reports.append,
-                          scheduler=MonitorPolicy(monitor=monitor))
+                          scheduler=DefaultPolicy(monitor=monitor))
     app_ = graph(node)
     first = answers(app_.invoke(step("a", name="fft")))
     assert [(m.tool_call_id, m.content) for m in first] == [("a", "spectrum of a")]
@@ -229,7 +229,7 @@ async def test_idle_calibration_measures_the_other_side_between_async_steps():
         runs.append((text, device))
         return "vector"
 
-    policy = MonitorPolicy(hedge=False)  # no hedge: the other side is left to idle time
+    policy = DefaultPolicy(hedge=False)  # no hedge: the other side is left to idle time
     backend = LocalBackend(gpu=GpuConfig(vram_budget_mb=1000))
     node = DeviceToolNode([embed], scheduler=policy, backend=backend, idle_calibration=True)
     out = answers(await graph(node).ainvoke(step("a")))
@@ -258,7 +258,7 @@ async def test_an_idle_run_is_cancelled_when_the_next_step_arrives():
                 raise
         return "vector"
 
-    policy = MonitorPolicy(hedge=False)
+    policy = DefaultPolicy(hedge=False)
     backend = LocalBackend(gpu=GpuConfig(vram_budget_mb=1000))
     node = DeviceToolNode([embed], scheduler=policy, backend=backend, idle_calibration=True)
     app_ = graph(node)

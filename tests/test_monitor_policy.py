@@ -11,16 +11,16 @@ from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.monitor import RuntimeMonitor
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers import Batch, SchedulerView, make_scheduler
-from langgraph_devsched.schedulers.policy.scheduler import MonitorPolicy
+from langgraph_devsched.schedulers.policy.scheduler import DefaultPolicy
 from langgraph_devsched.testbed import BackgroundLoad, SimulatedTestbed, ToolParams
 from tests.builtin_bench import UNBUDGETED
 
 
-def unbudgeted(**options: object) -> MonitorPolicy:
+def unbudgeted(**options: object) -> DefaultPolicy:
     """The policy with no time budget on its decisions: the verdicts below (placements,
     reuse counts, determinism) never depend on the machine's speed (the budget's own test
     passes one, on a virtual clock)."""
-    return MonitorPolicy(max_decision_ms=None, **options)  # type: ignore[arg-type]
+    return DefaultPolicy(max_decision_ms=None, **options)  # type: ignore[arg-type]
 
 
 T = ToolParams
@@ -59,8 +59,8 @@ BEDS = {
 def run(
     params: dict[str, ToolParams], machine: dict[str, object], seq: list[str],
     specs: dict[str, ToolDeviceSpec] | None = None, rounds: int = 12,
-    policy: MonitorPolicy | None = None,
-) -> tuple[float, list[float], list[bool], MonitorPolicy]:
+    policy: DefaultPolicy | None = None,
+) -> tuple[float, list[float], list[bool], DefaultPolicy]:
     bed = SimulatedTestbed(params, vram_budget_mb=8000, **machine)  # type: ignore[arg-type]
     specs = specs or {t: declared(p) for t, p in params.items()}
     batch = Batch.of([(f"c{i}", t, specs[t]) for i, t in enumerate(seq)])
@@ -150,7 +150,7 @@ def test_a_shared_monitor_is_only_read() -> None:
 
 
 def test_registered_by_name() -> None:
-    assert isinstance(make_scheduler("monitor"), MonitorPolicy)
+    assert isinstance(make_scheduler("monitor"), DefaultPolicy)
 
 
 def test_without_a_gpu_everything_allowed_runs_on_the_cpu() -> None:
@@ -171,7 +171,7 @@ STEADY = {
 
 
 def steady_run(
-    policy: MonitorPolicy, bed: SimulatedTestbed, batch: Batch, rounds: int
+    policy: DefaultPolicy, bed: SimulatedTestbed, batch: Batch, rounds: int
 ) -> list[object]:
     out = []
     for _ in range(rounds):
@@ -272,7 +272,7 @@ def test_large_batches_search_within_the_budget_and_beat_their_seeds() -> None:
         now[0] += 0.002  # every reading of the clock is 2 ms later
         return now[0]
 
-    policy = MonitorPolicy(max_decision_ms=60.0, clock=clock)
+    policy = DefaultPolicy(max_decision_ms=60.0, clock=clock)
     d = policy.decide(batch, view)
     assert "local search" in d.reason
     assert now[0] < 0.5  # the fake clock bounded the search (it did not run to exhaustion)
@@ -313,3 +313,14 @@ def test_a_profile_wrong_where_measured_is_not_trusted_where_it_was_not() -> Non
     })
     r = run_scenario(s, ["monitor"], scheduler_options=UNBUDGETED).results["monitor"]
     assert r.final_mapping == {"vector_search": "cpu"} and r.optimal
+
+
+def test_the_old_class_name_still_works_with_one_warning() -> None:
+    """``monitor`` names the runtime monitor; the default policy's class is `DefaultPolicy`
+    (its registry name stays ``monitor``). The old class name resolves, and warns."""
+    import importlib
+
+    module = importlib.import_module("langgraph_devsched.schedulers.policy.scheduler")
+    with pytest.warns(DeprecationWarning, match="MonitorPolicy is now DefaultPolicy"):
+        old = module.MonitorPolicy
+    assert old is DefaultPolicy and type(make_scheduler("monitor")) is DefaultPolicy

@@ -26,7 +26,7 @@ _FACTORIES: dict[str, str] = {
     "dmda": f"{_PKG}.classic.dmda:DmdaScheduler",
     "ucb": f"{_PKG}.classic.ucb:UcbScheduler",
     "oracle": f"{_PKG}.classic.oracle:OracleScheduler",
-    "monitor": f"{_PKG}.policy.scheduler:MonitorPolicy",
+    "monitor": f"{_PKG}.policy.scheduler:DefaultPolicy",
     "agentic": f"{_PKG}.agentic:make_agentic",  # needs a model: AgenticNotConfiguredError
 }
 

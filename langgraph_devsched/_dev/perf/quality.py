@@ -33,10 +33,10 @@ LOCAL = "monitor_local"
 
 
 def _local_only() -> Any:
-    from langgraph_devsched.schedulers.policy.scheduler import MonitorPolicy
+    from langgraph_devsched.schedulers.policy.scheduler import DefaultPolicy
 
-    class LocalSearchPolicy(MonitorPolicy):
-        """`MonitorPolicy` that never enumerates: local search from its seeds only."""
+    class LocalSearchPolicy(DefaultPolicy):
+        """`DefaultPolicy` that never enumerates: local search from its seeds only."""
 
         name = LOCAL
 

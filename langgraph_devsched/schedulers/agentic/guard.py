@@ -68,7 +68,7 @@ class TwinView:
     choices: list[tuple[DeviceOption, ...]]
     reload: Callable[[Sequence[str]], float] | None = None
     """What evicting resident models costs the steps after (the fallback policy's price,
-    `MonitorPolicy.reload_ms`): added to every prediction, so that an answer that evicts a
+    `DefaultPolicy.reload_ms`): added to every prediction, so that an answer that evicts a
     model the next step loads again is not judged by its own step alone."""
 
     @classmethod

@@ -47,7 +47,7 @@ batch's shape), else ``view.observations``. It never records into a monitor it d
 ...     vram_budget_mb=8000)
 >>> spec = ToolDeviceSpec(profile=SoloProfile(cpu_ms=30, gpu_ms=42, transfer_ms=40))
 >>> batch = Batch.of([("c1", "fft", spec)])
->>> policy = MonitorPolicy()
+>>> policy = DefaultPolicy()
 >>> d = policy.decide(batch, SchedulerView(bed.device_state()))
 >>> dict(d.mapping), d.probe, d.reused
 ({'c1': 'cpu'}, False, False)
@@ -59,8 +59,10 @@ import dataclasses
 import itertools
 import math
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from langgraph_devsched.gpus import GpuCall, default_gpus
 from langgraph_devsched.hedging import hedge_outcomes
@@ -132,7 +134,7 @@ EVERY_RUN_UNTIL = 20
 """A shape's contention fit is refitted after each of its first runs, then when they double."""
 
 
-class MonitorPolicy(SchedulerBase):
+class DefaultPolicy(SchedulerBase):
     """Contention-aware joint mapping search over monitor observations, with bounded probes,
     bounded search time, bounded state and reuse of unchanged decisions."""
 
@@ -960,3 +962,13 @@ def _weights_mb(batch: Batch, device: DeviceState | None) -> dict[str, float]:
         if model is not None and c.spec.weights_mb:
             sizes[model] = float(c.spec.weights_mb)
     return sizes
+
+
+def __getattr__(name: str) -> Any:
+    """``MonitorPolicy``, the class's old name, for one release (it warns once a use)."""
+    if name == "MonitorPolicy":
+        warnings.warn("MonitorPolicy is now DefaultPolicy (\"monitor\" names the runtime "
+                      "monitor; the scheduler's registry name stays 'monitor')",
+                      DeprecationWarning, stacklevel=2)
+        return DefaultPolicy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
