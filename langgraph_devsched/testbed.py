@@ -202,7 +202,7 @@ class SimulatedTestbed:
         return self._gpus
 
     def _gpu_weights(self, index: int) -> tuple[tuple[str, float], ...]:
-        return self._state.gpu if index == 0 else self._state.others[index - 1]
+        return self._weights_in(self._state, index)
 
     def _one_gpu(self, what: str) -> None:
         """The batched evaluator (`batchsim`) models one GPU: refuse it on several."""
@@ -507,13 +507,12 @@ class SimulatedTestbed:
                 return None
             order = (*state.host_order, model)
             return dataclasses.replace(state, host=frozenset(order), host_order=order)
-        weights = state.gpu if gpu == 0 else state.others[gpu - 1]
+        weights = self._weights_in(state, gpu)
         if any(m == model for m, _ in weights):
             return None
         gone = set(evict) - state.keep_warm
         kept = tuple((m, mb) for m, mb in weights if m not in gone)
-        background = self._background if gpu == 0 else self._gpus[gpu].background
-        free = self._gpus[gpu].vram_mb - background.vram_mb - sum(mb for _, mb in kept)
+        free = self._free_mb(gpu, kept)
         warm = [WarmModel(m, mb, keep_warm=m in state.keep_warm) for m, mb in kept]
         more = plan_room(warm, need_mb=p.weights_mb, free_mb=free)
         if more is None:
@@ -538,9 +537,7 @@ class SimulatedTestbed:
             p = self._models.get(model)
             if p is None or evict or not 0 <= gpu < len(self._gpus):
                 return None
-            weights = state.gpu if gpu == 0 else state.others[gpu - 1]
-            background = self._background if gpu == 0 else self._gpus[gpu].background
-            free = self._gpus[gpu].vram_mb - background.vram_mb - sum(mb for _, mb in weights)
+            free = self._free_mb(gpu, self._weights_in(state, gpu))
             if p.weights_mb + sum(self._params[t].vram_mb for t in tools) > free + _EPS:
                 return None
         return self.with_loaded(state, model, gpu, evict)
@@ -548,22 +545,33 @@ class SimulatedTestbed:
     def load_beside(self, model: str, gpu: int, evict: Sequence[str], tools: Sequence[str],
                     busy: bool) -> float | None:
         """`beside` on the testbed's state (a step just ran): the load time (ms), or None."""
-        after = self.beside(self._state, model, gpu, evict, tools, busy)
+        return self._take(self.beside(self._state, model, gpu, evict, tools, busy), model, "gpu")
+
+    def _take(self, after: batchsim.Residency | None, model: str,
+              side: ModelSide) -> float | None:
+        """Make ``after`` (a load of ``model`` on ``side``) the state: its load time (ms), or
+        None (and the state unchanged) when there was no such load."""
         if after is None:
             return None
         self._state = after
-        return self.model_loads("gpu")[model]
+        return self.model_loads(side)[model]
+
+    def _weights_in(self, state: batchsim.Residency,
+                    gpu: int) -> tuple[tuple[str, float], ...]:
+        """GPU ``gpu``'s resident weights in ``state``."""
+        return state.gpu if gpu == 0 else state.others[gpu - 1]
+
+    def _free_mb(self, gpu: int, weights: Sequence[tuple[str, float]]) -> float:
+        """GPU ``gpu``'s room beside its background and ``weights`` (MB)."""
+        background = self._background if gpu == 0 else self._gpus[gpu].background
+        return self._gpus[gpu].vram_mb - background.vram_mb - sum(mb for _, mb in weights)
 
     def preload(self, model: str, gpu: int = 0, evict: Sequence[str] = (),
                 side: ModelSide = "gpu") -> float | None:
         """Load ``model`` between two steps (`with_loaded`; the clock is not advanced: the
         load runs while the agent's LLM thinks); its load time (ms), or None when it could
         not get room (or was there already)."""
-        after = self.with_loaded(self._state, model, gpu, evict, side)
-        if after is None:
-            return None
-        self._state = after
-        return self.model_loads(side)[model]
+        return self._take(self.with_loaded(self._state, model, gpu, evict, side), model, side)
 
     def _event_machine(self) -> Machine:
         """What the event simulation of a step reads of this testbed, at the step's start."""

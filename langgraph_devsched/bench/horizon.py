@@ -91,6 +91,12 @@ def _key(state: batchsim.Residency) -> _Key:
     return state.gpu, state.host
 
 
+def _evictions(state: batchsim.Residency) -> list[tuple[str, ...]]:
+    """What a load onto the GPU may evict first: nothing (least recently used models then
+    make room), or any one resident model."""
+    return [(), *((m,) for m, _ in state.gpu)]
+
+
 @dataclass
 class _Step:
     """One batch from one state: each mapping's end state, bound and (lazily) makespan."""
@@ -159,8 +165,7 @@ class _Search:
             for _ in range(MAX_PRELOADS):
                 nxt = []
                 for s, spent in level:
-                    resident = [m for m, _ in s.gpu]
-                    evictions = [(), *((m,) for m in resident)]
+                    evictions = _evictions(s)
                     for side, times in loads.items():
                         for model, ms in times.items():
                             if spent + ms > self.think_ms:
@@ -177,14 +182,14 @@ class _Search:
         found = self.idles[key] = list(out.values())
         return found
 
-    def beside(self, step: _Step, end: batchsim.Residency, b: int, busy: bool,
+    def beside(self, end: batchsim.Residency, b: int, busy: bool,
                ) -> list[tuple[batchsim.Residency, float]]:
         """The states a load in the background of batch ``b`` can leave from its end state
         ``end`` (`SimulatedTestbed.beside`), each with its load time: on the GPU a mapping
         uses (``busy``) into room beside the step only, else evicting any one resident
         model first or least recently used ones (one GPU)."""
         out = []
-        evictions = [()] if busy else [(), *((m,) for m, _ in end.gpu)]
+        evictions = [()] if busy else _evictions(end)
         for model, ms in self.loads.items():
             for evict in evictions:
                 after = self.bed.beside(end, model, 0, evict, self.tools[b], busy)
@@ -192,7 +197,7 @@ class _Search:
                     out.append((after, ms))
         return out
 
-    def after(self, step: _Step, end: batchsim.Residency, span: float, b: int,
+    def after(self, end: batchsim.Residency, span: float, b: int,
               options: tuple[DeviceOption, ...]) -> list[tuple[batchsim.Residency, float]]:
         """The states the time after batch ``b``'s mapping ``options`` (ending in ``end`` in
         ``span`` ms) can leave before the next batch, each with the delay it adds: loads
@@ -201,17 +206,17 @@ class _Search:
         one loader)."""
         out = [(s, 0.0) for s in self.idle(end)]
         busy = any(o != "cpu" for o in options)
-        for after, ms in self.beside(step, end, b, busy):
+        for after, ms in self.beside(end, b, busy):
             out.append((after, max(0.0, ms - span - self.think_ms)))
         return out
 
     def reachable(self, step: _Step, b: int) -> list[batchsim.Residency]:
         """Every state batch ``b`` from ``step``'s state and the time after it can leave."""
         out = [s for end in step.ends for s in self.idle(end)]
-        out += [s for end in step.ends for s, _ in self.beside(step, end, b, busy=True)]
+        out += [s for end in step.ends for s, _ in self.beside(end, b, busy=True)]
         if step.cpu_row is not None:
             end = step.ends[int(step.index[step.cpu_row])]
-            out += [s for s, _ in self.beside(step, end, b, busy=False)]
+            out += [s for s, _ in self.beside(end, b, busy=False)]
         return out
 
     def greedy(self, state: batchsim.Residency) -> tuple[float, _Path]:
@@ -280,9 +285,8 @@ class _Search:
         for b in range(len(self.batches)):
             nxt: dict[_Key, tuple[float, _Path, batchsim.Residency]] = {}
             for spent, done, state in level.values():
-                step = self.step(state, b)
-                for end, span, options in self.moves(step, b, limit - spent):
-                    ways = (self.after(step, end, span, b, options) if b + 1 < len(self.batches)
+                for end, span, options in self.moves(self.step(state, b), b, limit - spent):
+                    ways = (self.after(end, span, b, options) if b + 1 < len(self.batches)
                             else [(end, 0.0)])
                     for after, delay in ways:
                         cost = spent + span + delay
@@ -402,10 +406,9 @@ def whole_run_reference(
                 room = limit - spent - after[r]
                 if room < 0:
                     continue
-                step = search.step(state, b)
-                for end, span, options in search.moves(step, b, room):
+                for end, span, options in search.moves(search.step(state, b), b, room):
                     for st, delay in ([(end, 0.0)] if last
-                                      else search.after(step, end, span, b, options)):
+                                      else search.after(end, span, b, options)):
                         cost = spent + span + delay
                         seen = nxt.get(_key(st))
                         if seen is None or cost < seen[0]:

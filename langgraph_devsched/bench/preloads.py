@@ -70,6 +70,13 @@ class PreloadRuns:
         for model in [m for m in self.pending if m not in resident]:
             self._waste(model)
 
+    def ran(self, model: str, took: float, side: str) -> None:
+        """A load of ``model`` on ``side`` ran in ``took`` ms; a GPU one waits for its use."""
+        self.loads += 1
+        self.device_ms += took
+        if side == "gpu":
+            self.pending[model] = took
+
     def finish(self) -> None:
         """The run ended: preloads never used are wasted."""
         for model in list(self.pending):
@@ -94,10 +101,8 @@ def run_background(bed: SimulatedTestbed, loads: Sequence[Preload], tools: Seque
             totals.refused += 1
             continue
         busy += took
-        totals.loads += 1
+        totals.ran(p.model, took, "gpu")
         totals.background += 1
-        totals.device_ms += took
-        totals.pending[p.model] = took
     delay = max(0.0, busy - step_ms - think_ms)
     totals.delay_ms += delay
     return delay
@@ -124,7 +129,4 @@ def run_preloads(bed: SimulatedTestbed, scheduler: Any, idle_ms: float,
         if took is None:
             continue
         busy += took
-        totals.loads += 1
-        totals.device_ms += took
-        if p.side == "gpu":
-            totals.pending[p.model] = took
+        totals.ran(p.model, took, p.side)

@@ -285,10 +285,11 @@ class Investments:
                  if g.index not in busy or beside_mb is not None}
         window = step_ms + self.think_ms
         skip = set(loading)
-        for model in (*self.forecast.models(), *self._declared):
+        forecast = self.forecast.models()
+        for model in dict.fromkeys((*forecast, *self._declared)):  # each model once
             if model in skip or any(r.holds(model) for r in rooms.values()):
                 continue
-            used = model in self.forecast.models()
+            used = model in forecast
             eco = self._economics.get(model) if used else self._declared.get(model)
             if eco is None or eco.saving_ms <= 0 or eco.load_ms <= self.think_ms:
                 continue  # a load the think time holds is chosen between steps, knowing more
