@@ -28,6 +28,7 @@ from langgraph_devsched.bench.scenario import Scenario, load_scenarios, under_ph
 from langgraph_devsched.cli import app
 from langgraph_devsched.options import DEVICE_OPTIONS
 from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
+from tests.brute_force import idle_states
 from tests.builtin_bench import run_builtin
 
 pytest.importorskip("numpy")
@@ -69,25 +70,6 @@ def _tiny(rng: random.Random, physics: str) -> tuple[Scenario, int]:
         "tools": tools, "workload": {"kind": "sequence", "batches": batches,
                                      "rounds": rounds,
                                      "think_ms": rng.choice([0.0, 1000.0, 3000.0])}}), rounds
-
-
-def _idle_states(bed: SimulatedTestbed, think_ms: float) -> list[Any]:
-    """The state now and every state one load between two steps can leave (into host
-    memory, or onto the GPU evicting least recently used models or one chosen first), as
-    the bench lets a scheduler load while the agent thinks."""
-    state = bed.residency()
-    out = [state]
-    if think_ms <= 0:
-        return out
-    for side in ("gpu", "cpu"):
-        for model, ms in bed.model_loads(side).items():
-            if ms > think_ms:
-                continue
-            for evict in [(), *((m,) for m, _ in state.gpu)] if side == "gpu" else [()]:
-                after = bed.with_loaded(state, model, 0, evict, side=side)
-                if after is not None and after not in out:
-                    out.append(after)
-    return out
 
 
 def _beside_states(bed: SimulatedTestbed, tools: list[str], options: tuple[str, ...],
@@ -141,7 +123,7 @@ def test_the_reference_is_the_least_any_sequence_of_mappings_pays_each_round(cas
             span = bed.run_step(calls).makespan_ms
             more[k // len(batches)] += span
             mine = all(ref.mapping[c] == o for c, o in zip(batch.call_ids, options, strict=True))
-            ways = [(s, 0.0) for s in _idle_states(bed, think_ms if k + 1 < len(steps) else 0.0)]
+            ways = [(s, 0.0) for s in idle_states(bed, think_ms if k + 1 < len(steps) else 0.0)]
             if k + 1 < len(steps):
                 ways += _beside_states(bed, [c.tool for c in batch.calls], options, span,
                                        think_ms)

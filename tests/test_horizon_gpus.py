@@ -26,7 +26,7 @@ from langgraph_devsched.bench.runner import (
 from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.cli import app
 from langgraph_devsched.options import DEVICE_OPTIONS
-from langgraph_devsched.testbed import SimulatedTestbed
+from tests.brute_force import idle_states
 
 
 def _tiny(rng: random.Random, physics: str) -> tuple[Scenario, int]:
@@ -56,26 +56,6 @@ def _tiny(rng: random.Random, physics: str) -> tuple[Scenario, int]:
         "testbed": {"gpus": gpus, "cpu_cores": 2, "noise": 0, "physics": physics},
         "tools": tools, "workload": {"kind": "sequence", "batches": batches, "rounds": rounds,
                                      "think_ms": rng.choice([0.0, 1000.0, 3000.0])}}), rounds
-
-
-def _idle_states(bed: SimulatedTestbed, think_ms: float) -> list[Any]:
-    """The state now and every state one load between two steps can leave: a model into
-    host memory, or onto any GPU evicting least recently used models or one chosen first."""
-    state = bed.residency()
-    out = [state]
-    if think_ms <= 0:
-        return out
-    for side in ("gpu", "cpu"):
-        for model, ms in bed.model_loads(side).items():
-            if ms > think_ms:
-                continue
-            for gpu in range(bed.gpu_count) if side == "gpu" else [0]:
-                weights = state.gpu if gpu == 0 else state.others[gpu - 1]
-                for evict in [(), *((m,) for m, _ in weights)] if side == "gpu" else [()]:
-                    after = bed.with_loaded(state, model, gpu, evict, side=side)
-                    if after is not None and after not in out:
-                        out.append(after)
-    return out
 
 
 def _brute_force(scenario: Scenario, rounds: int) -> tuple[float, list[float]]:
@@ -109,7 +89,7 @@ def _brute_force(scenario: Scenario, rounds: int) -> tuple[float, list[float]]:
             more = list(spent)
             more[i // len(batches)] += bed.run_step(calls, gpus=gpus).makespan_ms
             last = i + 1 == len(steps)
-            for after in _idle_states(bed, 0.0 if last else scenario.workload.think_ms):
+            for after in idle_states(bed, 0.0 if last else scenario.workload.think_ms):
                 bed.restore(after)
                 walk(i + 1, more)
 

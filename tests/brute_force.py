@@ -1,0 +1,28 @@
+"""What the brute-force tests of the bench's references walk between two steps, written
+independently of `bench.horizon` and `bench.horizon_gpus`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph_devsched.testbed import SimulatedTestbed
+
+
+def idle_states(bed: SimulatedTestbed, think_ms: float) -> list[Any]:
+    """The state now and every state one load between two steps can leave: a model into
+    host memory, or onto any GPU evicting least recently used models or one chosen first."""
+    state = bed.residency()
+    out = [state]
+    if think_ms <= 0:
+        return out
+    for side in ("gpu", "cpu"):
+        for model, ms in bed.model_loads(side).items():
+            if ms > think_ms:
+                continue
+            for gpu in range(bed.gpu_count) if side == "gpu" else [0]:
+                weights = state.gpu if gpu == 0 else state.others[gpu - 1]
+                for evict in [(), *((m,) for m, _ in weights)] if side == "gpu" else [()]:
+                    after = bed.with_loaded(state, model, gpu, evict, side=side)
+                    if after is not None and after not in out:
+                        out.append(after)
+    return out
