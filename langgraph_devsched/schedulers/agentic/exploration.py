@@ -99,6 +99,13 @@ class ExplorationLedger:
     def probes(self, shape: tuple[str, ...]) -> int:
         return self._of(shape).probes
 
+    def left_ms(self, shape: tuple[str, ...]) -> float:
+        """What a probe of an unmeasured mapping of ``shape`` may still cost (0: none runs,
+        `check` vetoes every exploration): the budget, while probes are left."""
+        if self._of(shape).probes >= self.max_probes:
+            return 0.0
+        return max(0.0, self.budget_ms(shape))
+
     def check(self, shape: tuple[str, ...], cost_ms: float | None, *,
               explores: bool) -> Veto | None:
         """The veto on a deviation predicted to cost ``cost_ms`` (<= 0: predicted to win;

@@ -37,6 +37,7 @@ from langgraph_devsched.options import DEVICE_OPTIONS
 from langgraph_devsched.residency import WarmModel
 from langgraph_devsched.schedulers.agentic.constraints import HardConstraints
 from langgraph_devsched.schedulers.agentic.gpu_choice import all_values, call_gpus, expand, several
+from langgraph_devsched.schedulers.agentic.guard import MEASURED_MARGIN, MeasuredVerdict
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
 
@@ -306,18 +307,36 @@ def warm_first(outcome: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**outcome, "makespan_ms": float(warm)}
 
 
-def outcomes_data(obs: Mapping[str, Any], batch: Batch) -> list[dict[str, Any]]:
+def outcomes_data(obs: Mapping[str, Any], batch: Batch, *,
+                  refuted: bool = False) -> list[dict[str, Any]]:
     """Executed mappings of this step's batch shape and what they measured, lowest makespan
     first, at most `MAX_OUTCOMES`: each the mean makespan, the count, and the options by
-    call id (the answer's own form, so a whole measured mapping reads as one)."""
+    call id (the answer's own form, so a whole measured mapping reads as one). ``refuted``:
+    a mapping measured slower than the fastest by more than the guard's margin is marked
+    so (`guard.MEASURED_MARGIN`: the guard vetoes it, a constraint like the VRAM budget).
+
+    >>> from langgraph_devsched.hints import ToolDeviceSpec
+    >>> b = Batch.of([("a", "ocr", ToolDeviceSpec())])
+    >>> ran = {"outcomes": [
+    ...     {"shape": ["ocr"], "placement": [["ocr", "cpu"]], "makespan_ms": 90.0, "count": 3},
+    ...     {"shape": ["ocr"], "placement": [["ocr", "gpu_now"]], "makespan_ms": 120.0,
+    ...      "count": 1}]}
+    >>> outcomes_data(ran, b, refuted=True)[1]
+    {'makespan_ms': 120, 'n': 1, 'options': {'a': 'gpu_now'}, 'refuted': True}
+    """
     rows = outcomes_of(obs, batch)
     rows.sort(key=lambda o: float(o.get("makespan_ms") or 0.0))
+    fastest = float(rows[0].get("makespan_ms") or 0.0) if rows else 0.0
     runs = []
     for o in rows[:MAX_OUTCOMES]:
         mapping = mapping_of(o.get("placement", ()), batch)
         if mapping is not None:
-            runs.append({"makespan_ms": _round2(o.get("makespan_ms")),
-                         "n": _count(int(o.get("count") or 0)), "options": mapping})
+            run: dict[str, Any] = {"makespan_ms": _round2(o.get("makespan_ms")),
+                                   "n": _count(int(o.get("count") or 0)), "options": mapping}
+            if refuted and MeasuredVerdict(float(o.get("makespan_ms") or 0.0), fastest,
+                                           MEASURED_MARGIN).rejected:
+                run["refuted"] = True
+            runs.append(run)
     return runs
 
 
@@ -351,22 +370,36 @@ def hint_text(hint: Mapping[str, Any]) -> str:
     return f"{hint.get('kind')}: {where} unmeasured{context}, gain<={gain}ms"
 
 
-def hints_data(obs: Mapping[str, Any], tools: Sequence[str]) -> list[str]:
+def hints_data(obs: Mapping[str, Any], tools: Sequence[str],
+               explore_ms: float | None = None) -> list[str]:
     """The monitor's exploration hints about ``tools`` in a few words each (`hint_text`,
-    largest expected gain first, at most `MAX_HINTS`)."""
+    largest expected gain first, at most `MAX_HINTS`), after what a probe may cost this
+    step (``explore_ms``, `exploration.ExplorationLedger.left_ms`; None: no bound). With
+    nothing to spend, no hint: an unmeasured mapping would be vetoed, not run.
+
+    >>> hints_data({"hints": [{"kind": "side", "tools": ["ocr"], "devices": ["gpu"],
+    ...                        "expected_gain_ms": 40}]}, ["ocr"], explore_ms=0.0)
+    ['exploration budget 0 ms: an unmeasured mapping is not run']
+    """
+    if explore_ms is not None and explore_ms <= 0:
+        return ["exploration budget 0 ms: an unmeasured mapping is not run"]
     here = set(tools)
     rows = [h for h in obs.get("hints", ()) if here & set(h.get("tools") or ())]
     rows.sort(key=lambda h: -float(h.get("expected_gain_ms") or 0.0))
-    return [hint_text(h) for h in rows[:MAX_HINTS]]
+    budget = [] if explore_ms is None else [f"exploration budget {_round2(explore_ms)} ms"]
+    return budget + [hint_text(h) for h in rows[:MAX_HINTS]]
 
 
 def observation_tools(
     batch: Batch, view: SchedulerView, constraints: HardConstraints | None = None,
-    obs: Mapping[str, Any] | None = None,
+    obs: Mapping[str, Any] | None = None, *, explore_ms: float | None = None,
+    refuted: bool = False,
 ) -> list[BaseTool]:
     """The five read-only tools the sub-agent may call for this step (`opening` calls them).
     ``obs``: the observations as data where the caller has them (with several GPUs, the
-    scheduler's own executed mappings on their GPUs); default: ``view.observations``."""
+    scheduler's own executed mappings on their GPUs); default: ``view.observations``. The
+    evidence the guard enforces is shown as facts: what a probe may cost (``explore_ms``)
+    and the measured mappings it vetoes (``refuted``)."""
     obs = observations_data(view.observations) if obs is None else obs
     tools_here = list(dict.fromkeys(c.tool for c in batch.calls))
     declared = {c.tool: c.spec.vram_mb for c in batch.calls}
@@ -392,12 +425,13 @@ def observation_tools(
 
     def past_outcomes() -> str:
         """Executed mappings of this step's calls and the makespans they measured."""
-        return compact(outcomes_data(obs, batch))
+        return compact(outcomes_data(obs, batch, refuted=refuted))
 
     def exploration_hints() -> str:
         """What the monitor does not know yet (never-measured sides or pairs), with an
-        optimistic gain in ms. Information, not orders."""
-        return compact(hints_data(obs, tools_here))
+        optimistic gain in ms, after what a probe may cost this step. Information, not
+        orders."""
+        return compact(hints_data(obs, tools_here, explore_ms))
 
     return [
         StructuredTool.from_function(f)

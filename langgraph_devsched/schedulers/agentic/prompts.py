@@ -33,8 +33,8 @@ The observation tools ({tools}) report declared hints and measurements only: \
 tool_estimates gives per option [run ms, samples, context] (context g<k>c<j>: k other \
 calls on the GPU, j on the CPU), past_outcomes the mappings already run, lowest measured \
 makespan first (a whole mapping's makespan includes how its calls slowed each other, which \
-per-tool estimates do not show), exploration_hints what is not measured yet (a probe of it \
-may pay off later).
+per-tool estimates do not show; refuted: measured slower than the fastest, not run again), \
+exploration_hints what is not measured yet and what a probe of it may cost this step.
 Answer with only a JSON object giving every call id its option: \
 {{"<call id>": "<option>", ...}}.
 Hard constraints, enforced after you answer: {constraints}"""

@@ -335,6 +335,7 @@ class AgenticScheduler(SchedulerBase):
             timeout_s=self.timeout_s, clock=self.clock, on_llm_call=self._count_llm_call,
             lead=fallback_lead(self.fallback, batch, view), candidates=self.candidates,
             pick_within=self.pick_within, guard_ratio=self.guard_ratio,
+            explore_ms=self._explore_ms(batch),
             started=self.clock(),
         )
         step.key = (*key, self._mode.key(step))
@@ -343,6 +344,14 @@ class AgenticScheduler(SchedulerBase):
     def _count_llm_call(self) -> None:
         with self._lock:
             self.llm_calls += 1
+
+    def _explore_ms(self, batch: Batch) -> float | None:
+        """What a probe of an unmeasured mapping of ``batch``'s shape may cost now (None:
+        no bound, the guard off)."""
+        if self._explorations is None or self.guard_ratio is None:
+            return None
+        with self._lock:
+            return self._explorations.left_ms(batch.shape)
 
     def _prepare(self, batch: Batch, view: View, *, asynchronous: bool) -> _Prepared | Decision:
         """The decision made without the model (a probe, a cached answer, every consultation

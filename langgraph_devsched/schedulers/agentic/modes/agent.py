@@ -63,6 +63,9 @@ class Step:
     candidates: int = 0
     pick_within: float | None = None
     guard_ratio: float | None = None
+    explore_ms: float | None = None
+    """What a probe of an unmeasured mapping may cost this step (`exploration`; None: no
+    bound, the guard off): shown with the exploration hints."""
 
     @property
     def vram_seen(self) -> Mapping[str, float]:
@@ -152,7 +155,9 @@ class AgentMode:
         labels = short_labels(step.batch)
         # the model reads and answers with short labels; the answer is read back to the ids
         batch = Batch.of([(labels[c.call_id], c.tool, c.spec) for c in step.batch.calls])
-        tools = observation_tools(batch, step.view, rules, step.obs)
+        tools = observation_tools(batch, step.view, rules, step.obs,
+                                  explore_ms=step.explore_ms,
+                                  refuted=step.guard_ratio is not None)
         budget = answer_budget(len(batch), several_gpus=several(step.view.device))
         consultation = Consultation(
             model=step.model,
