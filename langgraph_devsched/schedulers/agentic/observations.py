@@ -170,12 +170,22 @@ def answer_values(call: Any, rules: HardConstraints, device: DeviceState | None)
 
 
 def calls_data(
-    batch: Batch, constraints: HardConstraints | None = None, device: DeviceState | None = None
+    batch: Batch, constraints: HardConstraints | None = None, device: DeviceState | None = None,
+    uses_next: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The step's calls by id: the tool (where the id is not its name), the allowed options
     (where not all; with several GPUs, the per-GPU values of `answer_values`), the declared
     hints (``solo_ms``: the declared solo profile's GPU and CPU times), and for a call on a
-    resident model where it is warm (``gpu``/``cpu``; with several GPUs ``cuda:<index>``)."""
+    resident model where it is warm (``gpu``/``cpu``; with several GPUs ``cuda:<index>``)
+    and, where it is warm on no GPU, the uses the policy's forecast expects of it over the
+    coming steps (``uses_next``, from ``uses_next``: what would repay its GPU load).
+
+    >>> from langgraph_devsched.hints import ToolDeviceSpec
+    >>> b = Batch.of([("c1", "asr", ToolDeviceSpec(model="whisper", weights_mb=3000))])
+    >>> calls_data(b, device=DeviceState(True, "gpu", 8000, 0, 0.0, 8),
+    ...            uses_next={"whisper": 4.25})["c1"]["uses_next"]
+    4.2
+    """
     rules = constraints or HardConstraints()
     every = list(DEVICE_OPTIONS) if device is None or not several(device) else all_values(
         device)
@@ -202,6 +212,10 @@ def calls_data(
                            *(["cpu"] if device.warm(model, "cpu") else [])]
         elif model is not None and device is not None:
             row["warm"] = [s for s in ("gpu", "cpu") if device.warm(model, s)]
+        cold = model is not None and device is not None and not any(
+            d.warm(model) for d in device.devices)
+        if cold and uses_next and uses_next.get(model or "", 0.0) > 0:
+            row["uses_next"] = round(uses_next[model or ""], 1)
         out[call.call_id] = row
     return out
 
@@ -393,13 +407,14 @@ def hints_data(obs: Mapping[str, Any], tools: Sequence[str],
 def observation_tools(
     batch: Batch, view: SchedulerView, constraints: HardConstraints | None = None,
     obs: Mapping[str, Any] | None = None, *, explore_ms: float | None = None,
-    refuted: bool = False,
+    refuted: bool = False, uses_next: Mapping[str, float] | None = None,
 ) -> list[BaseTool]:
     """The five read-only tools the sub-agent may call for this step (`opening` calls them).
     ``obs``: the observations as data where the caller has them (with several GPUs, the
     scheduler's own executed mappings on their GPUs); default: ``view.observations``. The
     evidence the guard enforces is shown as facts: what a probe may cost (``explore_ms``)
-    and the measured mappings it vetoes (``refuted``)."""
+    and the measured mappings it vetoes (``refuted``); a cold model's forecast uses
+    (``uses_next``, `calls_data`)."""
     obs = observations_data(view.observations) if obs is None else obs
     tools_here = list(dict.fromkeys(c.tool for c in batch.calls))
     declared = {c.tool: c.spec.vram_mb for c in batch.calls}
@@ -407,8 +422,9 @@ def observation_tools(
 
     def step_calls() -> str:
         """The calls of this step: id, tool, allowed options and declared hints (vram_mb,
-        gpu_share, solo profile, resident model), and where a call's model is warm."""
-        return compact(calls_data(batch, rules, view.device))
+        gpu_share, solo profile, resident model), where a call's model is warm, and a cold
+        model's forecast uses over the coming steps."""
+        return compact(calls_data(batch, rules, view.device, uses_next))
 
     def tool_estimates(tool: str = "") -> str:
         """Measured run time per option and load context (run_ms, std_ms, n samples) of one

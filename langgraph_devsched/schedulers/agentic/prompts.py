@@ -30,11 +30,12 @@ Options: gpu_now (the GPU at once, shared with the other GPU calls: they slow ea
 its VRAM must fit now), gpu_queued (the GPU once its VRAM fits and the GPU is free), cpu \
 (no VRAM; slow for heavy compute, fast for transfer-bound tools).
 The observation tools ({tools}) report declared hints and measurements only: \
-tool_estimates gives per option [run ms, samples, context] (context g<k>c<j>: k other \
-calls on the GPU, j on the CPU), past_outcomes the mappings already run, lowest measured \
-makespan first (a whole mapping's makespan includes how its calls slowed each other, which \
-per-tool estimates do not show; refuted: measured slower than the fastest, not run again), \
-exploration_hints what is not measured yet and what a probe of it may cost this step.
+step_calls gives a cold model's uses_next (the uses its forecast expects over the coming \
+steps: what would repay its load_ms), tool_estimates per option [run ms, samples, context] \
+(context g<k>c<j>: k other calls on the GPU, j on the CPU), past_outcomes the mappings \
+already run, lowest measured makespan first (a whole mapping's makespan includes how its \
+calls slowed each other, which per-tool estimates do not show; refuted: measured slower \
+than the fastest, not run again), exploration_hints what is not measured yet and what a probe of it may cost this step.
 Answer with only a JSON object giving every call id its option: \
 {{"<call id>": "<option>", ...}}.
 Hard constraints, enforced after you answer: {constraints}"""

@@ -336,6 +336,7 @@ class AgenticScheduler(SchedulerBase):
             lead=fallback_lead(self.fallback, batch, view), candidates=self.candidates,
             pick_within=self.pick_within, guard_ratio=self.guard_ratio,
             explore_ms=self._explore_ms(batch),
+            uses_next=self._uses_next(batch),
             started=self.clock(),
         )
         step.key = (*key, self._mode.key(step))
@@ -344,6 +345,15 @@ class AgenticScheduler(SchedulerBase):
     def _count_llm_call(self) -> None:
         with self._lock:
             self.llm_calls += 1
+
+    def _uses_next(self, batch: Batch) -> dict[str, float]:
+        """The policy's forecast uses over the coming steps of each model of ``batch`` (none
+        without such a policy): what repays a load, an observation for the model."""
+        coming = getattr(self.fallback, "coming_uses", None)
+        if coming is None:
+            return {}
+        models = {m for c in batch.calls if (m := c.spec.model_name(c.tool)) is not None}
+        return {m: float(coming(m)) for m in sorted(models)}
 
     def _explore_ms(self, batch: Batch) -> float | None:
         """What a probe of an unmeasured mapping of ``batch``'s shape may cost now (None:

@@ -604,6 +604,11 @@ class DefaultPolicy(SchedulerBase):
         machine is idle before their first use (`preloads`)."""
         self._investments.declare(specs)
 
+    def coming_uses(self, model: str) -> float:
+        """The uses of ``model`` its forecast expects over the coming steps (what a load of
+        it is repaid by: `monitor.forecast.UseForecast.coming`; 0: never used)."""
+        return self._investments.forecast.coming(model)
+
     def preloads(self, device: DeviceState, idle_ms: float) -> list[Preload]:
         """The model loads worth running in ``idle_ms`` before the next step
         (`investments.Investments.preloads`): ``device`` is the state now."""

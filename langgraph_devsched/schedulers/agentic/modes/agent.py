@@ -12,7 +12,7 @@ once where it never ran and predicts below the fastest measured one (`AgentMode.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langgraph_devsched.schedulers.agentic.config import AnswerChannel
@@ -64,6 +64,9 @@ class Step:
     pick_within: float | None = None
     guard_ratio: float | None = None
     explore_ms: float | None = None
+    uses_next: Mapping[str, float] = field(default_factory=dict)
+    """Per model of the step, the uses the policy's forecast expects over the coming steps
+    (what repays its load): shown for a model not warm on a GPU."""
     """What a probe of an unmeasured mapping may cost this step (`exploration`; None: no
     bound, the guard off): shown with the exploration hints."""
 
@@ -156,7 +159,7 @@ class AgentMode:
         # the model reads and answers with short labels; the answer is read back to the ids
         batch = Batch.of([(labels[c.call_id], c.tool, c.spec) for c in step.batch.calls])
         tools = observation_tools(batch, step.view, rules, step.obs,
-                                  explore_ms=step.explore_ms,
+                                  explore_ms=step.explore_ms, uses_next=step.uses_next,
                                   refuted=step.guard_ratio is not None)
         budget = answer_budget(len(batch), several_gpus=several(step.view.device))
         consultation = Consultation(
