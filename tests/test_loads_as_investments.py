@@ -174,3 +174,50 @@ def test_cli_generate_reports_the_total_ratio(tmp_path) -> None:
     replay = CliRunner().invoke(app, ["bench", "--scenarios", "gen-s1-2", "--schedulers",
                                       "static", "--decision-cost", "none"])
     assert replay.exit_code == 0 and "gen-s1-2" in replay.output
+
+
+UNBUDGETED = {"monitor": {"max_decision_ms": None}}  # a verdict that depends on code only
+
+
+def test_a_crowded_gpu_gets_a_host_copy_of_its_model_so_a_call_can_go_beside_it() -> None:
+    """gen-s1-126 (one idle-queue GPU of 2.2 GB: calls on it run one after another): `t1`'s
+    model sits warm on the GPU, so it was never loaded into host memory, and every step
+    queued `t1` behind the heavy `t2` calls (421-647 ms a step against 261). Once a step
+    queued `t1` behind other GPU calls, the policy loads a host copy too in the idle time
+    left between steps, and the steps put `t1` on the CPU beside the GPU's queue. 1.63x the
+    whole-run reference before, 1.12x now (the first crowded step is paid)."""
+    scenario = generated_scenario(1, 126)
+    result = run_scenario(scenario, ["monitor"], decision_cost="none", seed=1,
+                          scheduler_options=UNBUDGETED)
+    monitor = result.results["monitor"]
+    assert result.total_reference_exact
+    assert monitor.total_ratio is not None and 1.0 - 1e-9 <= monitor.total_ratio <= 1.12
+    assert monitor.final_mapping["b11/t1"] == "cpu"  # beside the GPU's queue
+
+
+def test_a_load_beside_a_step_leaves_its_model_room_to_run() -> None:
+    """A model loaded beside a step must fit later beside what the step keeps warm with its
+    own calls' working memory, or its first GPU call evicts a model the next step needs
+    (gen-s1-106: m0 loaded beside m1 on 8 GB, 2243 + 4544 MB, its calls needing 1368 MB
+    more; the load delayed the next step by 2 s and was not used). The policy names no such
+    load; a model that fits with its working memory is still named."""
+    from langgraph_devsched.residency import WarmModel
+    from langgraph_devsched.schedulers.policy.investments import Economics, Investments
+    from langgraph_devsched.telemetry import DeviceState, GpuDevice
+
+    inv = Investments()
+    inv.note({"m0": 2}, {"m0": Economics(saving_ms=1871, load_ms=2097, weights_mb=2243,
+                                         working_mb=1368)})
+    inv.paid([("m0", False), ("m0", False)])
+
+    def device(used_by_others_mb: float) -> DeviceState:
+        warm = (WarmModel("m1", used_by_others_mb, "gpu"),)
+        gpu = GpuDevice(0, "sim", 8000, 0.0, 0.0, resident=warm)
+        return DeviceState(True, "gpu", 8000, 0.0, 0.0, 8, resident=warm, gpus=(gpu,))
+
+    def named(others_mb: float) -> list[str]:
+        return [p.model for p in inv.background(device(others_mb), busy_gpus={0},
+                                                beside_mb=257.0, step_ms=119.0, renting={})]
+
+    assert named(4544.0) == []  # 2243 + 1368 beside 4544 MB: over 8000
+    assert named(4000.0) == ["m0"]  # 2243 + 1368 beside 4000 MB: fits

@@ -35,7 +35,8 @@ steps: what would repay its load_ms), tool_estimates per option [run ms, samples
 (context g<k>c<j>: k other calls on the GPU, j on the CPU), past_outcomes the mappings \
 already run, lowest measured makespan first (a whole mapping's makespan includes how its \
 calls slowed each other, which per-tool estimates do not show; refuted: measured slower \
-than the fastest, not run again), exploration_hints what is not measured yet and what a probe of it may cost this step.
+than the fastest, not run again), exploration_hints what is not measured yet and what a \
+probe of it may cost this step.
 Answer with only a JSON object giving every call id its option: \
 {{"<call id>": "<option>", ...}}.
 Hard constraints, enforced after you answer: {constraints}"""

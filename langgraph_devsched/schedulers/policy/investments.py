@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -118,6 +119,9 @@ class Investments:
     """Models the app declared (at most `MAX_MODELS`), for warming before a first use."""
     think_ms: float = 0.0
     """The idle time between two steps, as last seen (`preloads`' ``idle_ms``)."""
+    crowded: frozenset[str] = frozenset()
+    """Models whose calls shared their GPU with other calls in the last executed step
+    (`crowd`): a host copy lets such a call run on the CPU beside the GPU's queue."""
 
     def __len__(self) -> int:
         return len(self._economics)
@@ -187,6 +191,10 @@ class Investments:
             else:
                 rent.paid_ms += max(0.0, eco.saving_ms)
 
+    def crowd(self, models: Iterable[str]) -> None:
+        """The models whose GPU calls shared their GPU in the step just executed."""
+        self.crowded = frozenset(itertools.islice(models, MAX_MODELS))
+
     def to_buy(self, cold: Iterable[str]) -> set[str]:
         """Of these models (cold on every GPU), those whose load the rule buys now."""
         out = set()
@@ -246,19 +254,38 @@ class Investments:
                 gpus[chosen.gpu].add(chosen, eco.weights_mb)
                 busy += chosen.load_ms
                 out.append(chosen)
-        for model in self.forecast.models():  # what runs on the CPU next: its host load
+        out += self._host_loads(gpus, host, idle_ms - busy, MAX_PRELOADS - len(out),
+                                on_gpu=False)
+        busy += sum(p.load_ms for p in out if p.side == "cpu")
+        out += self._warm_ups(gpus, host, idle_ms - busy, MAX_PRELOADS - len(out),
+                              {p.model for p in out})
+        busy = sum(p.load_ms for p in out)
+        # last, with what is left: a host copy of a model warm on a GPU whose calls shared
+        # it (queued, memory bound), so that such a call can run on the CPU beside them
+        return out + self._host_loads(gpus, host, idle_ms - busy, MAX_PRELOADS - len(out),
+                                      on_gpu=True)
+
+    def _host_loads(self, gpus: dict[int, _Room], host: set[str], idle_ms: float, most: int,
+                    *, on_gpu: bool) -> list[Preload]:
+        """Host loads of models the forecast expects next, not in host memory, whose load
+        fits in ``idle_ms``, at most ``most``: of models warm on a GPU whose calls shared it
+        in the last step (``on_gpu``, `crowded`), or of the others (what runs on the CPU
+        next: its first CPU call does not wait for the load)."""
+        out: list[Preload] = []
+        for model in self.forecast.models():
             eco = self._economics.get(model)
-            if (eco is None or model in host or len(out) >= MAX_PRELOADS
-                    or eco.cpu_load_ms <= 0 or busy + eco.cpu_load_ms > idle_ms
+            if (eco is None or model in host or len(out) >= most
+                    or eco.cpu_load_ms <= 0 or eco.cpu_load_ms > idle_ms
                     or self.forecast.next_rate(model) <= 0
-                    or (eco.saving_ms > 0 and any(r.holds(model) for r in gpus.values()))):
+                    or on_gpu != (eco.saving_ms > 0
+                                  and any(r.holds(model) for r in gpus.values()))
+                    or (on_gpu and model not in self.crowded)):
                 continue
             out.append(Preload(model, 0, eco.cpu_load_ms,
                                eco.cpu_load_ms * min(1.0, self.forecast.next_rate(model)),
                                side="cpu"))
-            busy += eco.cpu_load_ms
-        return out + self._warm_ups(gpus, host, idle_ms - busy, MAX_PRELOADS - len(out),
-                                    {p.model for p in out})
+            idle_ms -= eco.cpu_load_ms
+        return out
 
     def background(self, device: DeviceState, *, busy_gpus: Iterable[int],
                    beside_mb: float | None, step_ms: float,
@@ -309,8 +336,9 @@ class Investments:
             for index, room in rooms.items():
                 if eco.gpus is not None and index not in eco.gpus:
                     continue
-                if index in busy:  # beside the step's calls: free room only
-                    fits = eco.weights_mb + (beside_mb or 0.0) <= room.free_mb
+                if index in busy:  # beside the step's calls: free room only, and room for
+                    # its own calls later without evicting what the step keeps warm
+                    fits = eco.weights_mb + max(beside_mb or 0.0, eco.working_mb) <= room.free_mb
                     evict: tuple[str, ...] | None = () if fits else None
                 elif used:  # never a model the next step is expected to use
                     evict = room.evictions(eco.weights_mb + eco.working_mb, gain, lambda m: (

@@ -626,6 +626,9 @@ class DefaultPolicy(SchedulerBase):
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
         self._changes.observe(record)
         self._investments.paid((c.model, c.on_gpu) for c in record.calls if c.model)
+        on_gpu = Counter(c.device for c in record.calls if c.on_gpu)
+        self._investments.crowd(c.model for c in record.calls
+                                if c.model and c.on_gpu and on_gpu[c.device] > 1)
         # a GPU load seen is what evicting that model costs later steps, whichever batch
         # comes next (a decision learns only its own batch's models' load times)
         if len(self._recent):  # it learns only of models a decision used
