@@ -107,8 +107,9 @@ def test_the_reference_is_the_least_any_sequence_of_mappings_pays_each_round(cas
             mine = all(ref.mapping[c] == o for c, o in zip(batch.call_ids, options, strict=True))
             ways = [(s, 0.0) for s in idle_states(bed, think_ms if k + 1 < len(steps) else 0.0)]
             if k + 1 < len(steps):
-                used = {0} if any(o != "cpu" for o in options) else set()
-                ways += beside_states(bed, [c.tool for c in batch.calls], used, span, think_ms)
+                on_gpu = ({0: [c.tool for c in batch.calls]}  # one GPU: every call
+                          if any(o != "cpu" for o in options) else {})
+                ways += beside_states(bed, on_gpu, span, think_ms)
             for after, delay in ways:
                 bed.restore(after)
                 paid = list(more)

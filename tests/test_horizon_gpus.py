@@ -93,8 +93,11 @@ def _brute_force(scenario: Scenario, rounds: int, *, beside: bool = True,
             think = scenario.workload.think_ms
             ways = [(s, 0.0) for s in idle_states(bed, think if i + 1 < len(steps) else 0.0)]
             if beside and i + 1 < len(steps):
-                ways += beside_states(bed, [c.tool for c in batch.calls], set(gpus.values()),
-                                      span, think)
+                on_gpus: dict[int, list[str]] = {}  # several GPUs: the calls placed on each
+                for c, (_, g) in zip(batch.calls, placement, strict=True):
+                    if g is not None:
+                        on_gpus.setdefault(g, []).append(c.tool)
+                ways += beside_states(bed, on_gpus, span, think)
             for after, delay in ways:
                 bed.restore(after)
                 more = list(spent)

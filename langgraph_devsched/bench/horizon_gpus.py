@@ -11,12 +11,13 @@ the think time, into host memory or onto any GPU (evicting least recently used m
 one chosen resident model of that GPU first: `SimulatedTestbed.with_loaded`), as the bench
 lets a scheduler load while the agent thinks. Or one load starts with a step, beside its calls
 (`SimulatedTestbed.beside`, as the bench runs a decision's ``background``): onto any GPU, on
-one the placement uses into room beside every call only, on an idle one evicting least
-recently used models or one chosen resident model first; the next step waits for what it
-takes beyond the step's makespan and the think time, and no load runs between those steps
-(one loader). Placements to the same end state are then kept per set of GPUs they use (a
-costlier one that leaves a GPU idle can load more beside it), unless a cheaper one leaves
-at least those GPUs idle.
+one the placement uses into room beside the working memory of the calls placed there only
+(`bench.preloads.beside_tools`), on an idle one evicting least recently used models or one
+chosen resident model first; the next step waits for what it takes beyond the step's
+makespan and the think time, and no load runs between those steps (one loader). Placements
+to the same end state are then kept per calls on each GPU (a costlier one that leaves a GPU
+idle can load more beside it), unless a cheaper one leaves at least as much room on every
+GPU (no more calls on any).
 
 * **Whole run**: dynamic programming over every step of every round from the start: per
   state, the least any sequence of placements (and loads) pays to reach it; the least over
@@ -53,10 +54,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from langgraph_devsched import batchsim
+from langgraph_devsched.bench.preloads import beside_tools
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
 from langgraph_devsched.schedulers.classic.oracle import OracleScheduler
@@ -74,8 +77,10 @@ Placement = tuple[tuple[DeviceOption, int | None], ...]
 """Per call of a batch: its option and its GPU (None on the CPU)."""
 _Entry = tuple[float, tuple[Placement, ...], batchsim.Residency]
 """A state reached: its least cost, the placements that pay it, the state."""
-_Move = tuple[float, Placement, batchsim.Residency, frozenset[int]]
-"""A placement of a step: its makespan, itself, the state it leaves, the GPUs it uses."""
+_Beside = tuple[tuple[int, tuple[str, ...]], ...]
+"""Per GPU a placement uses, its calls' tools (sorted): what a load beside it leaves room for."""
+_Move = tuple[float, Placement, batchsim.Residency, _Beside]
+"""A placement of a step: its makespan, itself, the state it leaves, its calls per GPU."""
 
 
 def _key(state: batchsim.Residency) -> _Key:
@@ -118,7 +123,6 @@ class _Search:
         oracle = OracleScheduler(testbed=self.bed)
         view = SchedulerView(device=self.bed.device_state())
         k = self.bed.gpu_count
-        self.tools = [[c.tool for c in b.calls] for b in self.batches]
         self.loads = self.bed.model_loads("gpu")
         self.placements = []
         for batch in self.batches:
@@ -135,16 +139,16 @@ class _Search:
         return states * len(self.placements[b])
 
     def moves(self, state: batchsim.Residency, b: int) -> list[_Move]:
-        """From ``state``, the cheapest placement of batch ``b`` to each end state and set of
-        GPUs used, less those a cheaper one to the same end state using no more GPUs
-        dominates (everything a load beside it can do, the cheaper one can too)."""
+        """From ``state``, the cheapest placement of batch ``b`` to each end state and calls
+        per GPU, less those a cheaper one to the same end state dominates: no more calls on
+        any GPU (everything a load beside it can do, the cheaper one can too)."""
         key = (_key(state), b)
         found = self.moves_of.get(key)
         if found is not None:
             return found
         bed, batch = self.bed, self.batches[b]
         clock, peak = bed.now_ms, bed.vram_peak_mb
-        ends: dict[tuple[_Key, frozenset[int]], _Move] = {}
+        ends: dict[tuple[_Key, _Beside], _Move] = {}
         for placement in self.placements[b]:
             bed.restore(state)
             calls = [(c.call_id, c.tool, o) for c, (o, _) in zip(batch.calls, placement,
@@ -153,17 +157,19 @@ class _Search:
                     if g is not None}
             span = bed.run_step(calls, gpus=gpus).makespan_ms
             end = bed.residency()
-            used = frozenset(gpus.values())
-            seen = ends.get((_key(end), used))
+            used = beside_tools([c.tool for c in batch.calls], [o for o, _ in placement],
+                                gpus, batch.call_ids)
+            on = tuple(sorted((g, tuple(sorted(ts))) for g, ts in used.items()))
+            seen = ends.get((_key(end), on))
             if seen is None or span < seen[0]:
-                ends[(_key(end), used)] = (span, placement, end, used)
+                ends[(_key(end), on)] = (span, placement, end, on)
         bed.restore(state)
         bed.now_ms, bed.vram_peak_mb = clock, peak
         self.simulated += len(self.placements[b])
         kept: dict[_Key, list[_Move]] = {}
         for move in sorted(ends.values(), key=lambda m: m[0]):  # the cheapest first
             same = kept.setdefault(_key(move[2]), [])
-            if not any(other[3] <= move[3] for other in same):
+            if not any(_fewer(other[3], move[3]) for other in same):
                 same.append(move)
         found = self.moves_of[key] = [m for same in kept.values() for m in same]
         return found
@@ -202,32 +208,33 @@ class _Search:
         found = self.idles[key] = list(out.values())
         return found
 
-    def beside(self, end: batchsim.Residency, b: int,
-               used: frozenset[int]) -> list[tuple[batchsim.Residency, float]]:
-        """The states one load started with batch ``b`` can leave from its end state
-        ``end`` (`SimulatedTestbed.beside`), each with its load time: on any GPU, on one the
-        placement uses (``used``) into room beside the step's calls only, on an idle one
-        evicting least recently used models or any one resident model first."""
+    def beside(self, end: batchsim.Residency,
+               used: _Beside) -> list[tuple[batchsim.Residency, float]]:
+        """The states one load started with a step can leave from its end state ``end``
+        (`SimulatedTestbed.beside`), each with its load time: on any GPU, on one the
+        placement uses (a GPU of ``used``) into room beside the calls placed there only, on
+        an idle one evicting least recently used models or any one resident model first."""
         out = []
+        on = dict(used)
         for gpu in range(self.bed.gpu_count):
-            busy = gpu in used
+            busy = gpu in on
             weights = end.gpu if gpu == 0 else end.others[gpu - 1]
             evictions = [()] if busy else [(), *((m,) for m, _ in weights)]
             for model, ms in self.loads.items():
                 for evict in evictions:
-                    after = self.bed.beside(end, model, gpu, evict, self.tools[b], busy)
+                    after = self.bed.beside(end, model, gpu, evict, on.get(gpu, ()), busy)
                     if after is not None:
                         out.append((after, ms))
         return out
 
-    def after(self, move: _Move, b: int) -> list[tuple[batchsim.Residency, float]]:
-        """The states the time after batch ``b``'s placement ``move`` can leave before the
+    def after(self, move: _Move) -> list[tuple[batchsim.Residency, float]]:
+        """The states the time after a step's placement ``move`` can leave before the
         next batch, each with the delay it adds: loads between steps (`idle`), or one load
         started with the step (the next step waits for what it takes beyond the step's
         makespan and the think time; then no load between steps: one loader)."""
         span, _, end, used = move
         out = [(s, 0.0) for s in self.idle(end)]
-        out += [(s, max(0.0, ms - span - self.think_ms)) for s, ms in self.beside(end, b, used)]
+        out += [(s, max(0.0, ms - span - self.think_ms)) for s, ms in self.beside(end, used)]
         return out
 
     def solo_bounds(self) -> list[float]:
@@ -311,7 +318,7 @@ class _Search:
                     span, placement, end, _ = move
                     if spent + span + after[i] > limit:
                         continue
-                    for st, delay in [(end, 0.0)] if last else self.after(move, b):
+                    for st, delay in [(end, 0.0)] if last else self.after(move):
                         cost = spent + span + delay
                         seen = nxt.get(_key(st))
                         if cost + after[i] <= limit and (seen is None or cost < seen[0]):
@@ -336,6 +343,12 @@ class _Search:
         cached = {k: v for k, v in level.items() if (k, b) in self.moves_of}
         fresh = _cheapest({k: level[k] for k in new}, keep)
         return {**cached, **fresh}
+
+
+def _fewer(a: _Beside, b: _Beside) -> bool:
+    """Whether ``a`` has no more calls than ``b`` on any GPU (multisets of tools)."""
+    on = dict(b)
+    return all(g in on and not Counter(ts) - Counter(on[g]) for g, ts in a)
 
 
 def _cheapest(level: dict[_Key, _Entry], n: int) -> dict[_Key, _Entry]:
