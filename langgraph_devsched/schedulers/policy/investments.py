@@ -267,9 +267,9 @@ class Investments:
         model warm (at most `MAX_PRELOADS`): ``step_ms`` is the step's predicted makespan,
         ``renting`` its calls served cold (model -> calls), ``loading`` the models its GPU
         calls use (warm or loaded by the step: never loaded again). On a GPU the step uses
-        (``busy_gpus``) the load evicts nothing and needs room beside the working memory
-        ``beside_mb`` names for that GPU (its index -> MB; a busy GPU it does not name: unknown,
-        so no load there).
+        (``busy_gpus``) the load evicts nothing and needs free room for its weights beside
+        the working memory ``beside_mb`` names for that GPU (its index -> MB; a busy GPU it
+        does not name: unknown, so no load there), and beside its own calls' later.
 
         The load runs while the step runs and then while the agent thinks (`think_ms`, the
         idle time last seen); what it takes beyond both delays the next step. That delay is
