@@ -269,7 +269,9 @@ class Investments:
         calls use (warm or loaded by the step: never loaded again). On a GPU the step uses
         (``busy_gpus``) the load evicts nothing and needs free room for its weights beside
         the working memory ``beside_mb`` names for that GPU (its index -> MB; a busy GPU it
-        does not name: unknown, so no load there), and beside its own calls' later.
+        does not name: unknown, so no load there); on several GPUs also beside its own calls'
+        later (another GPU may take it without evicting then; on one, the step that uses it
+        evicts what its calls need, as its own load would).
 
         The load runs while the step runs and then while the agent thinks (`think_ms`, the
         idle time last seen); what it takes beyond both delays the next step. That delay is
@@ -285,6 +287,7 @@ class Investments:
         rooms = {g.index: _Room(g) for g in device.devices
                  if g.index not in busy or g.index in beside_mb}
         window = step_ms + self.think_ms
+        several = len(device.devices) > 1
         skip = set(loading)
         forecast = self.forecast.models()
         for model in dict.fromkeys((*forecast, *self._declared)):  # each model once
@@ -311,7 +314,8 @@ class Investments:
                 if eco.gpus is not None and index not in eco.gpus:
                     continue
                 if index in busy:  # beside the step's calls: free room only
-                    fits = eco.weights_mb + max(beside_mb[index], eco.working_mb) <= room.free_mb
+                    need = max(beside_mb[index], eco.working_mb) if several else beside_mb[index]
+                    fits = eco.weights_mb + need <= room.free_mb
                     evict: tuple[str, ...] | None = () if fits else None
                 elif used:  # never a model the next step is expected to use
                     evict = room.evictions(eco.weights_mb + eco.working_mb, gain, lambda m: (
