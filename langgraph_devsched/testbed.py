@@ -529,10 +529,11 @@ class SimulatedTestbed:
         tools: Sequence[str], busy: bool,
     ) -> batchsim.Residency | None:
         """``state`` (a step's end) after a load on GPU ``gpu`` that ran in the background of
-        that step, whose calls are ``tools`` (`with_loaded`). On a GPU the step used
-        (``busy``) it evicts nothing and needs room beside the step: its weights and every
-        call's working memory (``vram_mb``, whatever their mapping) beside the resident
-        weights. None when that cannot be; pure."""
+        that step (`with_loaded`). On a GPU the step used (``busy``) it evicts nothing and
+        needs room beside the step: its weights and the working memory (``vram_mb``) of the
+        calls ``tools`` beside the resident weights (the bench names every call of the step
+        on one GPU, those placed on that GPU on several: `bench.preloads.beside_tools`).
+        None when that cannot be; pure."""
         if busy:
             p = self._models.get(model)
             if p is None or evict or not 0 <= gpu < len(self._gpus):

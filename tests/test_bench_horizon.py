@@ -9,7 +9,6 @@ import itertools
 import json
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -28,7 +27,7 @@ from langgraph_devsched.bench.scenario import Scenario, load_scenarios, under_ph
 from langgraph_devsched.cli import app
 from langgraph_devsched.options import DEVICE_OPTIONS
 from langgraph_devsched.testbed import SimulatedTestbed, ToolParams
-from tests.brute_force import idle_states
+from tests.brute_force import beside_states, idle_states
 from tests.builtin_bench import run_builtin
 
 pytest.importorskip("numpy")
@@ -72,23 +71,6 @@ def _tiny(rng: random.Random, physics: str) -> tuple[Scenario, int]:
                                      "think_ms": rng.choice([0.0, 1000.0, 3000.0])}}), rounds
 
 
-def _beside_states(bed: SimulatedTestbed, tools: list[str], options: tuple[str, ...],
-                   span: float, think_ms: float) -> list[tuple[Any, float]]:
-    """Every state one load started beside the step that just ran can leave, with what it
-    delays the next step by (its time past the step and the think time): on a GPU the step
-    used, into room beside every call only; on an idle GPU evicting least recently used
-    models or one chosen first."""
-    state = bed.residency()
-    busy = any(o != "cpu" for o in options)
-    out = []
-    for model, ms in bed.model_loads("gpu").items():
-        for evict in [()] if busy else [(), *((m,) for m, _ in state.gpu)]:
-            after = bed.beside(state, model, 0, evict, tools, busy)
-            if after is not None:
-                out.append((after, max(0.0, ms - span - think_ms)))
-    return out
-
-
 @pytest.mark.parametrize("case", range(8))
 def test_the_reference_is_the_least_any_sequence_of_mappings_pays_each_round(case: int) -> None:
     """Every sequence of mappings (and of loads between steps or beside a step) over the
@@ -125,8 +107,9 @@ def test_the_reference_is_the_least_any_sequence_of_mappings_pays_each_round(cas
             mine = all(ref.mapping[c] == o for c, o in zip(batch.call_ids, options, strict=True))
             ways = [(s, 0.0) for s in idle_states(bed, think_ms if k + 1 < len(steps) else 0.0)]
             if k + 1 < len(steps):
-                ways += _beside_states(bed, [c.tool for c in batch.calls], options, span,
-                                       think_ms)
+                on_gpu = ({0: [c.tool for c in batch.calls]}  # one GPU: every call
+                          if any(o != "cpu" for o in options) else {})
+                ways += beside_states(bed, on_gpu, span, think_ms)
             for after, delay in ways:
                 bed.restore(after)
                 paid = list(more)

@@ -26,7 +26,7 @@ from langgraph_devsched.bench.runner import (
 from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.cli import app
 from langgraph_devsched.options import DEVICE_OPTIONS
-from tests.brute_force import idle_states
+from tests.brute_force import beside_states, idle_states
 
 
 def _tiny(rng: random.Random, physics: str) -> tuple[Scenario, int]:
@@ -58,9 +58,11 @@ def _tiny(rng: random.Random, physics: str) -> tuple[Scenario, int]:
                                      "think_ms": rng.choice([0.0, 1000.0, 3000.0])}}), rounds
 
 
-def _brute_force(scenario: Scenario, rounds: int) -> tuple[float, list[float]]:
-    """The least total over every sequence of placements and loads between steps, each step
-    run on the testbed, and each round's least."""
+def _brute_force(scenario: Scenario, rounds: int, *, beside: bool = True,
+                 ) -> tuple[float, list[float]]:
+    """The least total over every sequence of placements and loads between steps or beside a
+    step (``beside``: one load started with a step, then none between those steps), each
+    step run on the testbed, and each round's least."""
     batches = scenario_batches(scenario)
     steps = [b for _ in range(rounds) for b in batches]
     bed = scenario.make_testbed(noise=0.0)
@@ -86,18 +88,27 @@ def _brute_force(scenario: Scenario, rounds: int) -> tuple[float, list[float]]:
                                                                    strict=True)]
             gpus = {c.call_id: g for c, (_, g) in zip(batch.calls, placement, strict=True)
                     if g is not None}
-            more = list(spent)
-            more[i // len(batches)] += bed.run_step(calls, gpus=gpus).makespan_ms
-            last = i + 1 == len(steps)
-            for after in idle_states(bed, 0.0 if last else scenario.workload.think_ms):
+            span = bed.run_step(calls, gpus=gpus).makespan_ms
+            r = i // len(batches)
+            think = scenario.workload.think_ms
+            ways = [(s, 0.0) for s in idle_states(bed, think if i + 1 < len(steps) else 0.0)]
+            if beside and i + 1 < len(steps):
+                on_gpus: dict[int, list[str]] = {}  # several GPUs: the calls placed on each
+                for c, (_, g) in zip(batch.calls, placement, strict=True):
+                    if g is not None:
+                        on_gpus.setdefault(g, []).append(c.tool)
+                ways += beside_states(bed, on_gpus, span, think)
+            for after, delay in ways:
                 bed.restore(after)
+                more = list(spent)
+                more[r] += span + delay
                 walk(i + 1, more)
 
     walk(0, [0.0] * rounds)
     return least[0], per_round
 
 
-@pytest.mark.parametrize("case", range(10))
+@pytest.mark.parametrize("case", range(17))
 def test_the_whole_run_reference_on_several_gpus_is_the_least_any_sequence_pays(
         case: int) -> None:
     rng = random.Random(100 + case)
@@ -118,10 +129,29 @@ def test_the_whole_run_reference_on_several_gpus_is_the_least_any_sequence_pays(
     assert bed.now_ms == 0.0
 
 
+@pytest.mark.parametrize("case", [1, 2, 10, 14, 15, 16])
+def test_without_loads_beside_a_step_the_search_misses_the_least_on_some_tiny_cases(
+        case: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The brute force above walks loads beside a step; a search without them (a mutant)
+    pays more on these cases (of the 17, only these), so that test would catch it."""
+    rng = random.Random(100 + case)
+    physics = ["processor_sharing", "time_slicing", "idle_queue", "bandwidth"][case % 4]
+    scenario, rounds = _tiny(rng, physics)
+    batches, think = scenario_batches(scenario), scenario.workload.think_ms
+    full = horizon_gpus.gpus_reference(scenario.make_testbed(noise=0.0), batches, rounds, think)
+    monkeypatch.setattr(horizon_gpus._Search, "beside", lambda *_: [])
+    mutant = horizon_gpus.gpus_reference(scenario.make_testbed(noise=0.0), batches, rounds,
+                                         think)
+    assert full.exact and mutant.exact
+    assert mutant.total_ms > full.total_ms + 1.0
+
+
 def test_a_model_loaded_on_the_gpu_it_fits_pays_off_where_the_per_step_optimum_stays_cold(
         ) -> None:
     """Three steps of one cold model that fits only on GPU 1: the per-step optimum stays on
-    the CPU (2,600 ms a step); the whole run loads it once (3,220 ms) and runs it warm."""
+    the CPU (2,600 ms a step); the whole run runs the first on the CPU while the model loads
+    on GPU 1 beside it (3,000 ms: the next step waits 400 ms), then runs it warm (220 ms):
+    3,440 ms, below loading it with the first call (3,220 + 2 x 220 = 3,660 ms)."""
     scenario = Scenario.model_validate({
         "name": "cold_on_gpu1", "category": "residency",
         "testbed": {"gpus": [{"vram_mb": 2000}, {"vram_mb": 12000}], "noise": 0},
@@ -131,9 +161,8 @@ def test_a_model_loaded_on_the_gpu_it_fits_pays_off_where_the_per_step_optimum_s
                      "think_ms": 0}})
     result = run_scenario(scenario, ["heft", "static"], decision_cost="none")
     assert result.total_reference_exact and result.reference_exact
-    assert result.total_reference_ms == pytest.approx(3660.0)
-    assert result.optimal_devices == {"b0/asr": "cuda:1", "b1/asr": "cuda:1",
-                                      "b2/asr": "cuda:1"}
+    assert result.total_reference_ms == pytest.approx(3440.0)
+    assert result.optimal_devices == {"b0/asr": "cpu", "b1/asr": "cuda:1", "b2/asr": "cuda:1"}
     for r in result.results.values():
         assert r.total_ratio is not None and r.total_ratio >= 1.0 - 1e-9
         assert r.below_reference == []

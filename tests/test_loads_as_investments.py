@@ -217,7 +217,7 @@ def test_a_load_beside_a_step_leaves_its_model_room_to_run() -> None:
 
     def named(others_mb: float) -> list[str]:
         return [p.model for p in inv.background(device(others_mb), busy_gpus={0},
-                                                beside_mb=257.0, step_ms=119.0, renting={})]
+                                                beside_mb={0: 257.0}, step_ms=119.0, renting={})]
 
     assert named(4544.0) == []  # 2243 + 1368 beside 4544 MB: over 8000
     assert named(4000.0) == ["m0"]  # 2243 + 1368 beside 4000 MB: fits

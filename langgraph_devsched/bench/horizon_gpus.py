@@ -9,7 +9,15 @@ oracle enumerates them (`schedulers.classic.oracle`). Equal end states are merge
 the cheapest placement to each. Between two steps up to `MAX_PRELOADS` models may load within
 the think time, into host memory or onto any GPU (evicting least recently used models, or
 one chosen resident model of that GPU first: `SimulatedTestbed.with_loaded`), as the bench
-lets a scheduler load while the agent thinks.
+lets a scheduler load while the agent thinks. Or one load starts with a step, beside its calls
+(`SimulatedTestbed.beside`, as the bench runs a decision's ``background``): onto any GPU, on
+one the placement uses into room beside the working memory of the calls placed there only
+(`bench.preloads.beside_tools`), on an idle one evicting least recently used models or one
+chosen resident model first; the next step waits for what it takes beyond the step's
+makespan and the think time, and no load runs between those steps (one loader). Placements
+to the same end state are then kept per calls on each GPU (a costlier one that leaves a GPU
+idle can load more beside it), unless a cheaper one leaves at least as much room on every
+GPU (no more calls on any).
 
 * **Whole run**: dynamic programming over every step of every round from the start: per
   state, the least any sequence of placements (and loads) pays to reach it; the least over
@@ -33,22 +41,25 @@ a plan some scheduler could follow, not a proven bound.
 ...     weights_mb=3100, load_gpu_ms=3000)}, gpus=[{"vram_mb": 2000}, {"vram_mb": 12000}])
 >>> ref = gpus_reference(bed, [Batch.of([("a", "asr", ToolDeviceSpec())])], 3)
 >>> ref.total_ms, ref.round_ms, ref.devices, ref.exact
-(3660.0, (2600.0, 220.0, 220.0), {'a': 'cuda:1'}, True)
+(3440.0, (2600.0, 220.0, 220.0), {'a': 'cuda:1'}, True)
 
-The whole run loads ``asr`` on GPU 1 in round 1 (3,220 ms; it does not fit on GPU 0) and
-runs it warm in rounds 2 and 3 (220 ms each): 3,660 ms, where the per-step optimum stays on
-the CPU (7,800 ms). Each round's own least: the CPU's 2,600 ms in round 1, 220 ms after
-(a plan that loaded it before).
+The whole run runs round 1 on the CPU (2,600 ms) while ``asr`` loads on GPU 1 beside it
+(3,000 ms, so round 2 waits 400 ms; it does not fit on GPU 0) and runs it warm in rounds 2
+and 3 (220 ms each): 3,440 ms, where loading it with round 1's call costs 3,660 ms and the
+per-step optimum stays on the CPU (7,800 ms). Each round's own least: the CPU's 2,600 ms in
+round 1, 220 ms after (a plan that loaded it before).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from langgraph_devsched import batchsim
+from langgraph_devsched.bench.preloads import beside_tools
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
 from langgraph_devsched.schedulers.classic.oracle import OracleScheduler
@@ -66,6 +77,10 @@ Placement = tuple[tuple[DeviceOption, int | None], ...]
 """Per call of a batch: its option and its GPU (None on the CPU)."""
 _Entry = tuple[float, tuple[Placement, ...], batchsim.Residency]
 """A state reached: its least cost, the placements that pay it, the state."""
+_Beside = tuple[tuple[int, tuple[str, ...]], ...]
+"""Per GPU a placement uses, its calls' tools (sorted): what a load beside it leaves room for."""
+_Move = tuple[float, Placement, batchsim.Residency, _Beside]
+"""A placement of a step: its makespan, itself, the state it leaves, its calls per GPU."""
 
 
 def _key(state: batchsim.Residency) -> _Key:
@@ -98,8 +113,7 @@ class _Search:
     batches: Sequence[Batch]
     think_ms: float = 0.0
     placements: list[list[Placement]] = field(init=False)
-    moves_of: dict[tuple[_Key, int], list[tuple[float, Placement, batchsim.Residency]]] = field(
-        default_factory=dict)
+    moves_of: dict[tuple[_Key, int], list[_Move]] = field(default_factory=dict)
     idles: dict[_Key, list[batchsim.Residency]] = field(default_factory=dict)
     simulated: int = 0
     exact: bool = True
@@ -109,6 +123,7 @@ class _Search:
         oracle = OracleScheduler(testbed=self.bed)
         view = SchedulerView(device=self.bed.device_state())
         k = self.bed.gpu_count
+        self.loads = self.bed.model_loads("gpu")
         self.placements = []
         for batch in self.batches:
             per_call = []
@@ -123,17 +138,17 @@ class _Search:
         """Placements ``states`` new states would simulate in step ``b``."""
         return states * len(self.placements[b])
 
-    def moves(
-        self, state: batchsim.Residency, b: int
-    ) -> list[tuple[float, Placement, batchsim.Residency]]:
-        """From ``state``, the cheapest placement of batch ``b`` to each end state."""
+    def moves(self, state: batchsim.Residency, b: int) -> list[_Move]:
+        """From ``state``, the cheapest placement of batch ``b`` to each end state and calls
+        per GPU, less those a cheaper one to the same end state dominates: no more calls on
+        any GPU (everything a load beside it can do, the cheaper one can too)."""
         key = (_key(state), b)
         found = self.moves_of.get(key)
         if found is not None:
             return found
         bed, batch = self.bed, self.batches[b]
         clock, peak = bed.now_ms, bed.vram_peak_mb
-        ends: dict[_Key, tuple[float, Placement, batchsim.Residency]] = {}
+        ends: dict[tuple[_Key, _Beside], _Move] = {}
         for placement in self.placements[b]:
             bed.restore(state)
             calls = [(c.call_id, c.tool, o) for c, (o, _) in zip(batch.calls, placement,
@@ -142,13 +157,21 @@ class _Search:
                     if g is not None}
             span = bed.run_step(calls, gpus=gpus).makespan_ms
             end = bed.residency()
-            seen = ends.get(_key(end))
+            used = beside_tools([c.tool for c in batch.calls], [o for o, _ in placement],
+                                gpus, batch.call_ids)
+            on = tuple(sorted((g, tuple(sorted(ts))) for g, ts in used.items()))
+            seen = ends.get((_key(end), on))
             if seen is None or span < seen[0]:
-                ends[_key(end)] = (span, placement, end)
+                ends[(_key(end), on)] = (span, placement, end, on)
         bed.restore(state)
         bed.now_ms, bed.vram_peak_mb = clock, peak
         self.simulated += len(self.placements[b])
-        found = self.moves_of[key] = list(ends.values())
+        kept: dict[_Key, list[_Move]] = {}
+        for move in sorted(ends.values(), key=lambda m: m[0]):  # the cheapest first
+            same = kept.setdefault(_key(move[2]), [])
+            if not any(_fewer(other[3], move[3]) for other in same):
+                same.append(move)
+        found = self.moves_of[key] = [m for same in kept.values() for m in same]
         return found
 
     def idle(self, state: batchsim.Residency) -> list[batchsim.Residency]:
@@ -184,6 +207,35 @@ class _Search:
                 level = nxt
         found = self.idles[key] = list(out.values())
         return found
+
+    def beside(self, end: batchsim.Residency,
+               used: _Beside) -> list[tuple[batchsim.Residency, float]]:
+        """The states one load started with a step can leave from its end state ``end``
+        (`SimulatedTestbed.beside`), each with its load time: on any GPU, on one the
+        placement uses (a GPU of ``used``) into room beside the calls placed there only, on
+        an idle one evicting least recently used models or any one resident model first."""
+        out = []
+        on = dict(used)
+        for gpu in range(self.bed.gpu_count):
+            busy = gpu in on
+            weights = end.gpu if gpu == 0 else end.others[gpu - 1]
+            evictions = [()] if busy else [(), *((m,) for m, _ in weights)]
+            for model, ms in self.loads.items():
+                for evict in evictions:
+                    after = self.bed.beside(end, model, gpu, evict, on.get(gpu, ()), busy)
+                    if after is not None:
+                        out.append((after, ms))
+        return out
+
+    def after(self, move: _Move) -> list[tuple[batchsim.Residency, float]]:
+        """The states the time after a step's placement ``move`` can leave before the
+        next batch, each with the delay it adds: loads between steps (`idle`), or one load
+        started with the step (the next step waits for what it takes beyond the step's
+        makespan and the think time; then no load between steps: one loader)."""
+        span, _, end, used = move
+        out = [(s, 0.0) for s in self.idle(end)]
+        out += [(s, max(0.0, ms - span - self.think_ms)) for s, ms in self.beside(end, used)]
+        return out
 
     def solo_bounds(self) -> list[float]:
         """Per batch, a lower bound on its makespan from any state: its slowest call's
@@ -233,7 +285,7 @@ class _Search:
         steps): a feasible plan, so an upper bound."""
         total = 0.0
         for b in steps:
-            span, _, state = min(self.moves(state, b), key=lambda m: m[0])
+            span, _, state, _ = min(self.moves(state, b), key=lambda m: m[0])
             total += span
         return total
 
@@ -241,8 +293,8 @@ class _Search:
         self, start: Sequence[batchsim.Residency], steps: Sequence[int],
         bounds: Sequence[float] | None, levels: list[dict[_Key, _Entry]] | None = None,
     ) -> _Entry:
-        """The least any sequence of placements (and loads between steps, not after the
-        last) pays over ``steps`` (batch indices) from any state of ``start``, and the
+        """The least any sequence of placements (and loads between steps or beside a step,
+        not after the last) pays over ``steps`` (batch indices) from any state of ``start``, and the
         placements that pay it: dynamic programming over the states each step can leave.
         With ``bounds`` (each batch's least makespan), a state whose cost so far and the
         later steps' bounds cannot beat the per-step optimum's plan from ``start[0]`` is
@@ -262,13 +314,14 @@ class _Search:
             nxt: dict[_Key, _Entry] = {}
             last = i + 1 == len(steps)
             for spent, done, state in level.values():
-                for span, placement, end in self.moves(state, b):
-                    cost = spent + span
-                    if cost + after[i] > limit:
+                for move in self.moves(state, b):
+                    span, placement, end, _ = move
+                    if spent + span + after[i] > limit:
                         continue
-                    for st in (end,) if last else self.idle(end):
+                    for st, delay in [(end, 0.0)] if last else self.after(move):
+                        cost = spent + span + delay
                         seen = nxt.get(_key(st))
-                        if seen is None or cost < seen[0]:
+                        if cost + after[i] <= limit and (seen is None or cost < seen[0]):
                             nxt[_key(st)] = (cost, (*done, placement), st)
             if len(nxt) > MAX_GPU_STATES:
                 nxt, self.exact = _cheapest(nxt, MAX_GPU_STATES), False
@@ -290,6 +343,12 @@ class _Search:
         cached = {k: v for k, v in level.items() if (k, b) in self.moves_of}
         fresh = _cheapest({k: level[k] for k in new}, keep)
         return {**cached, **fresh}
+
+
+def _fewer(a: _Beside, b: _Beside) -> bool:
+    """Whether ``a`` has no more calls than ``b`` on any GPU (multisets of tools)."""
+    on = dict(b)
+    return all(g in on and not Counter(ts) - Counter(on[g]) for g, ts in a)
 
 
 def _cheapest(level: dict[_Key, _Entry], n: int) -> dict[_Key, _Entry]:

@@ -15,8 +15,9 @@ A step whose decision names loads in its ``background`` (a model to load on a GP
 of the step's calls uses: the monitor policy's `Investments.background`) starts them with the
 step (`run_background`): the load runs while the step runs and then in the think time; what
 it takes beyond both delays the next step, which starts only once it ended (the step's
-total pays that delay). On a GPU the step uses it evicts nothing and needs room beside every
-call of the step (`SimulatedTestbed.beside`); otherwise it is refused. A step with a
+total pays that delay). On a GPU the step uses it evicts nothing and needs room beside the
+working memory of the step's calls (`SimulatedTestbed.beside`; `beside_tools`: on one GPU every
+call's, on several those placed on that GPU); otherwise it is refused. A step with a
 background load has no load between steps after it (one loader: at most `MAX_PRELOADS` per
 step and its think time).
 
@@ -27,10 +28,11 @@ used before the run ended (wasted device time).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from langgraph_devsched.options import DeviceOption, is_gpu
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import Preload
 from langgraph_devsched.schedulers.policy.investments import MAX_PRELOADS
@@ -87,16 +89,38 @@ class PreloadRuns:
         self.wasted_ms += self.pending.pop(model)
 
 
-def run_background(bed: SimulatedTestbed, loads: Sequence[Preload], tools: Sequence[str],
-                   used_gpus: set[int], step_ms: float, think_ms: float,
+def beside_tools(tools: Sequence[str], options: Sequence[DeviceOption],
+                 gpus: Mapping[str, int] | None, call_ids: Sequence[str]) -> dict[int, list[str]]:
+    """Per GPU the step used, the calls (their tools) whose working memory a load beside the
+    step must leave room for there: one GPU (``gpus`` None), every call of the step whatever
+    its option; several, the calls placed on that GPU (``gpus``: call id -> GPU index).
+
+    >>> beside_tools(["a", "b"], ["gpu_now", "cpu"], None, ["x", "y"])
+    {0: ['a', 'b']}
+    >>> beside_tools(["a", "b", "c"], ["gpu_now", "cpu", "gpu_queued"], {"x": 1, "z": 0},
+    ...              ["x", "y", "z"])
+    {1: ['a'], 0: ['c']}
+    """
+    if gpus is None:
+        return {0: list(tools)} if any(is_gpu(o) for o in options) else {}
+    out: dict[int, list[str]] = {}
+    for cid, tool, option in zip(call_ids, tools, options, strict=True):
+        if is_gpu(option) and cid in gpus:
+            out.setdefault(gpus[cid], []).append(tool)
+    return out
+
+
+def run_background(bed: SimulatedTestbed, loads: Sequence[Preload],
+                   tools: Mapping[int, Sequence[str]], step_ms: float, think_ms: float,
                    totals: PreloadRuns) -> float:
     """Run a step's background ``loads`` (at most `MAX_PRELOADS`) on ``bed`` once the step
-    (``tools``, on ``used_gpus``) ran in ``step_ms`` (`SimulatedTestbed.load_beside`: on a GPU
-    the step used, only into room beside its calls): the delay to the next step (ms)."""
+    ran in ``step_ms`` (`SimulatedTestbed.load_beside`: on a GPU the step used, a key of
+    ``tools`` (`beside_tools`), only into room beside those calls): the delay to the next
+    step (ms)."""
     busy = 0.0
     for p in loads[:MAX_PRELOADS]:
         took = None if p.side != "gpu" else bed.load_beside(
-            p.model, p.gpu, p.evict, tools, p.gpu in used_gpus)
+            p.model, p.gpu, p.evict, tools.get(p.gpu, ()), p.gpu in tools)
         if took is None:
             totals.refused += 1
             continue

@@ -56,13 +56,18 @@ from langgraph_devsched.bench.horizon_gpus import (
     gpus_reference,
     placements_per_state,
 )
-from langgraph_devsched.bench.preloads import PreloadRuns, run_background, run_preloads
+from langgraph_devsched.bench.preloads import (
+    PreloadRuns,
+    beside_tools,
+    run_background,
+    run_preloads,
+)
 from langgraph_devsched.bench.scenario import Scenario
 from langgraph_devsched.executors.base import PlannedCall, planned_gpus
 from langgraph_devsched.gpus import check_gpus
 from langgraph_devsched.hedging import check_hedges, hedge_outcomes
 from langgraph_devsched.hedging.simulated import IdleRuns, idle_calibration, run_hedged_step
-from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption, is_gpu
+from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.base import (
     Batch,
@@ -600,13 +605,6 @@ def _observer(scheduler: Scheduler, monitor: BenchMonitor | None) -> Callable[
     return observe
 
 
-def _used_gpus(options: Sequence[DeviceOption], gpus: Mapping[str, int] | None) -> set[int]:
-    """The GPUs a step's calls ran on (one GPU: 0 when any call ran on a GPU)."""
-    if gpus is None:
-        return {0} if any(is_gpu(o) for o in options) else set()
-    return set(gpus.values())
-
-
 def _run_one(
     scenario: Scenario,
     name: str,
@@ -699,8 +697,10 @@ def _run_one(
             preloaded.step(bed, record)
             think, loaded = scenario.workload.think_ms, preloaded.background
             if decision.background:  # loads started with the step, beside its calls
-                delay = run_background(bed, decision.background, _tools(batch),
-                                       _used_gpus(options, gpus), cache[key], think, preloaded)
+                delay = run_background(
+                    bed, decision.background,
+                    beside_tools(_tools(batch), options, gpus, batch.call_ids), cache[key],
+                    think, preloaded)
                 noise_free += delay
                 took += delay
             if think > 0:  # the agent's LLM turn: idle devices

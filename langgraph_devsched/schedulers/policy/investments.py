@@ -288,14 +288,16 @@ class Investments:
         return out
 
     def background(self, device: DeviceState, *, busy_gpus: Iterable[int],
-                   beside_mb: float | None, step_ms: float,
+                   beside_mb: Mapping[int, float], step_ms: float,
                    renting: Mapping[str, int], loading: Iterable[str] = ()) -> list[Preload]:
         """The load to start with a step, beside its calls, so the next steps find the
         model warm (at most `MAX_PRELOADS`): ``step_ms`` is the step's predicted makespan,
         ``renting`` its calls served cold (model -> calls), ``loading`` the models its GPU
         calls use (warm or loaded by the step: never loaded again). On a GPU the step uses
-        (``busy_gpus``) the load evicts nothing and needs room beside every call's working
-        memory (``beside_mb``; None: unknown, so no such GPU).
+        (``busy_gpus``) the load evicts nothing and needs free room for its weights beside
+        the working memory ``beside_mb`` names for that GPU (its index -> MB; a busy GPU it
+        does not name: unknown, so no load there), and room for its own calls' working
+        memory later (else its first call evicts what the step keeps warm).
 
         The load runs while the step runs and then while the agent thinks (`think_ms`, the
         idle time last seen); what it takes beyond both delays the next step. That delay is
@@ -309,7 +311,7 @@ class Investments:
         busy = set(busy_gpus)
         best: tuple[float, Preload] | None = None
         rooms = {g.index: _Room(g) for g in device.devices
-                 if g.index not in busy or beside_mb is not None}
+                 if g.index not in busy or g.index in beside_mb}
         window = step_ms + self.think_ms
         skip = set(loading)
         forecast = self.forecast.models()
@@ -338,7 +340,7 @@ class Investments:
                     continue
                 if index in busy:  # beside the step's calls: free room only, and room for
                     # its own calls later without evicting what the step keeps warm
-                    fits = eco.weights_mb + max(beside_mb or 0.0, eco.working_mb) <= room.free_mb
+                    fits = eco.weights_mb + max(beside_mb[index], eco.working_mb) <= room.free_mb
                     evict: tuple[str, ...] | None = () if fits else None
                 elif used:  # never a model the next step is expected to use
                     evict = room.evictions(eco.weights_mb + eco.working_mb, gain, lambda m: (

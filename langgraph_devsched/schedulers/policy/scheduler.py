@@ -72,7 +72,13 @@ from langgraph_devsched.monitor.observations import Observations, PlacementOutco
 from langgraph_devsched.monitor.unknowns import ExplorationHint
 from langgraph_devsched.options import GPU_OPTIONS, DeviceOption, is_gpu
 from langgraph_devsched.records import StepRecord
-from langgraph_devsched.schedulers.base import Batch, Decision, SchedulerBase, SchedulerView
+from langgraph_devsched.schedulers.base import (
+    Batch,
+    CallRequest,
+    Decision,
+    SchedulerBase,
+    SchedulerView,
+)
 from langgraph_devsched.schedulers.classic.dmda import DmdaScheduler
 from langgraph_devsched.schedulers.classic.heft import HeftScheduler
 from langgraph_devsched.schedulers.gpu_workers import allowed_gpus
@@ -230,19 +236,16 @@ class DefaultPolicy(SchedulerBase):
     def _in_background(self, batch: Batch, decision: Decision,
                        device: DeviceState | None) -> Decision:
         """``decision`` with the load worth starting beside it, if any
-        (`investments.Investments.background`). One GPU only: on several, the benchmark's
-        whole-run reference does not search loads beside a step yet, so none is started
-        there (a figure below its reference would not be a proven one)."""
-        if device is None or len(device.devices) != 1 or decision.hedges:
+        (`investments.Investments.background`), on any GPU. A GPU the decision's GPU calls
+        use is busy: a load there needs room beside their working memory (`_beside_mb`)."""
+        if device is None or not device.devices or decision.hedges:
             return decision
         on_gpu = [c for c in batch.calls if is_gpu(decision.mapping[c.call_id])]
-        busy = {device.devices[0].index} if on_gpu else set()
-        vram = [c.spec.vram_mb for c in batch.calls]
+        busy, beside_mb = _beside_mb(batch, decision, device, on_gpu)
         renting = Counter(m for c in batch.calls if (m := c.spec.model_name(c.tool))
                           and not is_gpu(decision.mapping[c.call_id]))
         loads = self._investments.background(
-            device, busy_gpus=busy, beside_mb=None if None in vram else sum(
-                v for v in vram if v is not None), step_ms=max(
+            device, busy_gpus=busy, beside_mb=beside_mb, step_ms=max(
                 decision.predicted_ms.values(), default=0.0), renting=renting,
             loading={m for c in on_gpu if (m := c.spec.model_name(c.tool))})
         if not loads:
@@ -960,6 +963,32 @@ def _pooled_cv(obs: Observations) -> float:
     """Typical relative spread of the per-call estimates (0 when nothing is repeated)."""
     cvs = [e.std_ms / e.run_ms for e in obs.estimates if e.count >= 2 and e.run_ms > 0]
     return sum(cvs) / len(cvs) if cvs else 0.0
+
+
+def _beside_mb(batch: Batch, decision: Decision, device: DeviceState,
+               on_gpu: Sequence[CallRequest]) -> tuple[set[int], dict[int, float]]:
+    """The GPUs ``decision``'s GPU calls (``on_gpu``) use, and per GPU the working memory a
+    load beside the step must leave room for: one GPU, every call's, whatever its mapping;
+    several, that of the calls placed on it (the decision's GPU, else the default rule,
+    `gpus.default_gpus`, as the node and the bench place them). A GPU a call of unknown
+    working memory would use is left out (no load beside it)."""
+    if len(device.devices) == 1:
+        vram = [c.spec.vram_mb for c in batch.calls]
+        busy = {device.devices[0].index} if on_gpu else set()
+        if None in vram:
+            return busy, {}
+        return busy, {device.devices[0].index: sum(v for v in vram if v is not None)}
+    indices = {d.index for d in device.devices}
+    named = [g if (g := decision.gpus.get(c.call_id)) in indices else None for c in on_gpu]
+    where = default_gpus([GpuCall(c.call_id, c.spec.model_name(c.tool), c.spec.vram_mb,
+                                  c.spec.weights_mb, g, c.spec.gpus)
+                          for c, g in zip(on_gpu, named, strict=True)], device.devices)
+    mb: dict[int, float | None] = {}
+    for c in on_gpu:
+        gpu, working = where[c.call_id], c.spec.vram_mb
+        held = mb.get(gpu, 0.0)
+        mb[gpu] = None if held is None or working is None else held + working
+    return set(mb), {g: v for g, v in mb.items() if v is not None}
 
 
 def _weights_mb(batch: Batch, device: DeviceState | None) -> dict[str, float]:
