@@ -82,7 +82,9 @@ def bench(
     rounds: Annotated[
         int | None, typer.Option(min=1, help="rounds per scenario (default: the scenario's, 20)")
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="noise seed (default: the scenario's)")] = None,
+    seed: Annotated[int | None, typer.Option(
+        help="noise seed (default: the scenario's; a generated workload's, gen-sS-N, is S)",
+    )] = None,
     noise: Annotated[
         float | None,
         typer.Option(min=0.0, max=0.99, help="relative latency noise sigma (override)"),

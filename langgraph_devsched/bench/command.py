@@ -59,8 +59,11 @@ def step_runner_for(backend: str) -> StepRunner | None:
 
 
 def _scenarios(scenarios: Path | None, generate: int | None, seed: int | None,
-               ) -> list[Scenario]:
-    """The scenarios to run: generated (`bench.generate`), replayed by name, or loaded."""
+               ) -> tuple[list[Scenario], int | None]:
+    """The scenarios to run: generated (`bench.generate`), replayed by name, or loaded; and
+    the bench's seed: ``seed``, else that of the generated workloads replayed when they share
+    one, so that a replay measures what ``--generate N --seed S`` measured (the noise draws
+    the policy learns from depend on it)."""
     from langgraph_devsched.bench.generate import (
         generate_scenarios,
         generated_scenario,
@@ -70,12 +73,14 @@ def _scenarios(scenarios: Path | None, generate: int | None, seed: int | None,
     if generate is not None:
         if scenarios is not None:
             raise ValueError("give --generate or --scenarios, not both")
-        return generate_scenarios(generate, seed=seed or 0)
+        return generate_scenarios(generate, seed=seed or 0), seed or 0
     if scenarios is not None:
         names = [parse_generated_name(n.strip()) for n in str(scenarios).split(",")]
         if names and all(n is not None for n in names):
-            return [generated_scenario(*n) for n in names if n is not None]
-    return load_scenarios(scenarios)
+            seeds = {n[0] for n in names if n is not None}
+            replayed = seeds.pop() if seed is None and len(seeds) == 1 else seed
+            return [generated_scenario(*n) for n in names if n is not None], replayed
+    return load_scenarios(scenarios), seed
 
 
 def run_bench_command(
@@ -121,7 +126,7 @@ def run_bench_command(
             plots=plots,
         )
     runner = step_runner_for(backend)
-    loaded = _scenarios(scenarios, generate, seed)
+    loaded, seed = _scenarios(scenarios, generate, seed)
     if physics is not None:
         loaded = under_physics(loaded, physics)
     skipped: dict[str, str] = {}
