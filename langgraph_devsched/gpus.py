@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from langgraph_devsched.log_once import warn_once
 from langgraph_devsched.telemetry import GpuDevice
@@ -76,6 +77,15 @@ class GpuCall:
     """The GPU the decision named, or None (the rule chooses)."""
     allowed: tuple[int, ...] | None = None
     """The GPUs its ``gpus`` hint allows (None: any)."""
+
+    @classmethod
+    def of(cls, call_id: str, tool: str, spec: Any, gpu: int | None = None,
+           vram_mb: float | None = None) -> GpuCall:
+        """The call of ``tool`` with hints ``spec`` (a `hints.ToolDeviceSpec`): its model,
+        working memory (``vram_mb`` where given, else the hint's), weights and allowed GPUs;
+        ``gpu``: the GPU its decision named."""
+        return cls(call_id, spec.model_name(tool), spec.vram_mb if vram_mb is None else vram_mb,
+                   spec.weights_mb, gpu, spec.gpus)
 
 
 def default_gpus(calls: Sequence[GpuCall], devices: Sequence[GpuDevice]) -> dict[str, int]:

@@ -54,8 +54,8 @@ def planned_gpus(calls: Sequence[PlannedCall], devices: Sequence[GpuDevice]) -> 
     """The GPU index of each GPU-placed call: the one its decision named, else the default
     rule (`langgraph_devsched.gpus.default_gpus`); one GPU: 0."""
     return default_gpus(
-        [GpuCall(c.call_id, c.spec.model_name(c.tool), c.spec.vram_mb, c.spec.weights_mb, c.gpu,
-                 c.spec.gpus) for c in calls if c.option != "cpu"], devices)
+        [GpuCall.of(c.call_id, c.tool, c.spec, c.gpu) for c in calls if c.option != "cpu"],
+        devices)
 
 
 def demote_off_gpu(

@@ -133,8 +133,8 @@ def placed_gpus(
     named = named or {}
     seen = seen or {}
     calls = [
-        GpuCall(c.call_id, c.spec.model_name(c.tool), max(c.spec.vram_mb, seen.get(c.tool, 0.0)),
-                c.spec.weights_mb, named.get(c.call_id), c.spec.gpus)
+        GpuCall.of(c.call_id, c.tool, c.spec, named.get(c.call_id),
+                   vram_mb=max(c.spec.vram_mb, seen.get(c.tool, 0.0)))
         for c in batch.calls if mapping[c.call_id] in GPU_OPTIONS
     ]
     return default_gpus(calls, device.devices)

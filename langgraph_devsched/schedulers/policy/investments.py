@@ -256,14 +256,12 @@ class Investments:
                 out.append(chosen)
         out += self._host_loads(gpus, host, idle_ms - busy, MAX_PRELOADS - len(out),
                                 on_gpu=False)
-        busy += sum(p.load_ms for p in out if p.side == "cpu")
-        out += self._warm_ups(gpus, host, idle_ms - busy, MAX_PRELOADS - len(out),
-                              {p.model for p in out})
-        busy = sum(p.load_ms for p in out)
+        left = idle_ms - sum(p.load_ms for p in out)  # one after another
+        out += self._warm_ups(gpus, host, left, MAX_PRELOADS - len(out), {p.model for p in out})
+        left = idle_ms - sum(p.load_ms for p in out)
         # last, with what is left: a host copy of a model warm on a GPU whose calls shared
         # it (queued, memory bound), so that such a call can run on the CPU beside them
-        return out + self._host_loads(gpus, host, idle_ms - busy, MAX_PRELOADS - len(out),
-                                      on_gpu=True)
+        return out + self._host_loads(gpus, host, left, MAX_PRELOADS - len(out), on_gpu=True)
 
     def _host_loads(self, gpus: dict[int, _Room], host: set[str], idle_ms: float, most: int,
                     *, on_gpu: bool) -> list[Preload]:

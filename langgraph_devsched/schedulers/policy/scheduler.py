@@ -465,9 +465,7 @@ class DefaultPolicy(SchedulerBase):
             for c, o, ok in zip(calls, options, allowed, strict=True):
                 g = (named or {}).get(c.call_id)
                 if o != "cpu":
-                    gpu_calls.append(GpuCall(c.call_id, c.spec.model_name(c.tool), c.spec.vram_mb,
-                                             c.spec.weights_mb, g if g in ok else None,
-                                             c.spec.gpus))
+                    gpu_calls.append(GpuCall.of(c.call_id, c.tool, c.spec, g if g in ok else None))
             rule = default_gpus(gpu_calls, devices)
             return tuple((o, None if o == "cpu" else rule[c.call_id])
                          for c, o in zip(calls, options, strict=True))
@@ -980,8 +978,7 @@ def _beside_mb(batch: Batch, decision: Decision, device: DeviceState,
         return busy, {device.devices[0].index: sum(v for v in vram if v is not None)}
     indices = {d.index for d in device.devices}
     named = [g if (g := decision.gpus.get(c.call_id)) in indices else None for c in on_gpu]
-    where = default_gpus([GpuCall(c.call_id, c.spec.model_name(c.tool), c.spec.vram_mb,
-                                  c.spec.weights_mb, g, c.spec.gpus)
+    where = default_gpus([GpuCall.of(c.call_id, c.tool, c.spec, g)
                           for c, g in zip(on_gpu, named, strict=True)], device.devices)
     mb: dict[int, float | None] = {}
     for c in on_gpu:

@@ -64,11 +64,11 @@ class Step:
     pick_within: float | None = None
     guard_ratio: float | None = None
     explore_ms: float | None = None
+    """What a probe of an unmeasured mapping may cost this step (`exploration`; None: no
+    bound, the guard off): shown with the exploration hints."""
     uses_next: Mapping[str, float] = field(default_factory=dict)
     """Per model of the step, the uses the policy's forecast expects over the coming steps
     (what repays its load): shown for a model not warm on a GPU."""
-    """What a probe of an unmeasured mapping may cost this step (`exploration`; None: no
-    bound, the guard off): shown with the exploration hints."""
 
     @property
     def vram_seen(self) -> Mapping[str, float]:
