@@ -212,10 +212,10 @@ def calls_data(
                            *(["cpu"] if device.warm(model, "cpu") else [])]
         elif model is not None and device is not None:
             row["warm"] = [s for s in ("gpu", "cpu") if device.warm(model, s)]
-        cold = model is not None and device is not None and not any(
-            d.warm(model) for d in device.devices)
-        if cold and uses_next and uses_next.get(model or "", 0.0) > 0:
-            row["uses_next"] = round(uses_next[model or ""], 1)
+        if model is not None and device is not None and uses_next:
+            coming = uses_next.get(model, 0.0)
+            if coming > 0 and not any(d.warm(model) for d in device.devices):
+                row["uses_next"] = round(coming, 1)
         out[call.call_id] = row
     return out
 
