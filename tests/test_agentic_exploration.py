@@ -42,6 +42,24 @@ class Adversary(ToolScriptModel):
         return super()._generate(messages, stop, run_manager, **kw)
 
 
+class Incumbent(ToolScriptModel):
+    """Answers the fastest measured mapping of the step's shape not marked refuted (the
+    first row of past_outcomes), else every call on ``gpu_now``: what the real 1.5B model did
+    at round 16 of 20 in `memory_diffusion_and_friends`, where the policy moved ``ocr`` to
+    the GPU and the model kept the measured mapping."""
+
+    script: list[AIMessage] = Field(default_factory=list)
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kw: Any) -> ChatResult:
+        calls = _tool_output(messages, "step_calls")
+        runs = [r for r in _tool_output(messages, "past_outcomes") if not r.get("refuted")]
+        answer = runs[0]["options"] if runs and set(runs[0]["options"]) == set(calls) else {
+            c: "gpu_now" for c in calls}
+        self.script[:] = [AIMessage(json.dumps(answer))]
+        return super()._generate(messages, stop, run_manager, **kw)
+
+
 def _policy() -> Any:
     return make_scheduler("monitor", max_decision_ms=None)  # no wall-clock budget
 
@@ -58,6 +76,10 @@ def make_wide_open_agentic() -> AgenticScheduler:
 
 def make_unbudgeted_monitor() -> Any:
     return _policy()
+
+
+def make_incumbent_agentic() -> AgenticScheduler:
+    return AgenticScheduler(Incumbent(), timeout_s=5, fallback=_policy(), retry_failed_after=0)
 
 
 def test_a_model_that_keeps_proposing_a_refuted_mapping_is_vetoed_with_both_figures() -> None:
@@ -149,6 +171,27 @@ def test_an_adversarial_model_never_costs_the_user(scenario: str) -> None:
 
 def _tool_output(messages: Any, name: str) -> Any:
     return json.loads(next(str(m.content) for m in messages if getattr(m, "name", None) == name))
+
+
+@pytest.mark.parametrize("seed", [2, 4])
+def test_a_measured_lead_within_the_noise_does_not_hold_the_run_off_the_policy(seed: int) -> None:
+    """Four calls, 5 % noise: the mapping with ``ocr`` on the CPU (640 ms) measured as fast,
+    over many runs, as the policy's mapping with it on the GPU (627 ms) over one or two. A
+    model that keeps the fastest measured mapping was priced as winning (both means, and each
+    step's run against the policy's mean, read as exact; the plain twin put the deviation at
+    47 ms won) and held the run 2 % off the policy for all 20 rounds (1.0207x: the real
+    model's miss at 20 rounds). Priced by the policy's own scores where the measured gap is
+    within the noise, the deviation is vetoed and the policy's mapping runs."""
+    loaded = load_scenario(builtin_by_name("memory_diffusion_and_friends")[0])
+    with registered("incumbent_agentic", "tests.test_agentic_exploration:make_incumbent_agentic"), \
+            registered("plain_monitor", "tests.test_agentic_exploration:make_unbudgeted_monitor"):
+        result = run_scenario(loaded, ["incumbent_agentic", "plain_monitor"], rounds=20,
+                              seed=seed, decision_cost="none")
+    agentic, monitor = result.results["incumbent_agentic"], result.results["plain_monitor"]
+    assert agentic.agentic is not None and agentic.agentic.consultations >= 1
+    assert agentic.final_makespan_ms <= 1.02 * monitor.final_makespan_ms, (
+        agentic.round_makespans_ms, monitor.round_makespans_ms)
+    assert agentic.agentic.deviation_won_ms >= 0, agentic.agentic
 
 
 def test_the_model_reads_what_the_guard_enforces_before_it_answers() -> None:

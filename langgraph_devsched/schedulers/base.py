@@ -4,8 +4,7 @@ A scheduler gets a `Batch` (the step's calls: ids, tool names and declared hints
 arguments) and a `SchedulerView` (telemetry and, where present, the monitor's snapshot). It
 answers a `Decision`: one option per call id. It can learn from `observe`.
 
->>> from langgraph_devsched.hedging import HEDGE_BOUND
-from langgraph_devsched.hints import ToolDeviceSpec
+>>> from langgraph_devsched.hints import ToolDeviceSpec
 >>> batch = Batch.of([("c1", "ocr", ToolDeviceSpec(vram_mb=500))])
 >>> batch.call_ids, batch.shape
 (('c1',), ('ocr',))

@@ -11,7 +11,7 @@ ledger queues what does not fit), unless the operator keeps VRAM free (`constrai
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from langgraph_devsched.options import DeviceOption
@@ -22,6 +22,7 @@ from langgraph_devsched.schedulers.agentic.constraints import (
     repair,
 )
 from langgraph_devsched.schedulers.agentic.gpu_choice import kept, several, slot_mapping
+from langgraph_devsched.schedulers.agentic.guard import shape_noise_ms
 from langgraph_devsched.schedulers.agentic.observations import outcomes_of
 from langgraph_devsched.schedulers.agentic.record import Deviation
 
@@ -63,10 +64,16 @@ def measured_outcome(
     return None
 
 
-def measured_ms(obs: Mapping[str, Any], batch: Batch, mapping: Mapping[str, str]) -> float | None:
-    """The mean makespan the monitor measured for ``mapping`` of this batch, if it ran."""
-    row = measured_outcome(obs, batch, mapping)
-    return None if row is None else float(row.get("makespan_ms") or 0.0)
+def policy_measured(obs: Mapping[str, Any], batch: Batch,
+                    policy: Mapping[str, str]) -> dict[str, Any]:
+    """A `Deviation`'s measured fields for the policy's mapping: its mean makespan and run
+    count where it ran, and the shape's noise per run (`guard.shape_noise_ms`)."""
+    row = measured_outcome(obs, batch, policy)
+    shape = sorted(batch.shape)
+    raw = [o for o in obs.get("outcomes", ()) if sorted(o.get("shape", ())) == shape]
+    return {"policy_measured_ms": None if row is None else float(row.get("makespan_ms") or 0.0),
+            "policy_runs": 0 if row is None else int(row.get("count") or 1),
+            "noise_ms": shape_noise_ms(raw)}
 
 
 SAME_GPU_SIDE = frozenset({"gpu_now", "gpu_queued"})
@@ -102,12 +109,17 @@ def agreement(
     batch: Batch, view: SchedulerView, rules: HardConstraints,
     mapping: Mapping[str, DeviceOption], lead: Decision | None, obs: Mapping[str, Any],
     twin_view: TwinView | None, gpus: Mapping[str, int] | None = None,
+    scored: Callable[[Mapping[str, DeviceOption]], float | None] | None = None,
 ) -> dict[str, Any]:
     """How the model's (repaired) ``mapping`` compares with the policy's, as record fields:
     ``agrees``, and for a deviation its `Deviation` (the policy's measured makespan if its
-    mapping ran, the twin's predicted difference). Empty without a lead. On a machine with
-    several GPUs both mappings are compared with their GPUs (``gpus``: those the answer
-    named; the lead's own; the default rule for the others), spelled ``gpu_now@1``."""
+    mapping ran, the predicted difference). Empty without a lead. The difference is
+    predicted by the policy's own scores where it has them (``scored``,
+    `DefaultPolicy.scored`: the reckoning that chose its mapping, measurements included),
+    else by the twin: the plain twin once priced a deviation at 47 ms won that the policy's
+    scores, and the run, put at 13 ms lost a step. On a machine with several GPUs both
+    mappings are compared with their GPUs (``gpus``: those the answer named; the lead's
+    own; the default rule for the others), spelled ``gpu_now@1``."""
     if lead is None or lead.probe:
         return {}
     seen = obs.get("vram_seen_mb") or {}
@@ -118,17 +130,19 @@ def agreement(
         if answer_at == policy_at:
             return {"agrees": True}
         return {"agrees": False, "deviation": Deviation(
-            policy=policy_at, policy_measured_ms=measured_ms(obs, batch, policy_at))}
+            policy=policy_at, **policy_measured(obs, batch, policy_at))}
     if dict(mapping) == policy:
         return {"agrees": True}
     twin_ms = None
-    if twin_view is not None:
-        try:
+    try:
+        if scored is not None and (mine := scored(policy)) is not None and (
+                theirs := scored(mapping)) is not None:
+            twin_ms = mine - theirs
+        elif twin_view is not None:
             twin_ms = twin_view.predict(policy) - twin_view.predict(mapping)
-        except Exception as exc:  # the twin is advice
-            logger.info("agentic deviation: no twin prediction (%s)", exc)
+    except Exception as exc:  # the prediction is advice
+        logger.info("agentic deviation: no prediction (%s)", exc)
     if same_in_effect(policy, mapping, twin_ms):
         return {"agrees": True}
     return {"agrees": False, "deviation": Deviation(
-        policy=dict(policy), twin_won_ms=twin_ms,
-        policy_measured_ms=measured_ms(obs, batch, policy))}
+        policy=dict(policy), twin_won_ms=twin_ms, **policy_measured(obs, batch, policy))}

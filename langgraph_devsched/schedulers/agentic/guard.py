@@ -25,6 +25,7 @@ same ranking gives pick mode's candidates.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -222,6 +223,8 @@ class MeasuredVerdict:
     answer_ms: float
     fastest_ms: float
     margin: float
+    runs: int = 1
+    """How many runs the answer's mean is of."""
 
     @property
     def rejected(self) -> bool:
@@ -257,10 +260,57 @@ def measured_guard(
     placement = sorted((c.tool, str(mapping[c.call_id])) for c in batch.calls)
     spans = {
         tuple(sorted(tuple(map(str, pair[:2])) for pair in o.get("placement", ()))):
-            float(o.get("makespan_ms") or 0.0)
+            (float(o.get("makespan_ms") or 0.0), int(o.get("count") or 1))
         for o in outcomes
     }
     answer = spans.get(tuple(placement))
     if answer is None:
         return None
-    return MeasuredVerdict(answer, min(spans.values()), margin)
+    return MeasuredVerdict(answer[0], min(ms for ms, _ in spans.values()), margin,
+                           runs=max(1, answer[1]))
+
+
+NOISE_Z = 2.0
+"""Two measured means tell two mappings apart when their gap exceeds this many standard
+errors of the gap (`distinguishes`)."""
+
+
+def shape_noise_ms(outcomes: Sequence[Mapping[str, Any]]) -> float | None:
+    """The spread of one run's makespan in a shape: the pooled standard deviation of the
+    shape's mappings (the monitor's rows, before `warm_first`) that ran at least twice and
+    loaded no model in any run (a load's run is another distribution). None where none did:
+    the noise is not known yet.
+
+    >>> shape_noise_ms([{"count": 3, "std_ms": 30.0, "makespan_ms": 640.0, "warm_ms": 640.0},
+    ...                 {"count": 1, "std_ms": 0.0, "makespan_ms": 600.0, "warm_ms": 600.0},
+    ...                 {"count": 4, "std_ms": 900.0, "makespan_ms": 1500.0, "warm_ms": 600.0}])
+    30.0
+    """
+    weight = total = 0.0
+    for o in outcomes:
+        runs = int(o.get("count") or 0)
+        warm = o.get("warm_ms")
+        if runs < 2 or warm is None or abs(float(warm) - float(o.get("makespan_ms") or 0.0)) > 1e-6:
+            continue
+        weight += runs - 1
+        total += (runs - 1) * float(o.get("std_ms") or 0.0) ** 2
+    return math.sqrt(total / weight) if weight else None
+
+
+def distinguishes(gap_ms: float, noise_ms: float | None, runs_a: int, runs_b: int,
+                  *, z: float = NOISE_Z) -> bool:
+    """Whether two measured means, of ``runs_a`` and ``runs_b`` runs whose makespans spread by
+    ``noise_ms`` each (`shape_noise_ms`), differ by more than the noise: ``gap_ms`` beyond
+    ``z`` standard errors of the gap. A mapping measured twice at 644 ms and one measured 13
+    times at 644 ms (a 0 ms gap), or a single run 18 ms faster than a two-run mean, are not
+    told apart at 30 ms of noise; 120 ms is. With the noise not known yet (None) no gap is.
+
+    >>> distinguishes(-18.0, 30.0, 1, 2), distinguishes(-120.0, 30.0, 1, 2)
+    (False, True)
+    >>> distinguishes(-1.0, 0.0, 1, 1), distinguishes(-500.0, None, 1, 1)
+    (True, False)
+    """
+    if noise_ms is None:
+        return False
+    error = noise_ms * math.sqrt(1.0 / max(1, runs_a) + 1.0 / max(1, runs_b))
+    return abs(gap_ms) > z * error + 1e-9

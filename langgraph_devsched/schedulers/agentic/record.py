@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from langgraph_devsched.schedulers.agentic.exploration import Veto
+from langgraph_devsched.schedulers.agentic.guard import distinguishes
 from langgraph_devsched.schedulers.base import Decision
 
 
@@ -23,11 +24,20 @@ from langgraph_devsched.schedulers.base import Decision
 class Deviation:
     """A consultation whose mapping is not the classical policy's, and what that won (ms,
     positive) or lost (negative) against the policy's mapping: by measurement where both
-    ran (the policy's mapping's mean makespan against this step's), else by the twin."""
+    ran (the policy's mapping's mean makespan against this step's) and the gap is beyond
+    the noise (`guard.distinguishes`), else by the twin, else by measurement within the
+    noise (nothing else judges it). A step that ran 18 ms faster than a two-run mean of the
+    policy's mapping, at 30 ms of noise per run, is not a measured win: judged so, it funded
+    a deviation the twin priced at 13 ms a step for the rest of a run."""
 
     policy: dict[str, str] = field(default_factory=dict)
     twin_won_ms: float | None = None
     policy_measured_ms: float | None = None
+    policy_runs: int = 0
+    """How many runs ``policy_measured_ms`` is the mean of."""
+    noise_ms: float | None = None
+    """The spread of one run's makespan in the shape (`guard.shape_noise_ms`; None: not
+    known yet, measurement then judges only where nothing predicts)."""
     answer_measured_ms: float | None = None
     """This step's measured makespan, set when the step has run (`measured`)."""
     predicted_cost_ms: float | None = None
@@ -43,16 +53,24 @@ class Deviation:
         if self.answer_measured_ms is None:
             self.answer_measured_ms = makespan_ms
 
+    def _measured_won(self) -> float | None:
+        """What measurement says it won, where it tells the two apart (see the class)."""
+        if self.policy_measured_ms is None or self.answer_measured_ms is None:
+            return None
+        gap = self.policy_measured_ms - self.answer_measured_ms
+        if self.twin_won_ms is None or distinguishes(gap, self.noise_ms, self.policy_runs, 1):
+            return gap
+        return None
+
     @property
     def won_ms(self) -> float | None:
-        if self.policy_measured_ms is not None and self.answer_measured_ms is not None:
-            return self.policy_measured_ms - self.answer_measured_ms
-        return self.twin_won_ms
+        measured = self._measured_won()
+        return measured if measured is not None else self.twin_won_ms
 
     @property
     def by(self) -> str:
         """How ``won_ms`` was judged: ``measured``, ``twin`` or ``unknown``."""
-        if self.policy_measured_ms is not None and self.answer_measured_ms is not None:
+        if self._measured_won() is not None:
             return "measured"
         return "twin" if self.twin_won_ms is not None else "unknown"
 

@@ -91,6 +91,7 @@ from langgraph_devsched.schedulers.agentic.gpu_outcomes import GpuOutcomes
 from langgraph_devsched.schedulers.agentic.guard import (
     MeasuredVerdict,
     TwinView,
+    distinguishes,
     guard,
     hinted_probe,
     measured_guard,
@@ -415,7 +416,7 @@ class AgenticScheduler(SchedulerBase):
         if entry.fallback_mapping:
             return decision
         compared = agreement(batch, step.view, self.constraints, mapping, step.lead, step.obs,
-                             step.twin_view, decision.gpus)
+                             step.twin_view, decision.gpus, self._scored(batch))
         deviation = compared.get("deviation")
         if deviation is not None and self._explore(
                 step, deviation, self._measured_verdict(step, mapping, decision.gpus)):
@@ -510,7 +511,7 @@ class AgenticScheduler(SchedulerBase):
                     return self._failed(step, "guarded", verdict.text(), rejected)
                 extra["guard_waived"] = asked_for
         extra.update(agreement(batch, step.view, self.constraints, mapping, step.lead, obs,
-                               step.twin_view, decision.gpus))
+                               step.twin_view, decision.gpus, self._scored(batch)))
         deviation = extra.get("deviation")
         if deviation is not None and not outcome.unguarded:
             unfunded = self._explore(step, deviation, measured)
@@ -535,17 +536,23 @@ class AgenticScheduler(SchedulerBase):
         self, step: _Prepared, deviation: Deviation, measured: MeasuredVerdict | None
     ) -> Veto | None:
         """The shape's exploration budget on ``deviation`` (`exploration`): its cost
-        predicted from both measurements where its mapping and the policy's ran, else from
-        the twin (else unpriced); a veto, or None with the deviation started on the budget."""
+        predicted from both measurements where its mapping and the policy's ran and their
+        means differ beyond the noise (`guard.distinguishes`) or no twin predicts it, else
+        from the twin (else unpriced); a veto, or None with the deviation started on the
+        budget. Two means within the noise do not price it: at 30 ms of noise per run, a
+        mapping measured 13 times and the policy's measured twice, both at 644 ms, priced a
+        deviation the twin put at 13 ms a step as a win, and it ran for the rest of the run."""
         if self._explorations is None or self.guard_ratio is None:
             return None  # the guard off: no bound on evidence either
-        cost: float | None
+        cost: float | None = None
         if measured is not None and deviation.policy_measured_ms is not None:
-            cost = measured.answer_ms - deviation.policy_measured_ms
-        elif deviation.twin_won_ms is not None:
+            gap = measured.answer_ms - deviation.policy_measured_ms
+            if deviation.twin_won_ms is None or distinguishes(
+                    gap, deviation.noise_ms, measured.runs, deviation.policy_runs):
+                cost = gap
+        if cost is None and deviation.twin_won_ms is not None:
             cost = -deviation.twin_won_ms
-        else:
-            cost = None  # nothing predicts it: an unpriced probe
+        # still None: nothing predicts it, an unpriced probe
         explores = measured is None
         shape = step.batch.shape
         with self._lock:
@@ -556,6 +563,14 @@ class AgenticScheduler(SchedulerBase):
             deviation.predicted_cost_ms, deviation.explored = cost, explores
             deviation.budgeted = True
         return veto
+
+    def _scored(self, batch: Batch) -> Callable[[Mapping[str, DeviceOption]], float | None] | None:
+        """The fallback policy's own score of a mapping of ``batch`` (`DefaultPolicy.scored`),
+        where the policy has one."""
+        scored = getattr(self.fallback, "scored", None)
+        if not callable(scored):
+            return None
+        return lambda mapping: scored(batch, mapping)
 
     def _measured_verdict(
         self, step: _Prepared, mapping: Mapping[str, str], gpus: Mapping[str, int] | None = None

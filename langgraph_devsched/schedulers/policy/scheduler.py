@@ -193,6 +193,8 @@ class DefaultPolicy(SchedulerBase):
         self._hedge = HedgeRule() if hedge else HedgeRule(max_per_step=0)
         self._dmda = DmdaScheduler()
         self._investments = Investments()
+        self._scores: tuple[tuple[str, ...], TwinScores] | None = None
+        """The scores the last full decision was made by, with its tools in call order."""
 
     def state_sizes(self) -> dict[str, int]:
         """How many entries each of the policy's own tables holds (all bounded)."""
@@ -341,6 +343,7 @@ class DefaultPolicy(SchedulerBase):
         reload = self._recent.reload_ms if self._recent.reload_ms(evictable) > 0 else None
         model = TwinScores(bed, tools, outcomes, noise, self.override_floor, warm=warm,
                            reload=reload)
+        self._scores = (tuple(tools), model)
         shape = tuple(sorted(tools))
         if self._contact.expects(shape):  # the measurements only when a prediction waits
             self._contact.settle(
@@ -604,6 +607,25 @@ class DefaultPolicy(SchedulerBase):
         benchmark's): models declared with profiles and load times may be warmed while the
         machine is idle before their first use (`preloads`)."""
         self._investments.declare(specs)
+
+    def scored(self, batch: Batch, mapping: Mapping[str, DeviceOption]) -> float | None:
+        """This policy's score of ``mapping`` for ``batch`` (`scores.TwinScores`: the
+        twin's prediction, or a measurement where it shows the twin visibly wrong, plus the
+        reload of its evictions), by the scores its last full decision was made with; None
+        when that decision was of other tools (or another call order), or on several GPUs
+        (there the one-GPU scores do not rank the mappings). What a mapping other than its
+        own is predicted to cost, by the reckoning that chose its own."""
+        kept = self._scores
+        tools = tuple(c.tool for c in batch.calls)
+        if kept is None or kept[0] != tools or (
+                self._device is not None and len(self._device.devices) > 1):
+            return None
+        try:
+            options = tuple(mapping[c] for c in batch.call_ids)
+        except KeyError:
+            return None
+        kept[1].score([options])
+        return kept[1].values[options]
 
     def coming_uses(self, model: str) -> float:
         """The uses of ``model`` its forecast expects over the coming steps (what a load of
