@@ -117,6 +117,8 @@ class Investments:
     _rent: LruTable[str, _Rent] = field(default_factory=lambda: LruTable[str, _Rent](MAX_MODELS))
     _declared: dict[str, Economics] = field(default_factory=dict)
     """Models the app declared (at most `MAX_MODELS`), for warming before a first use."""
+    _tool_gpus: dict[str, dict[str, tuple[int, ...] | None]] = field(default_factory=dict)
+    """Per declared model, the GPUs each declared tool of it may run on (None: any)."""
     think_ms: float = 0.0
     """The idle time between two steps, as last seen (`preloads`' ``idle_ms``)."""
     crowded: frozenset[str] = frozenset()
@@ -161,11 +163,14 @@ class Investments:
             tools = (dict(known.per_tool) if known else {}) | {tool: saving}
             if len(tools) > MAX_MODELS:
                 continue
+            reach = self._tool_gpus.setdefault(model, {})
+            reach[tool] = tuple(spec.gpus) if spec.gpus is not None else None
             self._declared[model] = Economics(
                 saving_ms=sum(tools.values()) / len(tools), load_ms=load.gpu_ms,
                 weights_mb=spec.weights_mb, working_mb=max(
                     spec.vram_mb or 0.0, known.working_mb if known else 0.0),
-                gpus=spec.gpus, cpu_load_ms=load.cpu_ms or 0.0, per_tool=tuple(tools.items()))
+                gpus=_union(reach.values()), cpu_load_ms=load.cpu_ms or 0.0,
+                per_tool=tuple(tools.items()))
 
     def economics(self, model: str) -> Economics | None:
         return self._economics.get(model)
@@ -352,23 +357,46 @@ class Investments:
                     best = net, Preload(model, index, eco.load_ms, gain, evict)
         return [best[1]] if best is not None else []
 
+    def unreached(self, model: str, gpus: Mapping[int, _Room]) -> list[tuple[int, ...] | None]:
+        """The GPUs allowed to each declared tool of ``model`` that can reach no GPU holding
+        it (None: any GPU); one entry per such tool. A model warm on a GPU its tool may not
+        run on is cold for that tool: a model shared by a tool pinned to GPU 1 and one pinned
+        to GPUs 2-3, warm on GPU 1 only, left the second to load it on its first call
+        (2.1 s of a 1.5 s whole-run reference, gen-s2-93)."""
+        held = {i for i, r in gpus.items() if r.holds(model)}
+        tools = self._tool_gpus.get(model) or {"": self._declared[model].gpus}
+        return [allowed for allowed in tools.values()
+                if not held & (set(gpus) if allowed is None else set(allowed))]
+
     def _warm_ups(self, gpus: dict[int, _Room], host: set[str], idle_ms: float, most: int,
                   planned: set[str]) -> list[Preload]:
-        """Declared models never used yet, warmed with what idle time and room are left:
-        onto a GPU with free room (evicting nothing) where warm GPU calls save time, else
-        into host memory; most saving first."""
+        """Declared models, warmed with what idle time and room are left, most saving first:
+        one never used yet onto a GPU with free room (evicting nothing) where warm GPU calls
+        save time, else into host memory; and a model warm on some GPU that a declared tool
+        of it cannot reach there (`unreached`: its ``gpus`` hint excludes them) onto a GPU
+        that tool may run on, with free room. Among the GPUs that fit, the one the most such
+        tools may use, then the fastest, then the freest."""
         out: list[Preload] = []
         for model, eco in sorted(self._declared.items(), key=lambda kv: -kv[1].saving_ms):
-            if (len(out) >= most or model in planned or model in self.forecast.models()
-                    or any(r.holds(model) for r in gpus.values())):
+            if len(out) >= most or model in planned:
                 continue
-            room = next((r for i, r in gpus.items() if (eco.gpus is None or i in eco.gpus)
-                         and eco.weights_mb + eco.working_mb <= r.free_mb), None)
+            held = any(r.holds(model) for r in gpus.values())
+            if model in self.forecast.models() and not held:
+                continue  # used and cold: the forecast's loads (`preloads`) decide
+            tools = self.unreached(model, gpus)  # held nowhere: every declared tool of it
+            if not tools:
+                continue
+            reach = {i: sum(1 for allowed in tools if allowed is None or i in allowed)
+                     for i in gpus}
+            fitting = [r for i, r in gpus.items() if reach[i] > 0
+                       and eco.weights_mb + eco.working_mb <= r.free_mb]
+            room = max(fitting, key=lambda r: (reach[r.gpu.index], r.gpu.speed, r.free_mb),
+                       default=None)
             if eco.saving_ms > 0 and room is not None and eco.load_ms <= idle_ms:
                 chosen = Preload(model, room.gpu.index, eco.load_ms,
                                  eco.saving_ms * DECLARED_USES)
                 room.add(chosen, eco.weights_mb)
-            elif model not in host and 0 < eco.cpu_load_ms <= idle_ms:
+            elif not held and model not in host and 0 < eco.cpu_load_ms <= idle_ms:
                 chosen = Preload(model, 0, eco.cpu_load_ms, 0.0, side="cpu")
             else:
                 continue
@@ -433,3 +461,17 @@ class _Room:
         self.busy_ms += preload.load_ms
         self.gone.update(preload.evict)
         self.added.append(WarmModel(preload.model, weights_mb))
+
+
+def _union(allowed: Iterable[tuple[int, ...] | None]) -> tuple[int, ...] | None:
+    """The GPUs any of several tools may run on (None: one of them may run on any).
+
+    >>> _union([(1,), (2, 3)]), _union([(1,), None])
+    ((1, 2, 3), None)
+    """
+    out: set[int] = set()
+    for gpus in allowed:
+        if gpus is None:
+            return None
+        out.update(gpus)
+    return tuple(sorted(out))
