@@ -114,7 +114,8 @@ def agreement(
     """How the model's (repaired) ``mapping`` compares with the policy's, as record fields:
     ``agrees``, and for a deviation its `Deviation` (the policy's measured makespan if its
     mapping ran, the predicted difference). Empty without a lead. The difference is
-    predicted by the policy's own scores where it has them (``scored``,
+    predicted where the twin predicts at all (``twin_view``: every tool declared or
+    measured), by the policy's own scores where it has them (``scored``,
     `DefaultPolicy.scored`: the reckoning that chose its mapping, measurements included),
     else by the twin: the plain twin once priced a deviation at 47 ms won that the policy's
     scores, and the run, put at 13 ms lost a step. On a machine with several GPUs both
@@ -134,14 +135,15 @@ def agreement(
     if dict(mapping) == policy:
         return {"agrees": True}
     twin_ms = None
-    try:
-        if scored is not None and (mine := scored(policy)) is not None and (
-                theirs := scored(mapping)) is not None:
-            twin_ms = mine - theirs
-        elif twin_view is not None:
-            twin_ms = twin_view.predict(policy) - twin_view.predict(mapping)
-    except Exception as exc:  # the prediction is advice
-        logger.info("agentic deviation: no prediction (%s)", exc)
+    if twin_view is not None:  # None: a tool known by priors only, nothing predicts it
+        try:
+            if scored is not None and (mine := scored(policy)) is not None and (
+                    theirs := scored(mapping)) is not None:
+                twin_ms = mine - theirs
+            else:
+                twin_ms = twin_view.predict(policy) - twin_view.predict(mapping)
+        except Exception as exc:  # the prediction is advice
+            logger.info("agentic deviation: no prediction (%s)", exc)
     if same_in_effect(policy, mapping, twin_ms):
         return {"agrees": True}
     return {"agrees": False, "deviation": Deviation(
