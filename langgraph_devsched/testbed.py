@@ -16,10 +16,12 @@ simulation on a virtual clock:
 * Resident models (a tool with ``weights_mb > 0``; see `batchsim.plan_gpu` for the GPU rule):
   the testbed keeps state across steps, the models resident on the GPU (LRU order) and in
   host memory (unbounded). At a step's start the models of its GPU-placed calls are
-  protected; in first-use order each gets room for its weights (when not resident) plus its
-  first call's working memory, evicting least recently used others (`residency.plan_room`;
-  the step's models it places only off that GPU first, `residency.demoted`) against the
-  budget less the background less the resident weights, and loads. The resident
+  protected; in call order each gets room for its weights (when not resident) plus its
+  first call's working memory, and each GPU-placed call without a model for its working
+  memory (as the ledger gives it), evicting least recently used others
+  (`residency.plan_room`; the step's models it places only off that GPU first,
+  `residency.demoted`) against the budget less the background less the resident weights,
+  and loads. The resident
   weights are then the ledger's base for the whole step. A GPU call on a model
   loaded this step waits until ``load_gpu_ms`` from the step's start (a fixed phase, not
   slowed by sharing) before its copy; a model that gets no room sends its `gpu_now` calls
@@ -462,8 +464,10 @@ class SimulatedTestbed:
                 task.gpu = self._gpu_of(call_id, gpus.get(call_id, 0))
             tasks.append(task)
         plans = [self._plan_gpu(tasks, g) for g in range(len(self._gpus))]
+        for g, plan in enumerate(plans):  # each call that got room names what it evicted
+            for t, out in zip(self._room_of(tasks, g), plan.evicted, strict=True):
+                t.evicted = out
         first: set[tuple[int, str]] = set()
-        first_use: set[tuple[int, str]] = set()
         for t in tasks:
             if t.model is None or t.option == "cpu":
                 continue
@@ -474,9 +478,6 @@ class SimulatedTestbed:
                 if key not in first:
                     first.add(key)
                     t.loaded = True
-            if key not in first_use:
-                first_use.add(key)
-                t.evicted = plan.evicted.get(t.model, ())
         sim = Simulation(self._event_machine(), tasks, bases=[p.base_mb for p in plans])
         record = sim.run()
         host = tuple(self._state.host_order) + tuple(
@@ -586,18 +587,31 @@ class SimulatedTestbed:
         return index
 
     def _plan_gpu(self, tasks: Sequence[Task], gpu: int) -> batchsim.GpuPlan:
-        """GPU ``gpu``'s weights for the step (`batchsim.plan_gpu`, one GPU at a time)."""
-        wanted: dict[str, float] = {}
-        for t in tasks:
-            if t.model is not None and t.option != "cpu" and t.gpu == gpu:
-                wanted.setdefault(t.model, t.p.vram_mb)
+        """GPU ``gpu``'s weights for the step (`batchsim.plan_gpu`, one GPU at a time): its
+        entries (``wanted``) are, in call order, each model's first GPU-placed call and every
+        GPU-placed call without a model; `_room_of` maps them back to the calls."""
+        wanted = [(t.model, t.p.vram_mb) for t in self._room_of(tasks, gpu)]
         background = self._background if gpu == 0 else self._gpus[gpu].background
         return batchsim.plan_gpu(
-            self._gpu_weights(gpu), list(wanted.items()),
-            {m: self._models[m].weights_mb for m in wanted},
+            self._gpu_weights(gpu), wanted,
+            {m: self._models[m].weights_mb for m, _ in wanted if m is not None},
             budget_mb=self._gpus[gpu].vram_mb, background_mb=background.vram_mb,
             keep_warm=self._state.keep_warm,
             demote=demoted(((t.model, None if t.option == "cpu" else t.gpu) for t in tasks), gpu))
+
+    @staticmethod
+    def _room_of(tasks: Sequence[Task], gpu: int) -> list[Task]:
+        """The calls that get room on GPU ``gpu`` at the step's start (`plan_gpu`'s
+        ``wanted``, in order): each model's first GPU-placed call, every one without a model."""
+        out: list[Task] = []
+        seen: set[str] = set()
+        for t in tasks:
+            if t.option == "cpu" or t.gpu != gpu or t.model in seen:
+                continue
+            if t.model is not None:
+                seen.add(t.model)
+            out.append(t)
+        return out
 
 
 def _gpu_specs(
