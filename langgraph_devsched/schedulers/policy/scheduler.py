@@ -340,7 +340,7 @@ class DefaultPolicy(SchedulerBase):
         # only a resident model this batch does not use can be evicted (never a keep_warm one)
         evictable = [w.model for w in device.resident
                      if w.side == "gpu" and not w.keep_warm and w.model not in used]
-        reload = self._recent.reload_ms if self._recent.reload_ms(evictable) > 0 else None
+        reload = self.reload_ms if self.reload_ms(evictable) > 0 else None
         model = TwinScores(bed, tools, outcomes, noise, self.override_floor, warm=warm,
                            reload=reload)
         self._scores = (tuple(tools), model)
@@ -593,8 +593,19 @@ class DefaultPolicy(SchedulerBase):
 
     def reload_ms(self, evicted: Sequence[str]) -> float:
         """What evicting these resident models costs the steps after, as this policy prices
-        it (`eviction.RecentModels`): their reload, for those a recent step used."""
-        return self._recent.reload_ms(evicted)
+        it (`eviction.RecentModels`): their reload, for those a recent step used. A model
+        whose GPU copy saves its calls nothing (`Investments.economics`: none is faster
+        there than on the CPU) while a copy of it is in host memory costs nothing to evict:
+        its calls run on the CPU from that copy. Charged its reload, such a copy (an OCR
+        model whose calls are transfer-bound, 47 ms on the CPU, 157 ms on the GPU) kept a
+        2.7 s CPU call off the GPU it fitted once evicted (gen-s3-166 with the testbed's
+        room rule for model-less calls, 2.38x)."""
+        device = self._device
+        host = ({w.model for w in device.resident if w.side == "cpu"}
+                if device is not None else set())
+        return self._recent.reload_ms([m for m in evicted if not (
+            m in host and (eco := self._investments.economics(m)) is not None
+            and eco.saving_ms <= 0)])
 
     def _buying(self, batch: Batch, device: DeviceState) -> set[str]:
         """The batch's models cold on every GPU whose load the rent-or-buy rule buys now."""
