@@ -23,7 +23,7 @@ from langgraph_devsched.schedulers.agentic.constraints import (
 )
 from langgraph_devsched.schedulers.agentic.gpu_choice import kept, several, slot_mapping
 from langgraph_devsched.schedulers.agentic.guard import shape_noise_ms
-from langgraph_devsched.schedulers.agentic.observations import outcomes_of
+from langgraph_devsched.schedulers.agentic.observations import outcomes_of, shape_outcomes
 from langgraph_devsched.schedulers.agentic.record import Deviation
 
 if TYPE_CHECKING:
@@ -69,11 +69,9 @@ def policy_measured(obs: Mapping[str, Any], batch: Batch,
     """A `Deviation`'s measured fields for the policy's mapping: its mean makespan and run
     count where it ran, and the shape's noise per run (`guard.shape_noise_ms`)."""
     row = measured_outcome(obs, batch, policy)
-    shape = sorted(batch.shape)
-    raw = [o for o in obs.get("outcomes", ()) if sorted(o.get("shape", ())) == shape]
     return {"policy_measured_ms": None if row is None else float(row.get("makespan_ms") or 0.0),
             "policy_runs": 0 if row is None else int(row.get("count") or 1),
-            "noise_ms": shape_noise_ms(raw)}
+            "noise_ms": shape_noise_ms(shape_outcomes(obs, batch))}
 
 
 SAME_GPU_SIDE = frozenset({"gpu_now", "gpu_queued"})

@@ -295,12 +295,17 @@ def estimates_data(
     return out
 
 
-def outcomes_of(obs: Mapping[str, Any], batch: Batch) -> list[Mapping[str, Any]]:
-    """The monitor's executed mappings of ``batch``'s shape (its sorted tool names), each
-    ``makespan_ms`` that of its runs that loaded no model where it has any (`warm_first`)."""
+def shape_outcomes(obs: Mapping[str, Any], batch: Batch) -> list[Mapping[str, Any]]:
+    """The monitor's executed mappings of ``batch``'s shape (its sorted tool names), as it
+    recorded them (every run in ``makespan_ms``)."""
     shape = sorted(batch.shape)
-    return [warm_first(o) for o in obs.get("outcomes", ())
-            if sorted(o.get("shape", ())) == shape]
+    return [o for o in obs.get("outcomes", ()) if sorted(o.get("shape", ())) == shape]
+
+
+def outcomes_of(obs: Mapping[str, Any], batch: Batch) -> list[Mapping[str, Any]]:
+    """`shape_outcomes`, each ``makespan_ms`` that of its runs that loaded no model where it
+    has any (`warm_first`)."""
+    return [warm_first(o) for o in shape_outcomes(obs, batch)]
 
 
 def warm_first(outcome: Mapping[str, Any]) -> Mapping[str, Any]:

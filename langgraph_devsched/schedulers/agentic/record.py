@@ -45,32 +45,37 @@ class Deviation:
     the policy's mapping's; negative: predicted to win), held against the shape's budget;
     None: nothing could price it (or it was not run on the budget)."""
     explored: bool = False
+    """Its mapping had never run: an exploration, one probe of the shape's budget."""
     budgeted: bool = False
     """It ran on the shape's exploration budget: what it won or lost is settled there."""
-    """Its mapping had never run: an exploration, one probe of the shape's budget."""
 
     def measured(self, makespan_ms: float) -> None:
         if self.answer_measured_ms is None:
             self.answer_measured_ms = makespan_ms
 
-    def _measured_won(self) -> float | None:
-        """What measurement says it won, where it tells the two apart (see the class)."""
-        if self.policy_measured_ms is None or self.answer_measured_ms is None:
+    def won_by_measurement(self, answer_ms: float | None, answer_runs: int) -> float | None:
+        """What measurement says the answer's mapping wins against the policy's, ``answer_ms``
+        being the mean of ``answer_runs`` runs of it, where measurement judges (see the
+        class: the gap beyond the noise, or nothing predicts); None where it does not. The
+        price before a deviation runs (its mapping's mean) and the judgement after (this
+        step's run) both read it."""
+        if self.policy_measured_ms is None or answer_ms is None:
             return None
-        gap = self.policy_measured_ms - self.answer_measured_ms
-        if self.twin_won_ms is None or distinguishes(gap, self.noise_ms, self.policy_runs, 1):
+        gap = self.policy_measured_ms - answer_ms
+        if self.twin_won_ms is None or distinguishes(gap, self.noise_ms, self.policy_runs,
+                                                     answer_runs):
             return gap
         return None
 
     @property
     def won_ms(self) -> float | None:
-        measured = self._measured_won()
+        measured = self.won_by_measurement(self.answer_measured_ms, 1)
         return measured if measured is not None else self.twin_won_ms
 
     @property
     def by(self) -> str:
         """How ``won_ms`` was judged: ``measured``, ``twin`` or ``unknown``."""
-        if self._measured_won() is not None:
+        if self.won_by_measurement(self.answer_measured_ms, 1) is not None:
             return "measured"
         return "twin" if self.twin_won_ms is not None else "unknown"
 

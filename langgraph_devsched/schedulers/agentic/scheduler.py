@@ -91,7 +91,6 @@ from langgraph_devsched.schedulers.agentic.gpu_outcomes import GpuOutcomes
 from langgraph_devsched.schedulers.agentic.guard import (
     MeasuredVerdict,
     TwinView,
-    distinguishes,
     guard,
     hinted_probe,
     measured_guard,
@@ -544,15 +543,11 @@ class AgenticScheduler(SchedulerBase):
         deviation the twin put at 13 ms a step as a win, and it ran for the rest of the run."""
         if self._explorations is None or self.guard_ratio is None:
             return None  # the guard off: no bound on evidence either
-        cost: float | None = None
-        if measured is not None and deviation.policy_measured_ms is not None:
-            gap = measured.answer_ms - deviation.policy_measured_ms
-            if deviation.twin_won_ms is None or distinguishes(
-                    gap, deviation.noise_ms, measured.runs, deviation.policy_runs):
-                cost = gap
-        if cost is None and deviation.twin_won_ms is not None:
-            cost = -deviation.twin_won_ms
-        # still None: nothing predicts it, an unpriced probe
+        won = None if measured is None else deviation.won_by_measurement(
+            measured.answer_ms, measured.runs)
+        if won is None:
+            won = deviation.twin_won_ms
+        cost = None if won is None else -won  # None: nothing predicts it, an unpriced probe
         explores = measured is None
         shape = step.batch.shape
         with self._lock:

@@ -364,7 +364,7 @@ class Investments:
         to GPUs 2-3, warm on GPU 1 only, left the second to load it on its first call
         (2.1 s of a 1.5 s whole-run reference, gen-s2-93)."""
         held = {i for i, r in gpus.items() if r.holds(model)}
-        tools = self._tool_gpus.get(model) or {"": self._declared[model].gpus}
+        tools = self._tool_gpus.get(model, {})  # filled with `_declared`, by `declare`
         return [allowed for allowed in tools.values()
                 if not held & (set(gpus) if allowed is None else set(allowed))]
 
