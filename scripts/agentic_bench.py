@@ -54,6 +54,8 @@ def must_show(path: Path) -> dict[str, Any]:
         for k in fields:
             tot[k] += st.get(k) or 0
         tot["timeouts"] += (st.get("fallbacks") or {}).get("timeout", 0)
+        for why, count in (st.get("skipped") or {}).items():  # decided without asking
+            tot[f"skipped_{why}"] += count
         tot["within"] += int(ra <= rm * 1.02 + 1e-9)
         tot["agentic_optimal"] += int(ag.get("optimal", False))
         tot["monitor_optimal"] += int(mon.get("optimal", False))

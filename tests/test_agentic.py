@@ -270,7 +270,7 @@ def test_auto_channel_walks_the_chain_and_remembers_it() -> None:
 def test_model_error_falls_back_with_the_error() -> None:
     model = ToolScriptModel(script=[], error="connection refused")
     fallback = ByTool({"asr": "gpu_now", "embed": "cpu"})
-    scheduler = AgenticScheduler(model, fallback=fallback)
+    scheduler = AgenticScheduler(model, screen=False, fallback=fallback)
     decision = scheduler.decide(BATCH, VIEW)
     assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"}
     assert decision.fallback == "scheduler_error" and decision.llm_calls == 1

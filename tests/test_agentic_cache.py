@@ -164,7 +164,7 @@ def hanging() -> Iterator[HangingModel]:
 
 def test_a_hanging_model_times_out_to_the_fallback(hanging: HangingModel) -> None:
     fallback = ByTool({"asr": "gpu_queued", "ocr": "cpu"})
-    sched = AgenticScheduler(hanging, fallback=fallback, timeout_s=0.05)
+    sched = AgenticScheduler(hanging, screen=False, fallback=fallback, timeout_s=0.05)
     decision = sched.decide(batch("a", "b"), SchedulerView(GPU, obs()))
     assert dict(decision.mapping) == {"a": "gpu_queued", "b": "cpu"}
     assert decision.fallback == "scheduler_error"
@@ -178,7 +178,7 @@ async def test_a_hanging_model_times_out_under_ainvoke(hanging: HangingModel) ->
     fallback = ByTool({"asr": "cpu", "ocr": "cpu"})
     # a deadline the consultation's thread surely starts within on a loaded machine (one that
     # starts after it never calls the model, and ``hanging.calls`` would say 0)
-    sched = AgenticScheduler(hanging, fallback=fallback, timeout_s=1.0)
+    sched = AgenticScheduler(hanging, screen=False, fallback=fallback, timeout_s=1.0)
     decision = await sched.adecide(batch("a", "b"), SchedulerView(GPU, obs()))
     assert dict(decision.mapping) == {"a": "cpu", "b": "cpu"}
     assert sched.last_fallbacks == {"a": "timeout", "b": "timeout"}
@@ -188,7 +188,8 @@ async def test_a_hanging_model_times_out_under_ainvoke(hanging: HangingModel) ->
 def test_a_failed_situation_is_not_retried_at_once(hanging: HangingModel) -> None:
     fallback = ByTool({"asr": "gpu_queued", "ocr": "cpu"})
     # 1 s: each consultation's thread starts (and calls the model) well before its deadline
-    sched = AgenticScheduler(hanging, fallback=fallback, timeout_s=1.0, retry_failed_after=2)
+    sched = AgenticScheduler(hanging, screen=False,
+                             fallback=fallback, timeout_s=1.0, retry_failed_after=2)
     view = SchedulerView(GPU, obs())
     sched.decide(batch("a", "b"), view)
     reused = [sched.decide(batch("c", "d"), view) for _ in range(2)]

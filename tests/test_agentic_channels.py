@@ -176,7 +176,7 @@ def test_auto_moves_past_a_channel_the_server_rejects() -> None:
 
 def test_a_fixed_channel_that_fails_is_an_llm_error() -> None:
     model = RejectsToolChoice(script=[AIMessage("hm", id="a1")])
-    sched = AgenticScheduler(model, fallback=FALLBACK, answer="tool_required")
+    sched = AgenticScheduler(model, screen=False, fallback=FALLBACK, answer="tool_required")
     decision = sched.decide(BATCH, VIEW)
     assert decision.consultation.cause == "llm_error" and "not supported" in decision.reason
 
@@ -222,7 +222,7 @@ PROFILED_VIEW = SchedulerView(DeviceState(True, "gpu", 8000, 0, 0.0, 8), Observa
 
 
 def test_the_guard_rejects_an_answer_the_twin_predicts_much_worse() -> None:
-    sched, _ = scheduler([submit({"c1": "cpu", "c2": "cpu"})], guard_ratio=1.5)
+    sched, _ = scheduler([submit({"c1": "cpu", "c2": "cpu"})], screen=False, guard_ratio=1.5)
     decision = sched.decide(PROFILED, PROFILED_VIEW)
     record = decision.consultation
     assert record.cause == "guarded" and decision.fallback == "scheduler_error"
@@ -259,12 +259,13 @@ def test_the_guard_never_vetoes_a_probe_the_hints_asked_for() -> None:
     cost it is vetoed, with both figures."""
     hint = ExplorationHint.make("unknown", ("asr",), devices=("cpu",), expected_gain_ms=5)
     view = SchedulerView(PROFILED_VIEW.device, Observations(step=3, hints=(hint,)))
-    sched, _ = scheduler([AIMessage('{"c1": "cpu", "c2": "gpu_now"}', id="a")], guard_ratio=1.5)
+    sched, _ = scheduler([AIMessage('{"c1": "cpu", "c2": "gpu_now"}', id="a")], screen=False,
+                         guard_ratio=1.5)
     vetoed = sched.decide(PROFILED, view).consultation
     assert vetoed.cause == "guarded" and vetoed.veto is not None and vetoed.veto.kind == "budget"
     assert vetoed.veto.answer_ms > 0 and vetoed.veto.limit_ms == 0.0
-    sched, _ = scheduler([AIMessage('{"c1": "cpu", "c2": "gpu_now"}', id="a")], guard_ratio=1.5,
-                         explore_allowance_ms=10_000.0)
+    sched, _ = scheduler([AIMessage('{"c1": "cpu", "c2": "gpu_now"}', id="a")], screen=False,
+                         guard_ratio=1.5, explore_allowance_ms=10_000.0)
     decision = sched.decide(PROFILED, view)
     record = decision.consultation
     assert decision.fallback is None and dict(decision.mapping) == {"c1": "cpu", "c2": "gpu_now"}
@@ -272,7 +273,8 @@ def test_the_guard_never_vetoes_a_probe_the_hints_asked_for() -> None:
     assert record.guard_answer_ms > 1.5 * record.guard_best_ms
     unhinted = Observations(step=3, hints=(
         ExplorationHint.make("unknown", ("embed",), devices=("cpu",), expected_gain_ms=5),))
-    sched, _ = scheduler([AIMessage('{"c1": "cpu", "c2": "gpu_now"}', id="a")], guard_ratio=1.5)
+    sched, _ = scheduler([AIMessage('{"c1": "cpu", "c2": "gpu_now"}', id="a")], screen=False,
+                         guard_ratio=1.5)
     assert sched.decide(PROFILED, SchedulerView(view.device, unhinted)).consultation.cause == (
         "guarded")
 

@@ -68,10 +68,17 @@ def make_adversarial_agentic() -> AgenticScheduler:
     return AgenticScheduler(Adversary(), timeout_s=5, fallback=_policy(), retry_failed_after=0)
 
 
-def make_wide_open_agentic() -> AgenticScheduler:
-    """Every exploration affordable (a huge allowance): only the count per shape bounds it."""
+def make_adversarial_unscreened() -> AgenticScheduler:
+    """The guard judges the answer afterwards only (the adversary ignores a schema anyway)."""
     return AgenticScheduler(Adversary(), timeout_s=5, fallback=_policy(), retry_failed_after=0,
-                            explore_allowance_ms=1e9, max_explorations=1)
+                            screen=False)
+
+
+def make_wide_open_agentic() -> AgenticScheduler:
+    """Every exploration affordable (a huge allowance): only the count per shape bounds it.
+    Unscreened, so that every answer reaches the budget after the model gave it."""
+    return AgenticScheduler(Adversary(), timeout_s=5, fallback=_policy(), retry_failed_after=0,
+                            explore_allowance_ms=1e9, max_explorations=1, screen=False)
 
 
 def make_unbudgeted_monitor() -> Any:
@@ -79,7 +86,8 @@ def make_unbudgeted_monitor() -> Any:
 
 
 def make_incumbent_agentic() -> AgenticScheduler:
-    return AgenticScheduler(Incumbent(), timeout_s=5, fallback=_policy(), retry_failed_after=0)
+    return AgenticScheduler(Incumbent(), screen=False, timeout_s=5, fallback=_policy(),
+                            retry_failed_after=0)
 
 
 def test_a_model_that_keeps_proposing_a_refuted_mapping_is_vetoed_with_both_figures() -> None:
@@ -87,8 +95,8 @@ def test_a_model_that_keeps_proposing_a_refuted_mapping_is_vetoed_with_both_figu
     model proposes it again, the policy's mapping runs instead and the veto keeps both
     figures, in the reason, the record and the benchmark's agentic stats."""
     model = ToolScriptModel(script=[AIMessage('{"c1": "gpu_now", "c2": "gpu_now"}')])
-    scheduler = AgenticScheduler(model, fallback=ByTool({"asr": "gpu_now", "embed": "cpu"}),
-                                 retry_failed_after=0)
+    scheduler = AgenticScheduler(model, screen=False, retry_failed_after=0,
+                                 fallback=ByTool({"asr": "gpu_now", "embed": "cpu"}))
     view = _measured(("gpu_now", "gpu_now", 120.0), ("gpu_now", "cpu", 90.0))
     decisions = [scheduler.decide(BATCH, view) for _ in range(3)]
     assert model.received and len(model.received) == 3  # asked each time, vetoed each time
@@ -112,8 +120,16 @@ def test_an_unmeasured_deviation_predicted_to_cost_more_than_the_budget_is_vetoe
     from tests.test_agentic_channels import PROFILED, PROFILED_VIEW
 
     answer = AIMessage('{"c1": "cpu", "c2": "gpu_now"}')
+    policy = ByTool({"asr": "gpu_now", "embed": "gpu_now"})
+    # screened (the default): the policy's mapping is the only one admitted, the model is
+    # not asked
+    screened = AgenticScheduler(ToolScriptModel(script=[answer]), guard_ratio=100.0,
+                                fallback=policy).decide(PROFILED, PROFILED_VIEW)
+    assert screened.consultation.skipped == "one_admitted" and screened.llm_calls == 0
+    assert dict(screened.mapping) == {"c1": "gpu_now", "c2": "gpu_now"}
+    # unscreened, the answer is judged after the model gave it
     strict = AgenticScheduler(ToolScriptModel(script=[answer]), guard_ratio=100.0,
-                              fallback=ByTool({"asr": "gpu_now", "embed": "gpu_now"}))
+                              fallback=policy, screen=False)
     vetoed = strict.decide(PROFILED, PROFILED_VIEW)
     veto = vetoed.consultation.veto
     assert veto is not None and veto.kind == "budget" and veto.answer_ms > 0
@@ -143,21 +159,24 @@ def test_exploration_is_bounded_per_shape(scenario: str) -> None:
     assert vetoed == len(stats.veto_figures) >= 1 and stats.fallbacks["guarded"] >= vetoed
 
 
+@pytest.mark.parametrize("factory", ["make_adversarial_agentic", "make_adversarial_unscreened"])
 @pytest.mark.parametrize("scenario", ["memory_diffusion_and_friends", "residency_cold_burst",
                                       "memory_llm_heavy", "serial_voice_assistant"])
-def test_an_adversarial_model_never_costs_the_user(scenario: str) -> None:
+def test_an_adversarial_model_never_costs_the_user(scenario: str, factory: str) -> None:
     """The three built-ins where the sub-agent ended worse than the monitor on the real
     model, and one more: a model that proposes a different mapping every step nets no loss
-    (deviations won minus lost >= 0) and ends within 2 % of the policy alone."""
+    (deviations won minus lost >= 0) and ends within 2 % of the policy alone, whether the
+    answers are screened before it is asked (it ignores the schema) or only after."""
     loaded = load_scenario(builtin_by_name(scenario)[0])
-    with registered("adversarial_agentic",
-                    "tests.test_agentic_exploration:make_adversarial_agentic"), \
+    with registered("adversarial_agentic", f"tests.test_agentic_exploration:{factory}"), \
             registered("plain_monitor", "tests.test_agentic_exploration:make_unbudgeted_monitor"):
         result = run_scenario(loaded, ["adversarial_agentic", "plain_monitor"], rounds=8,
                               seed=0, decision_cost="none")
     agentic, monitor = result.results["adversarial_agentic"], result.results["plain_monitor"]
     stats = agentic.agentic
-    assert stats is not None and stats.consultations >= 1
+    assert stats is not None
+    assert stats.consultations >= 1 if "unscreened" in factory else (
+        stats.consultations + stats.skipped.get("one_admitted", 0) >= 1)
     assert stats.deviation_won_ms >= 0, stats
     assert stats.exploration_cost_ms == 0.0
     assert agentic.final_makespan_ms <= 1.02 * monitor.final_makespan_ms, (
@@ -203,8 +222,8 @@ def test_the_model_reads_what_the_guard_enforces_before_it_answers() -> None:
     from tests.test_agentic_channels import PROFILED, PROFILED_VIEW
 
     model = ToolScriptModel(script=[AIMessage('{"c1": "gpu_now", "c2": "cpu"}')])
-    scheduler = AgenticScheduler(model, fallback=ByTool({"asr": "gpu_now", "embed": "cpu"}),
-                                 retry_failed_after=0)
+    scheduler = AgenticScheduler(model, screen=False, retry_failed_after=0,
+                                 fallback=ByTool({"asr": "gpu_now", "embed": "cpu"}))
     scheduler.decide(BATCH, _measured(("gpu_now", "gpu_now", 120.0), ("gpu_now", "cpu", 90.0)))
     runs = _tool_output(model.received[0], "past_outcomes")
     assert [(r["makespan_ms"], r.get("refuted", False)) for r in runs] == [(90, False),
@@ -213,7 +232,7 @@ def test_the_model_reads_what_the_guard_enforces_before_it_answers() -> None:
         "exploration budget 0 ms: an unmeasured mapping is not run"]
 
     funded = ToolScriptModel(script=[AIMessage('{"c1": "gpu_now", "c2": "gpu_now"}')])
-    AgenticScheduler(funded, guard_ratio=100.0, explore_allowance_ms=250.0,
+    AgenticScheduler(funded, screen=False, guard_ratio=100.0, explore_allowance_ms=250.0,
                      fallback=ByTool({"asr": "gpu_now", "embed": "gpu_now"}),
                      ).decide(PROFILED, PROFILED_VIEW)
     assert _tool_output(funded.received[0], "exploration_hints")[0] == (

@@ -110,7 +110,8 @@ def test_an_unreadable_gpu_part_is_repaired_too() -> None:
 
 
 def test_the_schema_enum_lists_the_per_gpu_values_a_call_may_take() -> None:
-    scheduler, model = agentic({"o": "gpu_now@1", "p": "gpu_now@0"}, answer="json_schema")
+    scheduler, model = agentic({"o": "gpu_now@1", "p": "gpu_now@0"}, answer="json_schema",
+                               screen=False)
     scheduler.decide(Batch.of([("o", "ocr", OCR), ("p", "pinned", PINNED)]), two_gpus())
     schema = model.call_kwargs[0]["response_format"]["json_schema"]["schema"]
     assert schema["properties"]["o"]["enum"] == [
@@ -122,7 +123,7 @@ def test_the_schema_enum_lists_the_per_gpu_values_a_call_may_take() -> None:
 
 
 def test_one_gpu_keeps_the_three_options_and_the_old_prompt() -> None:
-    scheduler, model = agentic({"o": "gpu_now"}, answer="json_schema")
+    scheduler, model = agentic({"o": "gpu_now"}, answer="json_schema", screen=False)
     d = scheduler.decide(Batch.of([("o", "ocr", OCR)]), ONE_GPU)
     schema = model.call_kwargs[0]["response_format"]["json_schema"]["schema"]
     assert schema["properties"]["o"]["enum"] == ["gpu_now", "gpu_queued", "cpu"]

@@ -32,10 +32,11 @@ def _the_call(messages: Any) -> dict[str, Any]:
 def test_a_cold_model_reads_its_forecast_uses_beside_its_load_time() -> None:
     """A model every step calls, cold: from its first step on, step_calls gives its
     forecast uses over the coming steps (at least 3 once in use) beside its 800 ms load;
-    once warm on the GPU the figure is left out (nothing to repay)."""
+    once warm on the GPU the figure is left out (nothing to repay). Unscreened: the model
+    is asked every step, whatever the evidence admits."""
     model = ToolScriptModel(script=[AIMessage('{"c0": "cpu"}')])
     scheduler = AgenticScheduler(model, fallback=make_scheduler("monitor", max_decision_ms=None),
-                                 retry_failed_after=0)
+                                 retry_failed_after=0, screen=False)
     cold = SchedulerView(DeviceState(True, "gpu", 16000, 0, 0.0, 8))
     for i in range(3):
         scheduler.decide(Batch.of([(f"c{i}", "sentiment", SPEC)]), cold)

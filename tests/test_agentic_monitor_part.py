@@ -62,7 +62,8 @@ def test_an_answer_measured_slower_than_the_fastest_measured_mapping_is_not_kept
     """A measured mistake is not repeated: the guard judges by measurement where the answer's
     mapping ran (both figures recorded), and the fallback answers instead."""
     model = ToolScriptModel(script=[AIMessage('{"c1": "gpu_now", "c2": "gpu_now"}')] * 2)
-    scheduler = AgenticScheduler(model, fallback=ByTool({"asr": "gpu_now", "embed": "cpu"}))
+    scheduler = AgenticScheduler(model, screen=False,
+                                 fallback=ByTool({"asr": "gpu_now", "embed": "cpu"}))
     view = _measured(("gpu_now", "gpu_now", 120.0), ("gpu_now", "cpu", 90.0))
     decision = scheduler.decide(BATCH, view)
     assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"}
@@ -121,7 +122,7 @@ def make_all_gpu_agentic() -> AgenticScheduler:
     """The policy beside it unbudgeted: its decisions do not depend on the machine's speed."""
     from langgraph_devsched.schedulers.registry import make_scheduler
 
-    return AgenticScheduler(EveryCallAnswers(value="gpu_now"), timeout_s=5,
+    return AgenticScheduler(EveryCallAnswers(value="gpu_now"), screen=False, timeout_s=5,
                             fallback=make_scheduler("monitor", max_decision_ms=None))
 
 

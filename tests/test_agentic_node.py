@@ -147,7 +147,8 @@ class Runs(BaseCallbackHandler):
 
 @pytest.mark.parametrize("mode", ["decide", "adecide"])
 async def test_the_consultation_is_a_child_run_of_the_caller(mode: str) -> None:
-    scheduler = AgenticScheduler(ToolScriptModel(script=[submit({"c1": "cpu", "c2": "cpu"})]))
+    scheduler = AgenticScheduler(ToolScriptModel(script=[submit({"c1": "cpu", "c2": "cpu"})]),
+                                 screen=False)
 
     def step(_: Any, config: RunnableConfig) -> Any:
         return scheduler.decide(BATCH, VIEW, config=config)

@@ -193,7 +193,8 @@ async def _flood_step(
 def llm_hang_flood(ctx: ProbeContext) -> ProbeResult:
     result = ProbeResult()
     model = HangingChatModel()
-    sched = AgenticScheduler(model, fallback="static", timeout_s=TIMEOUT_S, max_turns=1)
+    sched = AgenticScheduler(model, fallback="static", timeout_s=TIMEOUT_S, max_turns=1,
+                             screen=False)  # every step a consultation: the model hangs in it
     tools, hints = _tools()
     node, _ = node_for(ctx, tools, hints, scheduler=sched)
     graph = graph_of(node)
@@ -244,7 +245,8 @@ def llm_garbage_flood(ctx: ProbeContext, *, steps: int = 4) -> ProbeResult:
     start = ctx.rng.randrange(len(texts))
     model = GarbageChatModel(texts=texts[start:] + texts[:start])
     timeout_s = 0.2
-    sched = AgenticScheduler(model, fallback="static", timeout_s=timeout_s, max_turns=1)
+    sched = AgenticScheduler(model, fallback="static", timeout_s=timeout_s, max_turns=1,
+                             screen=False)  # every step a consultation: garbage answers it
     tools, hints = _tools()
     node, _ = node_for(ctx, tools, hints, scheduler=sched)
     graph = graph_of(node)

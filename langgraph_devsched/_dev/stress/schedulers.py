@@ -166,8 +166,10 @@ class FaultyScheduler(SchedulerBase):
         self.base = RandomScheduler(seed)
         self.tally = tally or Tally()
         self.model = StressChatModel()
+        # unscreened: every step it gets is a consultation, where the faults are injected
+        # (screened, a step with one admitted mapping would not ask the model at all)
         self.agentic = AgenticScheduler(
-            self.model, fallback="static", timeout_s=llm_timeout_s, max_turns=2
+            self.model, fallback="static", timeout_s=llm_timeout_s, max_turns=2, screen=False
         )
         self.llm_share = llm_share
         self._rng = random.Random(seed + 1)

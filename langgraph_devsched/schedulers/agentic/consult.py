@@ -146,6 +146,8 @@ class Consultation:
     ids: dict[str, str] = field(default_factory=dict)
     """The step's call ids by the short labels the model reads and answers with
     (`prompts.short_labels`; ``batch`` is then the labelled one); empty: the ids as they are."""
+    sole: dict[str, str] | None = None
+    """The one answer the evidence admits (`admitted`), by call id: taken without asking."""
     tally: Tally = field(default_factory=Tally)
     _compiled: Any = None
     _retried: bool = False
@@ -154,8 +156,11 @@ class Consultation:
         return list(self.messages)
 
     def skip(self) -> Outcome | None:
-        """The outcome without asking the model; None: ask it."""
-        return None
+        """The outcome without asking the model (`sole`: nothing to choose); None: ask it."""
+        if self.sole is None:
+            return None
+        return Outcome(ParsedAnswer(dict(self.sole), "the only mapping the evidence admits"),
+                       via="one_admitted", tally=self.tally, skipped="one_admitted")
 
     def answer_in(self, messages: Sequence[AnyMessage]) -> Outcome | None:
         """The newest answer in any AI turn of ``messages``, else None."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_devsched.options import DeviceOption
@@ -71,6 +71,8 @@ class TwinView:
     """What evicting resident models costs the steps after (the fallback policy's price,
     `DefaultPolicy.reload_ms`): added to every prediction, so that an answer that evicts a
     model the next step loads again is not judged by its own step alone."""
+    _ranked: list[tuple[float, dict[str, DeviceOption]]] | None = field(
+        default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, batch: Batch, device: DeviceState, observations: Any,
@@ -124,7 +126,13 @@ class TwinView:
                 for models in self.bed.mapping_evictions(tools, mappings)]
 
     def rank(self, k: int | None = None) -> list[tuple[float, dict[str, DeviceOption]]]:
-        """Mappings by predicted makespan (ties: fewer GPU options first), best first."""
+        """Mappings by predicted makespan (ties: fewer GPU options first), best first; ranked
+        once per step (the guard asks for the best of every answer it screens)."""
+        if self._ranked is None:
+            self._ranked = self._rank_all()
+        return [(p, dict(m)) for p, m in self._ranked[: k or len(self._ranked)]]
+
+    def _rank_all(self) -> list[tuple[float, dict[str, DeviceOption]]]:
         from langgraph_devsched.schedulers.policy.model import predict_makespans
 
         tools = [c.tool for c in self.batch.calls]
@@ -138,7 +146,7 @@ class TwinView:
             combos, preds = self._descend()
         ranked = sorted(zip(preds, combos, strict=True),
                         key=lambda pc: (pc[0], tuple(GPU_DEMAND[o] for o in pc[1])))
-        return [(p, dict(zip(ids, c, strict=True))) for p, c in ranked[: k or len(ranked)]]
+        return [(p, dict(zip(ids, c, strict=True))) for p, c in ranked]
 
     def _descend(self) -> tuple[list[tuple[DeviceOption, ...]], list[float]]:
         current = [c[0] for c in self.choices]

@@ -50,6 +50,7 @@ from langchain_core.runnables import RunnableConfig
 
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.records import StepRecord
+from langgraph_devsched.schedulers.agentic.admitted import admitted, candidates
 from langgraph_devsched.schedulers.agentic.answers import ParsedAnswer
 from langgraph_devsched.schedulers.agentic.cache import (
     DecisionCache,
@@ -97,7 +98,11 @@ from langgraph_devsched.schedulers.agentic.guard import (
 )
 from langgraph_devsched.schedulers.agentic.model import ChannelState, openai_model
 from langgraph_devsched.schedulers.agentic.modes import Mode, Step, make_mode
-from langgraph_devsched.schedulers.agentic.observations import outcomes_of
+from langgraph_devsched.schedulers.agentic.observations import (
+    answer_values,
+    mapping_of,
+    outcomes_of,
+)
 from langgraph_devsched.schedulers.agentic.record import (
     AgenticDecision,
     ConsultationRecord,
@@ -108,6 +113,17 @@ from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, Sched
 from langgraph_devsched.schedulers.base import SchedulerView as View
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Screen:
+    """What the guard's checks say of one mapping (`AgenticScheduler._screen`)."""
+
+    fields: dict[str, Any]
+    """Record fields: the guard's figures, agreement and deviation, the veto."""
+    measured: MeasuredVerdict | None
+    rejected: str | None = None
+    """Why the mapping may not run (a veto's or the twin guard's text); None: it may."""
 
 
 @dataclass
@@ -141,6 +157,11 @@ class AgenticScheduler(SchedulerBase):
     predicted cost (``explore_allowance_ms`` plus what the shape's deviations won;
     `exploration`); None, or the guard off: unbounded. A deviation measured slower than the
     fastest measured mapping of its shape is refuted and vetoed (with the guard on).
+    ``screen``: before asking, screen every answer of the step (at most
+    `admitted.MAX_ENUMERATED`) with those same checks; the json_schema answer admits only
+    the survivors, and where one alone survives the step takes it without asking
+    (``skipped="one_admitted"``). False: the model is offered every allowed option and the
+    guard judges its answer afterwards only.
     ``max_consultations``: consultation threads alive at once (a hung model holds one; all
     held: the step falls back at once, ``busy``). ``drift_tolerance``: the relative change
     of an estimate's mean that invalidates a cached decision. ``retry_failed_after``: steps
@@ -170,6 +191,7 @@ class AgenticScheduler(SchedulerBase):
         pick_within: float | None = 1.05,
         max_explorations: int | None = 2,
         explore_allowance_ms: float = 0.0,
+        screen: bool = True,
         max_consultations: int = 2,
         drift_tolerance: float = 0.25,
         retry_failed_after: int = 10,
@@ -202,6 +224,7 @@ class AgenticScheduler(SchedulerBase):
         self.mode: ConsultMode = mode
         self.max_tokens = max_tokens
         self.guard_ratio = guard_ratio
+        self.screen = screen
         self.candidates = candidates
         self.pick_within = pick_within
         self.retry_failed_after = retry_failed_after
@@ -382,6 +405,7 @@ class AgenticScheduler(SchedulerBase):
             return cached
         if self._runner.full(self.model, asynchronous=asynchronous):
             return self._conclude(step, self._runner.late(Tally(mode=self.mode), "busy"))
+        step.admitted = lambda: self._admitted(step)
         step.consultation = self._mode.consultation(step)
         return step
 
@@ -491,35 +515,19 @@ class AgenticScheduler(SchedulerBase):
             issues=tuple(issues),
             fit_vram=not outcome.unguarded,  # the fallback's own mapping: its twin fitted it
         )
-        extra: dict[str, Any] = {}
-        measured = self._measured_verdict(step, mapping, decision.gpus)
-        if measured is not None and measured.rejected and not outcome.unguarded:
-            veto = Veto("refuted", measured.answer_ms, measured.fastest_ms)
-            rejected = replace(record, cause="guarded", detail=veto.text(),
-                               guard_answer_ms=measured.answer_ms,
-                               guard_best_ms=measured.fastest_ms, guard_by="measured",
-                               veto=veto)
-            return self._failed(step, "guarded", veto.text(), rejected)
-        if self.guard_ratio is not None and step.twin_view is not None:
-            verdict = guard(step.twin_view, mapping, ratio=self.guard_ratio)
-            extra = {"guard_answer_ms": verdict.answer_ms, "guard_best_ms": verdict.best_ms}
-            if verdict.rejected and not outcome.unguarded:
-                asked_for = hinted_probe(mapping, batch, obs.get("hints", ()))
-                if asked_for is None:
-                    rejected = replace(record, cause="guarded", detail=verdict.text(), **extra)
-                    return self._failed(step, "guarded", verdict.text(), rejected)
-                extra["guard_waived"] = asked_for
-        extra.update(agreement(batch, step.view, self.constraints, mapping, step.lead, obs,
-                               step.twin_view, decision.gpus, self._scored(batch)))
+        screen = self._screen(step, mapping, decision.gpus, unguarded=outcome.unguarded)
+        extra = screen.fields
         deviation = extra.get("deviation")
-        if deviation is not None and not outcome.unguarded:
-            unfunded = self._explore(step, deviation, measured)
-            if unfunded is not None:
-                rejected = replace(record, cause="guarded", detail=unfunded.text(),
-                                   veto=unfunded,
-                                   guard_by="measured" if measured is not None else "twin",
-                                   **{k: v for k, v in extra.items() if k != "guard_waived"})
-                return self._failed(step, "guarded", unfunded.text(), rejected)
+        vetoed = screen.rejected
+        if vetoed is None and deviation is not None and not outcome.unguarded:
+            veto = self._explore(step, deviation, screen.measured)  # priced again, atomically
+            if veto is not None:
+                vetoed = veto.text()
+                extra = {**{k: v for k, v in extra.items() if k != "guard_waived"},
+                         "veto": veto}
+        if vetoed is not None:
+            return self._failed(step, "guarded", vetoed,
+                                replace(record, cause="guarded", detail=vetoed, **extra))
         decision = replace(decision, consultation=replace(record, **extra))
         where = dict(zip(batch.call_ids, occurrences(batch), strict=True))
         self._cache.store(step.key, Entry(
@@ -530,6 +538,105 @@ class AgenticScheduler(SchedulerBase):
             gpus={where[c]: g for c, g in decision.gpus.items()},
         ))
         return decision
+
+    def _screen(self, step: _Prepared, mapping: Mapping[str, DeviceOption],
+                gpus: Mapping[str, int] | None, *, unguarded: bool = False) -> _Screen:
+        """The guard's checks on ``mapping`` (an answer held to the rules), in order:
+        refuted by measurement (`measured_guard`), predicted by the twin beyond
+        ``guard_ratio`` of the best unless it measures an exploration hint (`guard`), then
+        compared with the policy's mapping (`agreement`) and, for a deviation, the shape's
+        exploration budget looked at without spending it. ``unguarded``: the policy's own
+        mapping, never rejected, and so is an answer that is the policy's mapping (a
+        rejection would fall back to that very mapping, and count the answer invalid). The
+        one rule for an answer (`_conclude`) and for the mappings offered before asking
+        (`_admitted`)."""
+        batch = step.batch
+        unguarded = unguarded or self._is_policy(step, mapping, gpus)
+        measured = self._measured_verdict(step, mapping, gpus)
+        if measured is not None and measured.rejected and not unguarded:
+            veto = Veto("refuted", measured.answer_ms, measured.fastest_ms)
+            return _Screen({"guard_answer_ms": measured.answer_ms,
+                            "guard_best_ms": measured.fastest_ms, "guard_by": "measured",
+                            "veto": veto}, measured, veto.text())
+        extra: dict[str, Any] = {}
+        if self.guard_ratio is not None and step.twin_view is not None:
+            verdict = guard(step.twin_view, mapping, ratio=self.guard_ratio)
+            extra = {"guard_answer_ms": verdict.answer_ms, "guard_best_ms": verdict.best_ms}
+            if verdict.rejected and not unguarded:
+                asked_for = hinted_probe(mapping, batch, step.obs.get("hints", ()))
+                if asked_for is None:
+                    return _Screen(extra, measured, verdict.text())
+                extra["guard_waived"] = asked_for
+        extra.update(agreement(batch, step.view, self.constraints, mapping, step.lead,
+                               step.obs, step.twin_view, gpus, self._scored(batch)))
+        deviation = extra.get("deviation")
+        if deviation is not None and not unguarded and self._explorations is not None and (
+                self.guard_ratio is not None):
+            cost, explores = self._price(deviation, measured)
+            with self._lock:
+                unfunded = self._explorations.check(batch.shape, cost, explores=explores)
+            if unfunded is not None:
+                extra = {k: v for k, v in extra.items() if k != "guard_waived"}
+                extra.update(veto=unfunded,
+                             guard_by="measured" if measured is not None else "twin")
+                return _Screen(extra, measured, unfunded.text())
+        return _Screen(extra, measured)
+
+    def _is_policy(self, step: _Prepared, mapping: Mapping[str, DeviceOption],
+                   gpus: Mapping[str, int] | None) -> bool:
+        """Whether ``mapping`` (on ``gpus``) is the policy's mapping held to the rules."""
+        lead = step.lead
+        if lead is None or lead.probe:
+            return False
+        policy, _ = held_to_rules(step.batch, step.view, self.constraints, lead, step.vram_seen)
+        if dict(mapping) != policy:
+            return False
+        return not several(step.view.device) or dict(gpus or {}) == kept(lead.gpus, policy)
+
+    def _admitted(self, step: _Prepared) -> list[dict[str, str]] | None:
+        """The answers the evidence admits for the step (`admitted`): held to the rules
+        without a repair and passing `_screen`, the policy's mapping first; None with the
+        guard off or when the step's answers are not screened (`admitted.candidates`)."""
+        lead = step.lead
+        if not self.screen or self.guard_ratio is None or lead is None or lead.probe:
+            return None
+        batch, device = step.batch, step.view.device
+        values = {c.call_id: answer_values(c, self.constraints, device) for c in batch.calls}
+        policy, _ = held_to_rules(batch, step.view, self.constraints, lead, step.vram_seen)
+        known: list[dict[str, str]] = []
+        complete = False
+        if not several(device):  # with several GPUs an answer's values name the GPU
+            measured = (mapping_of(row.get("placement", ()), batch)
+                        for row in outcomes_of(step.obs, batch))
+            known = [dict(policy), *(m for m in measured if m is not None)]
+            # no unmeasured deviation can run (each priced, none funded): the policy's
+            # mapping and the measured ones are all the guard can admit
+            complete = step.twin_view is not None and self._explore_ms(batch) == 0.0
+
+        def judge(options: dict[str, str]) -> bool | None:
+            mapping, causes, gpus, _ = self._held(step, ParsedAnswer(options))
+            if causes:
+                return None
+            screen = self._screen(step, mapping, gpus)
+            return None if screen.rejected is not None else bool(screen.fields.get("agrees"))
+
+        try:
+            answers = candidates(values, known, complete=complete)
+            return None if answers is None else admitted(answers, judge)
+        except Exception as exc:  # the screen is advice before the guard: never break a step
+            logger.info("agentic admitted mappings unavailable: %s", exc)
+            return None
+
+    def _price(self, deviation: Deviation, measured: MeasuredVerdict | None
+               ) -> tuple[float | None, bool]:
+        """A deviation's predicted cost (None: nothing predicts it) and whether it explores
+        (its mapping never ran): from both measurements where they differ beyond the noise
+        or no twin predicts it, else from the twin."""
+        won = None if measured is None else deviation.won_by_measurement(
+            measured.answer_ms, measured.runs)
+        if won is None:
+            won = deviation.twin_won_ms
+        return (None if won is None else -won), measured is None
 
     def _explore(
         self, step: _Prepared, deviation: Deviation, measured: MeasuredVerdict | None
@@ -543,12 +650,7 @@ class AgenticScheduler(SchedulerBase):
         deviation the twin put at 13 ms a step as a win, and it ran for the rest of the run."""
         if self._explorations is None or self.guard_ratio is None:
             return None  # the guard off: no bound on evidence either
-        won = None if measured is None else deviation.won_by_measurement(
-            measured.answer_ms, measured.runs)
-        if won is None:
-            won = deviation.twin_won_ms
-        cost = None if won is None else -won  # None: nothing predicts it, an unpriced probe
-        explores = measured is None
+        cost, explores = self._price(deviation, measured)  # cost None: an unpriced probe
         shape = step.batch.shape
         with self._lock:
             veto = self._explorations.check(shape, cost, explores=explores)
@@ -610,8 +712,29 @@ class AgenticScheduler(SchedulerBase):
         fallback's option for each call it cannot repair, every cause in the reason. With
         several GPUs the answer's values name the GPU (`gpu_choice.split_answer`): the
         decision's ``gpus`` keeps the valid ones (the fallback's own for the calls it gives)."""
-        batch = step.batch
-        device = step.view.device
+        mapping, causes, gpus, used = self._held(step, answer, fit_vram=fit_vram)
+        causes = {**(prior or {}), **causes}
+        self.last_fallbacks, self.last_issues = causes, issues
+        repaired = {c: k for c, k in causes.items() if k in REPAIRED}
+        fell = {c: k for c, k in causes.items() if k not in REPAIRED}
+        reason += _repaired(mapping, repaired)
+        if fell:
+            reason += f"; fallback {used} for " + ", ".join(f"{c} ({k})" for c, k in fell.items())
+        decision = self._decision(
+            mapping, "; ".join([reason, *issues]),
+            fallback="invalid_decision" if causes or issues else None,
+            llm_calls=record.llm_calls, consultation=record, gpus=gpus,
+        )
+        return decision, mapping
+
+    def _held(
+        self, step: _Prepared, answer: ParsedAnswer, *, fit_vram: bool = True
+    ) -> tuple[dict[str, DeviceOption], dict[str, AgenticCause], dict[str, int], str]:
+        """``answer`` held to the hints and hard constraints (`constraints.repair_on_gpus`;
+        with several GPUs its values split into option and GPU first): the mapping, the
+        cause of each call changed, the GPUs named, and the scheduler whose options filled
+        the calls the answer did not give validly."""
+        batch, device = step.batch, step.view.device
         fallback: Mapping[str, DeviceOption] = {}
         used = self.fallback.name
         named: dict[str, int] = {}
@@ -628,19 +751,7 @@ class AgenticScheduler(SchedulerBase):
         mapping, causes, gpus = repair_on_gpus(
             answer, batch, device, self.constraints, fallback=fallback,
             vram_seen_mb=step.vram_seen, fit_vram=fit_vram, gpus=named)
-        causes = {**(prior or {}), **gpu_causes, **causes}
-        self.last_fallbacks, self.last_issues = causes, issues
-        repaired = {c: k for c, k in causes.items() if k in REPAIRED}
-        fell = {c: k for c, k in causes.items() if k not in REPAIRED}
-        reason += _repaired(mapping, repaired)
-        if fell:
-            reason += f"; fallback {used} for " + ", ".join(f"{c} ({k})" for c, k in fell.items())
-        decision = self._decision(
-            mapping, "; ".join([reason, *issues]),
-            fallback="invalid_decision" if causes or issues else None,
-            llm_calls=record.llm_calls, consultation=record, gpus=gpus,
-        )
-        return decision, mapping
+        return mapping, {**gpu_causes, **causes}, gpus, used
 
     def _decision(
         self, mapping: Mapping[str, DeviceOption], reason: str, **kw: Any

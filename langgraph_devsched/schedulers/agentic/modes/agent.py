@@ -7,6 +7,8 @@ the observation tools called for the model (``inline``: their outputs in the tas
 asked again when a mapping of the shape was measured for the first time (`executed_key`),
 besides the fingerprint's own changes. Before it asks, the policy's own mapping is measured
 once where it never ran and predicts below the fastest measured one (`AgentMode.trial`).
+The json_schema answer admits only the mappings the guard's checks admit (`admitted`); where
+one alone is admitted, it is taken without asking.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from langgraph_devsched.schedulers.agentic.admitted import admitted_schema
 from langgraph_devsched.schedulers.agentic.config import AnswerChannel
 from langgraph_devsched.schedulers.agentic.consult import Consultation
 from langgraph_devsched.schedulers.agentic.fallback import measured_outcome
@@ -69,6 +72,9 @@ class Step:
     uses_next: Mapping[str, float] = field(default_factory=dict)
     """Per model of the step, the uses the policy's forecast expects over the coming steps
     (what repays its load): shown for a model not warm on a GPU."""
+    admitted: Callable[[], list[dict[str, str]] | None] = lambda: None
+    """The answers the evidence admits (`admitted`, screened by the guard's checks) by call
+    id; None: not screened (the guard off, too many). Computed when a mode asks."""
 
     @property
     def vram_seen(self) -> Mapping[str, float]:
@@ -162,6 +168,10 @@ class AgentMode:
                                   explore_ms=step.explore_ms, uses_next=step.uses_next,
                                   refuted=step.guard_ratio is not None)
         budget = answer_budget(len(batch), several_gpus=several(step.view.device))
+        admits = step.admitted()
+        ids = [labels[c] for c in step.batch.call_ids]
+        schema = None if admits is None or len(admits) < 2 else admitted_schema(
+            ids, [{labels[c]: v for c, v in m.items()} for m in admits])
         consultation = Consultation(
             model=step.model,
             batch=batch,
@@ -179,6 +189,8 @@ class AgentMode:
             clock=step.clock,
             on_llm_call=step.on_llm_call,
             ids={label: c for c, label in labels.items() if label != c},
+            schema=schema,
+            sole=admits[0] if admits is not None and len(admits) == 1 else None,
         )
         consultation.graph()  # compiled outside the consultation's time
         consultation.deadline = step.clock() + step.timeout_s
