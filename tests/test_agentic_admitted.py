@@ -15,7 +15,9 @@ from pydantic import Field
 
 from langgraph_devsched.bench.runner import run_scenario
 from langgraph_devsched.bench.scenario import builtin_by_name, load_scenario
+from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
+from langgraph_devsched.schedulers.base import Batch
 from langgraph_devsched.schedulers.registry import make_scheduler, registered
 from tests.agentic_fakes import ToolScriptModel
 from tests.test_agentic import ByTool
@@ -48,6 +50,13 @@ class SchemaFollower(ToolScriptModel):
                       for i, (c, p) in enumerate(schema.get("properties", {}).items())}
         self.script[:] = [AIMessage(json.dumps(answer))]
         return super()._generate(messages, stop, run_manager, **kw)
+
+
+class ByCall(ByTool):
+    """A fallback with a fixed option per call id."""
+
+    def decide(self, batch: Batch, view: Any) -> Any:
+        return self._decision({c: self.by_tool[c] for c in batch.call_ids}, "fixed")
 
 
 def make_follower_agentic() -> AgenticScheduler:
@@ -115,6 +124,7 @@ def test_the_schema_admits_exactly_what_the_guard_lets_run(
         offered = {tuple(b["properties"][c]["const"] for c in PROFILED.call_ids)
                    for b in schema["anyOf"]}
     assert offered - same == runs and len(offered & same) == 1
+    assert decision.consultation.candidates == len(offered)  # what the record says
     assert bool(model.received) == bool(runs)  # asked exactly when there is a choice
     if allowance_ms and policy["embed"] == "gpu_now":  # a funded exploration: a choice
         assert runs == {("gpu_now", "cpu"), ("gpu_queued", "cpu")}
@@ -128,5 +138,26 @@ def test_with_one_mapping_admitted_the_model_is_not_asked() -> None:
     decision = scheduler.decide(PROFILED, PROFILED_VIEW)
     record = decision.consultation
     assert record.skipped == "one_admitted" and not record.asked and record.llm_calls == 0
+    assert record.candidates == 1
     assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"}
     assert model.received == [] and scheduler.consultations == 0
+
+
+def test_calls_of_one_tool_exchanging_options_are_the_policy_s_mapping() -> None:
+    """Two ``ocr`` calls, the policy's ``gpu_now`` / ``gpu_queued`` swapped by the model: one
+    mapping to the monitor, which keys what ran by tool. Traced on the real model at 20
+    rounds (parallel_vision_burst): every round's makespan was the policy's, yet the swap was
+    judged as 2 deviations lost, -36 ms, against the mapping's own mean. It is agreement, and
+    screened, it counts once with the policy's mapping: nothing to ask."""
+    spec = ToolDeviceSpec(vram_mb=500, profile=SoloProfile(cpu_ms=400, gpu_ms=40))
+    batch = Batch.of([("a", "ocr", spec), ("b", "ocr", spec)])
+    policy = {"a": "gpu_now", "b": "gpu_queued"}
+    model = ToolScriptModel(script=[AIMessage('{"a": "gpu_queued", "b": "gpu_now"}')])
+    unscreened = AgenticScheduler(model, fallback=ByCall(policy), screen=False)
+    record = unscreened.decide(batch, PROFILED_VIEW).consultation
+    assert record.cause is None and record.agrees and record.deviation is None
+    screened = AgenticScheduler(ToolScriptModel(script=[AIMessage("{}")]),
+                                fallback=ByCall(policy))
+    decision = screened.decide(batch, PROFILED_VIEW)
+    assert decision.consultation.skipped == "one_admitted"
+    assert dict(decision.mapping) == policy

@@ -73,7 +73,7 @@ class Tally:
     channels_tried: list[str] = field(default_factory=list)
     mode: str = ""
     candidates: int = 0
-    """Candidates shown (``pick`` mode)."""
+    """Whole mappings offered (``pick`` mode's candidates, or those the schema admits)."""
 
     def count(self, reply: Any) -> None:
         """Add the prompt and cached prompt tokens ``reply`` reports."""

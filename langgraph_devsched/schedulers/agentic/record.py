@@ -109,7 +109,9 @@ class ConsultationRecord:
     pick: int | None = None
     """``pick`` mode: the number of the candidate the model chose (1 = the twin's best)."""
     candidates: int = 0
-    """``pick`` mode: how many candidates the model was shown."""
+    """How many whole mappings the model was offered: ``pick`` mode's numbered candidates,
+    or the mappings the json_schema admitted (`admitted`; 1: the one taken without asking);
+    0: not limited (every allowed option per call)."""
     guard_waived: str | None = None
     """The guard would have rejected the answer, but it measures this exploration hint."""
     agrees: bool | None = None

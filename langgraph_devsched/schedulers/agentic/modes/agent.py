@@ -195,4 +195,5 @@ class AgentMode:
         consultation.graph()  # compiled outside the consultation's time
         consultation.deadline = step.clock() + step.timeout_s
         consultation.tally.mode = self.name
+        consultation.tally.candidates = len(admits or ())
         return consultation
