@@ -9,10 +9,12 @@ leaving refuted mappings out of the observations did not stop the model composin
 So before it asks, the scheduler screens the step's answers with the very checks that judge
 an answer (`admitted`), and the json_schema channel constrains decoding to the survivors
 (`admitted_schema`: one ``anyOf`` branch per mapping, in the answer's flat
-``{call_id: option}`` shape). The answers screened (`candidates`): every one built from each
-call's allowed values, at most `MAX_ENUMERATED`; for a larger step, where no unmeasured
-deviation can run (no exploration funded), the policy's mapping and the shape's measured
-ones, which are then all the guard can admit. Answers the same in effect as the policy's
+``{call_id: option}`` shape), asking only for the calls whose option differs among them
+(`open_calls`: the others are settled, named in the task and filled in). The answers
+screened (`candidates`): every one built from each call's allowed values, at most
+`MAX_ENUMERATED`; for a larger step, where no unmeasured deviation can run (no exploration
+funded), the policy's mapping and the shape's measured ones, which are then all the guard
+can admit. Answers the same in effect as the policy's
 (``gpu_now`` or ``gpu_queued`` for the one GPU call) count once. The model still chooses
 among everything the evidence has not ruled out; the guard still judges whatever comes back
 (a server may ignore the schema). Where one mapping alone survives there is nothing to
@@ -88,14 +90,31 @@ def admitted(
     return out
 
 
+def open_calls(call_ids: Sequence[str], mappings: Sequence[Mapping[str, str]]
+               ) -> tuple[list[str], dict[str, str]]:
+    """The calls whose option differs among ``mappings`` (what the model is asked), and the
+    others with the one option every admitted mapping gives them (settled by the evidence:
+    not asked, a token of output each saved; a 1.5B model on two CPU cores writes about 11
+    tokens a second, 60 for a seven-call answer).
+
+    >>> open_calls(["a", "b"], [{"a": "cpu", "b": "cpu"}, {"a": "gpu_now", "b": "cpu"}])
+    (['a'], {'b': 'cpu'})
+    """
+    asked = [c for c in call_ids if len({m[c] for m in mappings}) > 1]
+    settled = {c: mappings[0][c] for c in call_ids if c not in asked} if mappings else {}
+    return asked, settled
+
+
 def admitted_schema(call_ids: Sequence[str], mappings: Sequence[Mapping[str, str]]
                     ) -> dict[str, Any]:
-    """The json_schema channel's schema admitting exactly ``mappings``: the flat answer
-    object of `model.answer_schema`, one ``anyOf`` branch per mapping with a ``const`` per
-    call id (llama.cpp and vLLM compile it to a grammar)."""
+    """The json_schema channel's schema admitting exactly ``mappings`` restricted to
+    ``call_ids``: the flat answer object of `model.answer_schema`, one ``anyOf`` branch per
+    distinct mapping with a ``const`` per call id (llama.cpp and vLLM compile it to a
+    grammar)."""
+    distinct = list({tuple(m[c] for c in call_ids): m for m in mappings}.values())
     return {"anyOf": [{
         "type": "object",
         "properties": {c: {"const": m[c]} for c in call_ids},
         "required": list(call_ids),
         "additionalProperties": False,
-    } for m in mappings]}
+    } for m in distinct]}

@@ -146,6 +146,9 @@ class Consultation:
     ids: dict[str, str] = field(default_factory=dict)
     """The step's call ids by the short labels the model reads and answers with
     (`prompts.short_labels`; ``batch`` is then the labelled one); empty: the ids as they are."""
+    settled: dict[str, str] = field(default_factory=dict)
+    """Options the evidence settles (`admitted.open_calls`), by label: not asked, merged
+    into the answer."""
     sole: dict[str, str] | None = None
     """The one answer the evidence admits (`admitted`), by call id: taken without asking."""
     tally: Tally = field(default_factory=Tally)
@@ -169,6 +172,8 @@ class Consultation:
             return None
         args, via = found
         answer = parse_answer(args)
+        if self.settled:
+            answer = replace(answer, options={**self.settled, **answer.options})
         if self.ids:  # back to the step's call ids (an answer naming the ids themselves too)
             answer = replace(answer, options={self.ids.get(k, k): v
                                               for k, v in answer.options.items()})

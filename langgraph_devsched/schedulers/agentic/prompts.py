@@ -10,7 +10,7 @@ mappings (`candidates_text`) and ask for one number.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
@@ -61,7 +61,7 @@ JSON_PROMPT = (
 def agent_prompt(
     batch: Batch, tools: Sequence[BaseTool], rules: HardConstraints, policy: str | None,
     *, inline_outputs: bool = False, fastest_ms: float | None = None,
-    several_gpus: bool = False,
+    several_gpus: bool = False, settled: Mapping[str, str] | None = None,
 ) -> list[AnyMessage]:
     """The default mode's first messages: rules (policy included, the same for every
     consultation), the observation tools called for the model (an assistant message with
@@ -69,7 +69,9 @@ def agent_prompt(
     ``one_shot``), then the task, with the lowest makespan measured so far for this shape
     (``fastest_ms``: a fact from past_outcomes, not a mapping). The task comes after the
     observations: the calls' message is the same for every step, so the server's prompt
-    cache keeps it. ``several_gpus``: the answer names the GPU (`GPUS_PROMPT`)."""
+    cache keeps it. ``several_gpus``: the answer names the GPU (`GPUS_PROMPT`).
+    ``settled``: calls the evidence leaves one option (`admitted.open_calls`), named as
+    such; the answer gives the others."""
     described = {k: v for k, v in rules.describe().items() if v}
     system = SYSTEM_PROMPT.format(constraints=compact(described) if described else "none",
                                   tools=", ".join(t.name for t in tools))
@@ -82,6 +84,10 @@ def agent_prompt(
     task = f"Step of {len(batch)} call(s): {listed}."
     if fastest_ms is not None:
         task += f" Fastest measured so far: {fastest_ms:.0f} ms (past_outcomes)."
+    if settled:
+        task += (" Settled by the evidence: "
+                 + ", ".join(f"{c} {o}" for c, o in settled.items())
+                 + "; answer the other calls.")
     if inline_outputs:
         return [SystemMessage(system), HumanMessage(f"{task}\nObservations:\n{inline(tools)}")]
     return [SystemMessage(system), *opening(tools), HumanMessage(f"{task} {ANSWER_PROMPT}")]

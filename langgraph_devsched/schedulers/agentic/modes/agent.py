@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from langgraph_devsched.schedulers.agentic.admitted import admitted_schema
+from langgraph_devsched.schedulers.agentic.admitted import admitted_schema, open_calls
 from langgraph_devsched.schedulers.agentic.config import AnswerChannel
 from langgraph_devsched.schedulers.agentic.consult import Consultation
 from langgraph_devsched.schedulers.agentic.fallback import measured_outcome
@@ -167,17 +167,21 @@ class AgentMode:
         tools = observation_tools(batch, step.view, rules, step.obs,
                                   explore_ms=step.explore_ms, uses_next=step.uses_next,
                                   refuted=step.guard_ratio is not None)
-        budget = answer_budget(len(batch), several_gpus=several(step.view.device))
         admits = step.admitted()
         ids = [labels[c] for c in step.batch.call_ids]
-        schema = None if admits is None or len(admits) < 2 else admitted_schema(
-            ids, [{labels[c]: v for c, v in m.items()} for m in admits])
+        asked, schema = ids, None
+        settled: dict[str, str] = {}
+        if admits is not None and len(admits) >= 2:
+            offered = [{labels[c]: v for c, v in m.items()} for m in admits]
+            asked, settled = open_calls(ids, offered)
+            schema = admitted_schema(asked, offered)
+        budget = answer_budget(len(asked), several_gpus=several(step.view.device))
         consultation = Consultation(
             model=step.model,
             batch=batch,
             messages=agent_prompt(batch, tools, rules, step.policy, inline_outputs=self.inline,
                                   fastest_ms=fastest_measured(step.obs, batch),
-                                  several_gpus=several(step.view.device)),
+                                  several_gpus=several(step.view.device), settled=settled),
             observations=tools,
             channel=self.channel,
             max_turns=1 if self.inline else step.max_turns,
@@ -190,6 +194,7 @@ class AgentMode:
             on_llm_call=step.on_llm_call,
             ids={label: c for c, label in labels.items() if label != c},
             schema=schema,
+            settled=settled,
             sole=admits[0] if admits is not None and len(admits) == 1 else None,
         )
         consultation.graph()  # compiled outside the consultation's time
