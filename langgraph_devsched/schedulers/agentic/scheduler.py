@@ -524,7 +524,8 @@ class AgenticScheduler(SchedulerBase):
             if veto is not None:
                 vetoed = veto.text()
                 extra = {**{k: v for k, v in extra.items() if k != "guard_waived"},
-                         "veto": veto}
+                         "veto": veto,
+                         "guard_by": "measured" if screen.measured is not None else "twin"}
         if vetoed is not None:
             return self._failed(step, "guarded", vetoed,
                                 replace(record, cause="guarded", detail=vetoed, **extra))
