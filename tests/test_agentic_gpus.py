@@ -9,6 +9,7 @@ import dataclasses
 import json
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
 
 from langgraph_devsched.bench.runner import run_scenario
@@ -46,6 +47,9 @@ def agentic(reply: dict[str, str], **kw: Any) -> tuple[AgenticScheduler, ToolScr
     text = json.dumps(reply)
     model = ToolScriptModel(script=[AIMessage(text)])
     kw.setdefault("fallback", "static")
+    # these tests are about the GPU values, not the exploration budget (an unmeasured
+    # mapping on several GPUs runs only where funded: the last test)
+    kw.setdefault("max_explorations", None)
     return AgenticScheduler(model, timeout_s=5, **kw), model
 
 
@@ -197,12 +201,17 @@ def test_in_the_bench_an_answered_gpu_is_where_the_call_runs() -> None:
 
 def test_a_whole_step_fallback_keeps_the_gpus_the_fallback_policy_named() -> None:
     model = ToolScriptModel(script=[AIMessage("I would rather not say.")])
-    scheduler = AgenticScheduler(model, fallback=HeftScheduler(), timeout_s=5)
+    scheduler = AgenticScheduler(model, fallback=HeftScheduler(), timeout_s=5, screen=False)
     batch = Batch.of([("o", "ocr", FAST_ON_GPU)])
     lead = HeftScheduler().decide(batch, two_gpus())
     d = scheduler.decide(batch, two_gpus())
     assert d.fallback == "scheduler_error" and scheduler.last_fallbacks == {"o": "no_answer"}
     assert dict(lead.gpus) == {"o": 1} and dict(d.gpus) == dict(lead.gpus)  # the faster GPU
+    # screened, the policy's mapping is the one admitted (nothing funds another): taken
+    # without asking, on the policy's GPU
+    screened = AgenticScheduler(model, fallback=HeftScheduler(), timeout_s=5)
+    taken = screened.decide(batch, two_gpus())
+    assert taken.consultation.skipped == "one_admitted" and dict(taken.gpus) == {"o": 1}
 
 
 def test_a_cached_answer_is_not_reused_once_another_gpu_fills_up() -> None:
@@ -214,3 +223,29 @@ def test_a_cached_answer_is_not_reused_once_another_gpu_fills_up() -> None:
         full.gpus[0], dataclasses.replace(full.gpus[1], used_mb=70000))))
     scheduler.decide(batch, busy)
     assert len(model.received) == 2  # GPU 1 went from 10/10 free to 1/10: asked again
+
+
+@pytest.mark.parametrize("factory", ["tests.test_agentic_exploration:make_adversarial_agentic",
+                                     "tests.test_agentic_admitted:make_follower_agentic"])
+@pytest.mark.parametrize("scenario", ["gpus_embed_beside_large_model", "gpus_fast_80gb_slow_24gb",
+                                      "gpus_llm_server_two_24gb", "gpus_visual_suite_4x24gb"])
+def test_a_model_proposing_other_mappings_on_several_gpus_costs_the_user_nothing(
+        scenario: str, factory: str) -> None:
+    """Nothing prices a mapping that never ran on several GPUs (no twin): run as unpriced
+    probes at 0 ms of budget, a model proposing another mapping every step cost 1.1-18x the
+    policy's whole run on these four (gpus_embed_beside_large_model: 111.5 s against 6.1 s),
+    and the real model 5.7 s in that scenario's first round. Priced as no win,
+    they run only where funded: the whole run is the policy's."""
+    from langgraph_devsched.bench.runner import run_scenario
+    from langgraph_devsched.bench.scenario import builtin_by_name, load_scenario
+    from langgraph_devsched.schedulers.registry import registered
+
+    loaded = load_scenario(builtin_by_name(scenario)[0])
+    with registered("proposer", factory), registered(
+            "plain_monitor", "tests.test_agentic_exploration:make_unbudgeted_monitor"):
+        result = run_scenario(loaded, ["proposer", "plain_monitor"], rounds=None, seed=0,
+                              decision_cost="none")
+    agentic, monitor = result.results["proposer"], result.results["plain_monitor"]
+    assert agentic.total_ms <= 1.02 * monitor.total_ms, (
+        agentic.round_makespans_ms, monitor.round_makespans_ms)
+    assert agentic.agentic is not None and agentic.agentic.deviation_won_ms >= 0
