@@ -249,3 +249,6 @@ def test_a_model_proposing_other_mappings_on_several_gpus_costs_the_user_nothing
     assert agentic.total_ms <= 1.02 * monitor.total_ms, (
         agentic.round_makespans_ms, monitor.round_makespans_ms)
     assert agentic.agentic is not None and agentic.agentic.deviation_won_ms >= 0
+    if factory.endswith("follower_agentic"):  # answers inside the schema: never vetoed,
+        # as the schema admits the policy's mapping and the measured ones alone
+        assert agentic.agentic.vetoes == {}, agentic.agentic

@@ -175,6 +175,24 @@ def test_the_json_schema_channel_gets_a_valid_answer_from_a_tiny_model(
         assert decision.consultation.channel == "json_schema"
 
 
+def test_the_admitted_mappings_hold_a_tiny_model_on_the_real_wire(
+    server: LocalLLMServer,
+) -> None:
+    """The screened schema (`admitted`: one ``anyOf`` branch per mapping the guard admits,
+    each call a ``const``, settled calls left out) compiled by llama.cpp: every answer of a
+    tiny model is one of the admitted mappings, so none is vetoed."""
+    scheduler = Recording(chat(server), mode="one_shot", answer="json_schema", timeout_s=45.0,
+                          fallback="static", explore_allowance_ms=1e9)
+    out = app(scheduler, PROFILED_HINTS).invoke({"messages": [AIMessage("start", id="u")]})
+    assert answered_all(out) == {"s1a", "s1b", "s2a", "s2b", "s2c"}
+    asked = [d.consultation for d, _ in scheduler.decisions
+             if d.consultation is not None and d.consultation.asked]
+    assert asked, "no step had a choice to ask about"
+    for record in asked:
+        assert record.candidates >= 2 and record.channel == "json_schema"
+        assert record.valid and record.veto is None, record
+
+
 def assert_valid_picks(scheduler: Recording) -> None:
     assert scheduler.decisions, "the scheduler was never asked"
     for decision, _ in scheduler.decisions:

@@ -14,7 +14,7 @@ an answer (`admitted`), and the json_schema channel constrains decoding to the s
 screened (`candidates`): every one built from each call's allowed values, at most
 `MAX_ENUMERATED`; for a larger step, where no unmeasured deviation can run (no exploration
 funded), the policy's mapping and the shape's measured ones, which are then all the guard
-can admit. Answers the same in effect as the policy's
+can admit (on several GPUs spelled with their GPUs, ``gpu_now@1``). Answers the same in effect as the policy's
 (``gpu_now`` or ``gpu_queued`` for the one GPU call) count once. The model still chooses
 among everything the evidence has not ruled out; the guard still judges whatever comes back
 (a server may ignore the schema). Where one mapping alone survives there is nothing to

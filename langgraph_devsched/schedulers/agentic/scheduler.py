@@ -603,16 +603,17 @@ class AgenticScheduler(SchedulerBase):
             return None
         batch, device = step.batch, step.view.device
         values = {c.call_id: answer_values(c, self.constraints, device) for c in batch.calls}
-        policy, _ = held_to_rules(batch, step.view, self.constraints, lead, step.vram_seen)
-        known: list[dict[str, str]] = []
-        complete = False
-        if not several(device):  # with several GPUs an answer's values name the GPU
-            measured = (mapping_of(row.get("placement", ()), batch)
-                        for row in outcomes_of(step.obs, batch))
-            known = [dict(policy), *(m for m in measured if m is not None)]
-            # no unmeasured deviation can run (each priced, none funded): the policy's
-            # mapping and the measured ones are all the guard can admit
-            complete = step.twin_view is not None and self._explore_ms(batch) == 0.0
+        held, _ = held_to_rules(batch, step.view, self.constraints, lead, step.vram_seen)
+        policy: dict[str, str] = dict(held)
+        if several(device):  # the answer's values name the GPU, as the executed rows do
+            policy = slot_mapping(batch, device, held, kept(lead.gpus, held), step.vram_seen)
+        measured = (mapping_of(row.get("placement", ()), batch)
+                    for row in outcomes_of(step.obs, batch))
+        known: list[dict[str, str]] = [policy, *(m for m in measured if m is not None)]
+        # no unmeasured deviation can run (each priced, on several GPUs as no win; none
+        # funded): the policy's mapping and the measured ones are all the guard can admit
+        complete = self._explore_ms(batch) == 0.0 and (
+            step.twin_view is not None or several(device))
 
         def judge(options: dict[str, str]) -> bool | None:
             mapping, causes, gpus, _ = self._held(step, ParsedAnswer(options))
