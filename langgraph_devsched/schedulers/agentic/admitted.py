@@ -8,18 +8,19 @@ leaving refuted mappings out of the observations did not stop the model composin
 
 So before it asks, the scheduler screens the step's answers with the very checks that judge
 an answer (`admitted`), and the json_schema channel constrains decoding to the survivors
-(`admitted_schema`: one ``anyOf`` branch per mapping, in the answer's flat
-``{call_id: option}`` shape), asking only for the calls whose option differs among them
-(`open_calls`: the others are settled, named in the task and filled in). The answers
-screened (`candidates`): every one built from each call's allowed values, at most
-`MAX_ENUMERATED`; for a larger step, where no unmeasured deviation can run (no exploration
-funded), the policy's mapping and the shape's measured ones, which are then all the guard
-can admit (on several GPUs spelled with their GPUs, ``gpu_now@1``). Answers the same in effect as the policy's
-(``gpu_now`` or ``gpu_queued`` for the one GPU call) count once. The model still chooses
-among everything the evidence has not ruled out; the guard still judges whatever comes back
-(a server may ignore the schema). Where one mapping alone survives there is nothing to
-choose: the step takes it without asking (``skipped="one_admitted"``). Otherwise (a larger
-step with exploration funded, or nothing surviving) the per-call enums apply as before.
+(`admitted_schema`: one ``anyOf`` branch per mapping, in the answer's flat ``{call_id:
+option}`` shape), asking only for the calls whose option differs among them (`open_calls`:
+the others are settled, named in the task and filled in). The answers screened
+(`candidates`): every one built from each call's allowed values, at most `MAX_ENUMERATED`;
+for a larger step, where no unmeasured deviation can run (no exploration funded), the
+policy's mapping and the shape's measured ones, which are then all the guard can admit (on
+several GPUs spelled with their GPUs, ``gpu_now@1``). Answers the same in effect as the
+policy's (``gpu_now`` or ``gpu_queued`` for the one GPU call) count once. The model still
+chooses among everything the evidence has not ruled out; the guard still judges whatever
+comes back (a server may ignore the schema). Where one mapping alone survives there is
+nothing to choose: the step takes it without asking (``skipped="one_admitted"``). Otherwise
+(a larger step with exploration funded, or nothing surviving) the per-call enums apply as
+before.
 
 >>> values = {"a": ["cpu", "gpu_now"], "b": ["cpu", "gpu_now"]}
 >>> answers = candidates(values, [{"a": "gpu_now", "b": "cpu"}])
