@@ -145,10 +145,10 @@ def test_with_one_mapping_admitted_the_model_is_not_asked() -> None:
 
 def test_calls_of_one_tool_exchanging_options_are_the_policy_s_mapping() -> None:
     """Two ``ocr`` calls, the policy's ``gpu_now`` / ``gpu_queued`` swapped by the model: one
-    mapping to the monitor, which keys what ran by tool. Traced on the real model at 20
-    rounds (parallel_vision_burst): every round's makespan was the policy's, yet the swap was
-    judged as 2 deviations lost, -36 ms, against the mapping's own mean. It is agreement, and
-    screened, it counts once with the policy's mapping: nothing to ask."""
+    mapping to the monitor, which keys what ran by tool. On the real model at 20 rounds
+    (parallel_vision_burst) every round's makespan was the policy's, yet 2 deviations were
+    judged lost (-36 ms); such a swap is one. It is agreement, and screened, it counts once
+    with the policy's mapping: nothing to ask."""
     spec = ToolDeviceSpec(vram_mb=500, profile=SoloProfile(cpu_ms=400, gpu_ms=40))
     batch = Batch.of([("a", "ocr", spec), ("b", "ocr", spec)])
     policy = {"a": "gpu_now", "b": "gpu_queued"}

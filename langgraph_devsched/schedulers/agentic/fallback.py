@@ -145,9 +145,9 @@ def agreement(
         return {"agrees": False, "deviation": Deviation(
             policy=policy_at, **policy_measured(obs, batch, policy_at))}
     if dict(mapping) == policy or placement(batch, mapping) == placement(batch, policy):
-        # the calls of one tool exchanging options: one mapping to the monitor (traced on
-        # the real model, parallel_vision_burst: two ocr calls' gpu_now/gpu_queued swapped,
-        # every round's makespan the policy's, judged 2 deviations lost against a mean)
+        # the calls of one tool exchanging options: one mapping to the monitor (on the real
+        # model, parallel_vision_burst's deviations were judged lost while every round
+        # measured the policy's makespan; a swap of its two ocr calls is one such answer)
         return {"agrees": True}
     twin_ms = None
     if twin_view is not None:  # None: a tool known by priors only, nothing predicts it
