@@ -37,6 +37,7 @@ each GPU call's GPU (``gpu_now@1``, `gpu_choice`), kept in `Decision.gpus`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -133,6 +134,15 @@ class _Prepared(Step):
     key: Key = ()
     started: float = 0.0
     consultation: Any = None
+
+    @functools.cached_property
+    def held_policy(self) -> dict[str, DeviceOption] | None:
+        """The policy's mapping held to the hard constraints (`fallback.held_to_rules`), once
+        a step: every answer the screen judges is compared with it; None without a lead."""
+        if self.lead is None or self.lead.probe:
+            return None
+        return held_to_rules(self.batch, self.view, self.constraints, self.lead,
+                             self.vram_seen)[0]
 
 
 class AgenticScheduler(SchedulerBase):
@@ -586,24 +596,21 @@ class AgenticScheduler(SchedulerBase):
     def _is_policy(self, step: _Prepared, mapping: Mapping[str, DeviceOption],
                    gpus: Mapping[str, int] | None) -> bool:
         """Whether ``mapping`` (on ``gpus``) is the policy's mapping held to the rules."""
-        lead = step.lead
-        if lead is None or lead.probe:
+        policy = step.held_policy
+        if step.lead is None or policy is None or dict(mapping) != policy:
             return False
-        policy, _ = held_to_rules(step.batch, step.view, self.constraints, lead, step.vram_seen)
-        if dict(mapping) != policy:
-            return False
-        return not several(step.view.device) or dict(gpus or {}) == kept(lead.gpus, policy)
+        return not several(step.view.device) or dict(gpus or {}) == kept(step.lead.gpus,
+                                                                          policy)
 
     def _admitted(self, step: _Prepared) -> list[dict[str, str]] | None:
         """The answers the evidence admits for the step (`admitted`): held to the rules
         without a repair and passing `_screen`, the policy's mapping first; None with the
         guard off or when the step's answers are not screened (`admitted.candidates`)."""
-        lead = step.lead
-        if not self.screen or self.guard_ratio is None or lead is None or lead.probe:
+        lead, held = step.lead, step.held_policy
+        if not self.screen or self.guard_ratio is None or lead is None or held is None:
             return None
         batch, device = step.batch, step.view.device
         values = {c.call_id: answer_values(c, self.constraints, device) for c in batch.calls}
-        held, _ = held_to_rules(batch, step.view, self.constraints, lead, step.vram_seen)
         policy: dict[str, str] = dict(held)
         if several(device):  # the answer's values name the GPU, as the executed rows do
             policy = slot_mapping(batch, device, held, kept(lead.gpus, held), step.vram_seen)
