@@ -8,6 +8,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
+import langgraph_devsched.bench.runner as runner
 from langgraph_devsched.bench.agentic_stats import format_agentic
 from langgraph_devsched.bench.report import to_json
 from langgraph_devsched.bench.runner import run_benchmark
@@ -67,3 +68,39 @@ def test_agreement_and_deviations_are_reported_in_the_json_and_the_line() -> Non
     line = format_agentic("cpu_agentic", summary)
     assert f"agreement with the policy {row['agreed']}/{row['compared']}" in line
     assert f"deviations {row['deviations']}: 0 won, {row['deviations_lost']} lost" in line
+
+
+def test_each_deviation_is_also_judged_exactly_from_the_step_s_state() -> None:
+    """The bench knows what the scheduler cannot: the policy's mapping's noise-free makespan
+    from the very state the deviation ran in. Each deviation is judged that way too, beside
+    the scheduler's own noisy judgement: a cpu-everywhere answer loses exactly, every time,
+    what the testbed says it loses."""
+    from langgraph_devsched.bench.agentic_stats import exact_policy_ms, ran_deviation
+
+    seen: list[float] = []
+    original = exact_policy_ms
+
+    def spy(bed: Any, batch: Any, decision: Any) -> float | None:
+        ms = original(bed, batch, decision)
+        if ran_deviation(decision) is not None:
+            assert ms is not None
+            calls = [(c.call_id, c.tool, decision.mapping[c.call_id]) for c in batch.calls]
+            seen.append(ms - bed.makespan(calls))
+        return ms
+
+    scenarios = [s for s in load_scenarios() if s.name == "serial_voice_assistant"]
+    runner.exact_policy_ms = spy  # type: ignore[assignment]
+    try:
+        with registered("cpu_agentic", "tests.test_bench_agentic_row:make_cpu_agentic"):
+            bench = run_benchmark(scenarios, ["cpu_agentic"], rounds=2)
+    finally:
+        runner.exact_policy_ms = original  # type: ignore[assignment]
+    row = to_json(bench)["scenarios"][0]["results"]["cpu_agentic"]["agentic"]
+    assert row["deviations_exact"] == row["deviations"] == len(seen) >= 2
+    assert row["deviations_lost_exact"] == row["deviations"]
+    assert abs(row["deviation_won_exact_ms"] - round(sum(seen), 3)) < 1e-6
+    assert all(w < 0 for w in seen)
+    summary = bench.scenarios[0].results["cpu_agentic"].agentic
+    assert summary is not None
+    assert (f"exactly (noise-free, from each step's state): 0 won, {len(seen)} lost"
+            in format_agentic("cpu_agentic", summary))

@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 MAX_VETO_FIGURES = 200
 """Vetoes whose two figures a summary keeps (every veto is counted)."""
+EXACT_TIE_MS = 0.5
+"""An exact difference within this is no difference (float residue, not a win or a loss)."""
 
 
 class AgenticSummary(BaseModel):
@@ -71,6 +73,18 @@ class AgenticSummary(BaseModel):
         0.0, description="sum over deviations of the policy's makespan minus the answer's")
     deviations_measured: int = Field(
         0, description="deviations judged by measurement (both mappings ran), else the twin")
+    deviations_exact: int = Field(
+        0, description="deviations the simulated bench judged exactly (`exact_won_ms`); 0 "
+                       "outside it")
+    deviations_won_exact: int = Field(
+        0, description=f"... that beat the policy's mapping by more than {EXACT_TIE_MS} ms")
+    deviations_lost_exact: int = Field(
+        0, description=f"... that did worse than it by more than {EXACT_TIE_MS} ms")
+    deviation_won_exact_ms: float = Field(
+        0.0, description="sum over the deviations judged exactly of the policy's mapping's "
+                         "noise-free makespan from the step's state minus the answer's: what "
+                         "each deviation won, with no noise and no estimate (the bench's "
+                         "ground truth, never shown to the scheduler)")
     guard_waived: int = Field(0, description="answers the guard let through as hinted probes")
     guarded_measured: int = Field(
         0, description="guarded answers judged by measurement (their mapping ran slower than "
@@ -110,13 +124,18 @@ class AgenticStats:
 
     def __init__(self) -> None:
         self.records: list[Any] = []
+        self.exact: dict[int, float] = {}
+        """Record index: what its deviation won exactly (`exact_won_ms`), where judged."""
         self.repaired = 0
 
-    def add(self, decision: Any) -> None:
-        """Count ``decision`` if it carries a consultation record (else ignore it)."""
+    def add(self, decision: Any, *, exact_won_ms: float | None = None) -> None:
+        """Count ``decision`` if it carries a consultation record (else ignore it);
+        ``exact_won_ms``: what its deviation won, judged exactly by the bench."""
         record = getattr(decision, "consultation", None)
         if record is None:
             return
+        if exact_won_ms is not None and ran_deviation(decision) is not None:
+            self.exact[len(self.records)] = exact_won_ms
         self.records.append(record)
         if not record.cached and record.cause is None and decision.fallback == "invalid_decision":
             self.repaired += 1
@@ -133,6 +152,7 @@ class AgenticStats:
                   and getattr(r, "deviation", None) is not None]
         devs += reused
         won = [d.won_ms for d in devs if d.won_ms is not None]
+        exact = list(self.exact.values())
         explored = [d for d in devs if getattr(d, "explored", False)]
         vetoes = [r.veto for r in self.records if getattr(r, "veto", None) is not None]
         agreed = sum(1 for r in compared if r.agrees)
@@ -166,6 +186,10 @@ class AgenticStats:
             deviations_lost=sum(1 for w in won if w < 0),
             deviation_won_ms=sum(won),
             deviations_measured=sum(1 for d in devs if d.by == "measured"),
+            deviations_exact=len(exact),
+            deviations_won_exact=sum(1 for w in exact if w > EXACT_TIE_MS),
+            deviations_lost_exact=sum(1 for w in exact if w < -EXACT_TIE_MS),
+            deviation_won_exact_ms=sum(exact),
             guard_waived=sum(1 for r in valid if getattr(r, "guard_waived", None)),
             guarded_measured=sum(1 for r in asked if r.cause == "guarded"
                                  and getattr(r, "guard_by", "twin") == "measured"),
@@ -182,7 +206,8 @@ def _with_rates(**counts: Any) -> AgenticSummary:
     asked, prompt, compared = counts["consultations"], counts["prompt_tokens"], counts["compared"]
     return AgenticSummary(
         **{**counts, **{k: round(counts[k], 3) for k in (
-            "deviation_won_ms", "exploration_cost_ms", "exploration_predicted_ms")}},
+            "deviation_won_ms", "deviation_won_exact_ms", "exploration_cost_ms",
+            "exploration_predicted_ms")}},
         valid_rate=counts["valid_answers"] / asked if asked else None,
         answered_rate=counts["answered"] / asked if asked else None,
         latency_p50_ms=_percentile(counts["latencies_ms"], 0.5),
@@ -253,6 +278,10 @@ def format_agentic(name: str, s: AgenticSummary) -> str:
             f"deviations {s.deviations}: {s.deviations_won} won, {s.deviations_lost} lost, "
             f"net {s.deviation_won_ms:+.0f} ms ({s.deviations_measured} measured)"
         )
+    if s.deviations_exact:
+        parts.append(
+            f"exactly (noise-free, from each step's state): {s.deviations_won_exact} won, "
+            f"{s.deviations_lost_exact} lost, net {s.deviation_won_exact_ms:+.0f} ms")
     if s.explorations or s.vetoes:
         parts.append(
             f"exploration {s.explorations} probes, cost {s.exploration_cost_ms:.0f} ms "
@@ -262,3 +291,51 @@ def format_agentic(name: str, s: AgenticSummary) -> str:
     if s.guarded_measured:
         parts.append(f"{s.guarded_measured} guarded by measurement")
     return ", ".join(parts)
+
+
+def ran_deviation(decision: Any) -> Any:
+    """The `Deviation` that ``decision`` ran (a used answer, or a cached reuse of one, that
+    is not the policy's mapping); None where the policy's mapping ran or nothing deviated."""
+    record = getattr(decision, "consultation", None)
+    if record is None or record.cause is not None:
+        return None
+    return getattr(record, "deviation", None)
+
+
+def policy_mapping(deviation: Any, call_ids: Sequence[str], gpu_count: int
+                   ) -> tuple[list[str], dict[str, int] | None] | None:
+    """The options (in ``call_ids`` order) and, on several GPUs, the GPU of each GPU-placed
+    call of ``deviation``'s policy mapping (spelled ``gpu_now@1`` there); None where it
+    does not name them all."""
+    from langgraph_devsched.schedulers.agentic.gpu_choice import split
+
+    options, gpus = [], {}
+    for call in call_ids:
+        value = deviation.policy.get(call)
+        if value is None:
+            return None
+        option, gpu = split(str(value))
+        options.append(option)
+        if option != "cpu" and gpu_count > 1:
+            if gpu is None or not 0 <= gpu < gpu_count:
+                return None
+            gpus[call] = gpu
+    return options, (gpus if gpu_count > 1 else None)
+
+
+def exact_policy_ms(bed: Any, batch: Any, decision: Any) -> float | None:
+    """Where ``decision`` runs a deviation: the policy's mapping's noise-free makespan for
+    ``batch`` from ``bed``'s state now, before the step runs (`SimulatedTestbed.makespan`:
+    the oracle's physics, changing nothing). The step's own noise-free makespan less this
+    is what the deviation won with no noise and no estimate; the scheduler's own figure
+    (`Deviation.won_ms`) judges one noisy run against a mean of others. None: no deviation
+    ran, or its policy mapping names an option the bench cannot price."""
+    deviation = ran_deviation(decision)
+    if deviation is None or not getattr(deviation, "policy", None):
+        return None
+    mapped = policy_mapping(deviation, batch.call_ids, int(getattr(bed, "gpu_count", 1)))
+    if mapped is None:
+        return None
+    options, gpus = mapped
+    calls = [(c.call_id, c.tool, o) for c, o in zip(batch.calls, options, strict=True)]
+    return float(bed.makespan(calls, gpus=gpus))

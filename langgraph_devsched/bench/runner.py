@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, get_args
 
-from langgraph_devsched.bench.agentic_stats import AgenticStats, AgenticSummary
+from langgraph_devsched.bench.agentic_stats import AgenticStats, AgenticSummary, exact_policy_ms
 from langgraph_devsched.bench.declare import Declare, declared_specs, parse_declare
 from langgraph_devsched.bench.horizon import (
     Reference,
@@ -652,12 +652,12 @@ def _run_one(
             t0 = clock()
             decision = scheduler.decide(batch, view)
             spent = (clock() - t0) * 1000
-            agentic.add(decision)
             decision_ms.append(spent)
             deciding += spent
             options = _check(decision, batch, name)
             calls = list(zip(batch.call_ids, _tools(batch), options, strict=True))
             state = bed.residency()  # the noise-free cost is paid from the state before the step
+            policy_ms = exact_policy_ms(bed, batch, decision)  # a deviation's counterfactual
             gpus = step_gpus(bed, batch, decision, view)
             hedges = dict(decision.hedges)
             key: tuple[Any, ...] = (b, options, state.gpu, state.host,
@@ -679,6 +679,8 @@ def _run_one(
                     cache[key] = bed.makespan(calls, gpus=gpus)
                 record = (bed.run_step(calls, gpus=gpus) if step_runner is None
                           else step_runner(bed, batch, calls))
+            agentic.add(decision, exact_won_ms=None if policy_ms is None
+                        else policy_ms - cache[key])
             scheduler.observe(batch, decision, record)
             if monitor is not None:
                 monitor.record(record, batch=batch, decision=decision)

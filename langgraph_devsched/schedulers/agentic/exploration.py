@@ -13,7 +13,10 @@ An adversarial model therefore cannot spend what the sub-agent has not won: expl
 funded by deviations that measured faster than the policy's mapping (or by an operator's
 allowance), and once a probe lost, the shape's exploration ends until a deviation wins it
 back. A measured deviation (its mapping ran) whose measurement is worse than the policy's
-measured mapping is priced the same way.
+measured mapping is priced the same way, and so is a tie (cost 0): unfunded, only a
+predicted win runs. The scheduler prices a win only where every piece of evidence sees it,
+beyond one run's noise and 2 % of the policy's makespan (`AgenticScheduler._price`); judged
+exactly, the ties and the smaller wins it ran before lost a few ms each.
 
 What measurement refuted (the mapping ran slower than the fastest measured mapping of its shape
 by more than the noise, `guard.measured_guard`) is vetoed outright; that veto ends when the
@@ -29,6 +32,8 @@ Every veto is a `Veto` with both figures, in the decision's reason and record.
 'budget'
 >>> ledger.check(("asr", "ocr"), -15.0, explores=False) is None   # measured to win
 True
+>>> ledger.check(("asr", "ocr"), 0.0, explores=False).kind   # a tie: unfunded
+'budget'
 >>> ledger.started(("asr", "ocr"), -15.0, explores=False)
 >>> ledger.settled(("asr", "ocr"), -15.0, won_ms=30.0)
 >>> ledger.check(("asr", "ocr"), 20.0, explores=True) is None   # funded by that win
@@ -119,6 +124,8 @@ class ExplorationLedger:
             return Veto("budget", 0.0, budget) if budget < -1e-9 else None
         if cost_ms > 0 and cost_ms > budget + 1e-9:
             return Veto("budget", cost_ms, budget)
+        if cost_ms >= 0 and budget <= 1e-9:
+            return Veto("budget", cost_ms, budget)  # no win predicted, nothing funds a tie
         if explores and budget <= 1e-9:
             # unfunded: a predicted win is a prediction (the twin once predicted 37 ms won
             # where the probe lost 71 ms); what measurement has not paid for does not run
