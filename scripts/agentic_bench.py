@@ -37,7 +37,9 @@ from langgraph_devsched.schedulers.agentic.config import (
 def must_show(path: Path) -> dict[str, Any]:
     """The issue's figures from a ``devsched bench --json`` file with agentic and monitor
     rows: per scenario the final ratios (agentic within 1.02x of the monitor?), the
-    consultations answered and used, p50, deviations and vetoes; over all of them the
+    consultations answered and used, p50, deviations (as the scheduler judged them, and
+    exactly: ``net_exact_ms``), the whole run against the monitor's, and vetoes; over all
+    of them the
     totals, the p50 of every consultation, and the prompt tokens per answered consultation
     (all, and not read from the server's cache)."""
     data = json.loads(path.read_text())
@@ -49,8 +51,9 @@ def must_show(path: Path) -> dict[str, Any]:
         st = ag.get("agentic") or {}
         rm, ra = mon["final_makespan_ms"] / opt, ag["final_makespan_ms"] / opt
         lat += st.get("latencies_ms") or []
-        fields = ("consultations", "answered", "valid_answers", "deviations_won",
-                  "deviations_lost", "explorations", "prompt_tokens", "cached_tokens")
+        fields = ("consultations", "answered", "valid_answers", "deviations", "deviations_won",
+                  "deviations_lost", "deviations_exact", "deviations_won_exact",
+                  "deviations_lost_exact", "explorations", "prompt_tokens", "cached_tokens")
         for k in fields:
             tot[k] += st.get(k) or 0
         tot["timeouts"] += (st.get("fallbacks") or {}).get("timeout", 0)
@@ -60,7 +63,10 @@ def must_show(path: Path) -> dict[str, Any]:
         tot["agentic_optimal"] += int(ag.get("optimal", False))
         tot["monitor_optimal"] += int(mon.get("optimal", False))
         net, cost = st.get("deviation_won_ms") or 0.0, st.get("exploration_cost_ms") or 0.0
+        exact = st.get("deviation_won_exact_ms") or 0.0
         tot["net_ms"] += net  # type: ignore[assignment]
+        tot["net_exact_ms"] += exact  # type: ignore[assignment]
+        tot["whole_run_vs_monitor_ms"] += ag["total_ms"] - mon["total_ms"]  # type: ignore[assignment]
         tot["exploration_ms"] += cost  # type: ignore[assignment]
         rows.append({"scenario": sc["name"], "monitor": round(rm, 3), "agentic": round(ra, 3),
                      "within_1.02": ra <= rm * 1.02 + 1e-9,
@@ -68,7 +74,11 @@ def must_show(path: Path) -> dict[str, Any]:
                      "consultations": st.get("consultations"),
                      "p50_s": round((st.get("latency_p50_ms") or 0) / 1000, 1),
                      "won": st.get("deviations_won"), "lost": st.get("deviations_lost"),
-                     "net_ms": round(net), "exploration_ms": round(cost),
+                     "net_ms": round(net), "net_exact_ms": round(exact, 1),
+                     "won_exact": st.get("deviations_won_exact"),
+                     "lost_exact": st.get("deviations_lost_exact"),
+                     "whole_run_vs_monitor_ms": round(ag["total_ms"] - mon["total_ms"], 1),
+                     "exploration_ms": round(cost),
                      "vetoes": st.get("vetoes") or {},
                      "fallbacks": st.get("fallbacks") or {}})
     n = tot["consultations"] or 1

@@ -77,13 +77,14 @@ def test_gpu_now_for_the_one_gpu_call_the_policy_queues_is_agreement_not_a_veto(
     """The policy spells the step's one GPU call ``gpu_queued``, the model ``gpu_now``: with
     no other call on the GPU nothing queues it and the twin predicts no difference, so the
     answer is used and counts as agreement (on the base of this change it was vetoed as an
-    unfunded exploration, predicted cost -0.0 ms)."""
+    unfunded exploration, predicted cost -0.0 ms). It runs in the policy's spelling: the
+    monitor keys what ran by option, and the policy learns from what it decided."""
     model = ToolScriptModel(script=[AIMessage('{"c1": "gpu_now", "c2": "cpu"}')])
     scheduler = AgenticScheduler(model, screen=False,
                                  fallback=ByTool({"asr": "gpu_queued", "embed": "cpu"}))
     decision = scheduler.decide(PROFILED, PROFILED_VIEW)
     record = decision.consultation
-    assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"}
+    assert dict(decision.mapping) == {"c1": "gpu_queued", "c2": "cpu"}
     assert record.cause is None and record.veto is None and decision.fallback is None
     assert record.agrees and record.deviation is None
 

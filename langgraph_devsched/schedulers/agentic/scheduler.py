@@ -298,7 +298,7 @@ class AgenticScheduler(SchedulerBase):
         if isinstance(step, Decision):
             return step
         outcome = step.consultation.skip() or self._runner.run(step.consultation, config)
-        return self._conclude(step, outcome)
+        return self._carried(step, self._conclude(step, outcome))
 
     async def adecide(
         self, batch: Batch, view: View, *, config: RunnableConfig | None = None
@@ -309,7 +309,7 @@ class AgenticScheduler(SchedulerBase):
         if isinstance(step, Decision):
             return step
         outcome = step.consultation.skip() or await self._runner.arun(step.consultation, config)
-        return self._conclude(step, outcome)
+        return self._carried(step, self._conclude(step, outcome))
 
     def observe(self, batch: Batch, decision: Decision, record: StepRecord) -> None:
         deviation = getattr(getattr(decision, "consultation", None), "deviation", None)
@@ -342,6 +342,15 @@ class AgenticScheduler(SchedulerBase):
         ask = getattr(self.fallback, "preloads", None)
         return list(ask(device, idle_ms)) if ask is not None else []
 
+    def calibration(self) -> tuple[Batch, Decision] | None:
+        """The one-call run the policy beside the model asks for in idle time (its hedge
+        calibration: a side never measured), fed back through `observe`; None without
+        such a policy. Without this the policy learned less beside the model than alone,
+        and its probes drifted from its own (serial_llm_colocated: 9,855 ms against the
+        monitor's 9,847 in the same run, with no deviation)."""
+        ask = getattr(self.fallback, "calibration", None)
+        return ask() if ask is not None else None
+
     def _with_observations(self, batch: Batch, view: View) -> View:
         """Without a monitor in the view, keep a private one fed by `observe`."""
         self._last_device = view.device
@@ -351,7 +360,8 @@ class AgenticScheduler(SchedulerBase):
             from langgraph_devsched.monitor import RuntimeMonitor
 
             self._private_monitor = RuntimeMonitor()
-        return View(view.device, self._private_monitor.snapshot(batch))
+        return View(view.device, self._private_monitor.snapshot(
+            batch, tools={c.tool for c in batch.calls}))
 
     # -- fingerprint, cache, probes ------------------------------------------------------------
 
@@ -402,6 +412,40 @@ class AgenticScheduler(SchedulerBase):
         """The decision made without the model (a probe, a cached answer, every consultation
         thread held: ``busy``), else the step with its consultation built."""
         step = self._step(batch, self._with_observations(batch, view))
+        decided = self._without_model(step, asynchronous=asynchronous)
+        return step if decided is None else self._carried(step, decided)
+
+    def _carried(self, step: _Prepared, decision: Decision) -> Decision:
+        """``decision`` as the policy's own where it runs the policy's mapping: an answer
+        the same in effect (``agrees``: ``gpu_now`` for the policy's ``gpu_queued`` on a
+        lone GPU call, two calls of one tool swapping options) runs in the policy's own
+        spelling, so that what the policy and its monitor learn from the step is what the
+        policy decided (the monitor keys what ran by option: spelled otherwise, the
+        policy's probes drifted from its own, 2 ms lost in serial_audio_features with no
+        deviation); and on the policy's mapping and GPUs, what it decided beside the
+        mapping (its background loads, its hedges) comes too: its investments for that
+        very mapping. Dropped, a load the monitor started in the background of a CPU step
+        ran on the critical path instead (gen-s1-9: 5,540 ms against the monitor's 4,587,
+        with no deviation at all)."""
+        lead, held = step.lead, step.held_policy
+        record = getattr(decision, "consultation", None)
+        if (record is not None and record.agrees and held is not None
+                and self.guard_ratio is not None  # the guard off: answers run as given
+                and not several(step.view.device) and dict(decision.mapping) != held):
+            decision = replace(decision, mapping=dict(held))
+        if lead is None or not (lead.background or lead.hedges):
+            return decision
+        if dict(decision.mapping) != dict(lead.mapping) or (
+                several(step.view.device)
+                and dict(decision.gpus) != kept(lead.gpus, decision.mapping)):
+            return decision
+        return replace(decision, background=lead.background, hedges=dict(lead.hedges),
+                       hedge_bound=lead.hedge_bound)
+
+    def _without_model(self, step: _Prepared, *, asynchronous: bool) -> Decision | None:
+        """The decision made without the model, or None: the model is to be asked (the
+        step's consultation is then built)."""
+        batch = step.batch
         if step.lead is not None and step.lead.probe:
             return self._probe(step, step.lead)
         try:
@@ -419,7 +463,7 @@ class AgenticScheduler(SchedulerBase):
             return self._conclude(step, self._runner.late(Tally(mode=self.mode), "busy"))
         step.admitted = lambda: self._admitted(step)
         step.consultation = self._mode.consultation(step)
-        return step
+        return None
 
     def _lookup(self, step: _Prepared) -> Decision | None:
         """The cached decision for the step's key, its options carried over to the new call

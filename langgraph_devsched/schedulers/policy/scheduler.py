@@ -635,8 +635,7 @@ class DefaultPolicy(SchedulerBase):
             options = tuple(mapping[c] for c in batch.call_ids)
         except KeyError:
             return None
-        kept[1].score([options])
-        return kept[1].values[options]
+        return kept[1].peek(options)
 
     def coming_uses(self, model: str) -> float:
         """The uses of ``model`` its forecast expects over the coming steps (what a load of

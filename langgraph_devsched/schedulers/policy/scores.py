@@ -94,6 +94,20 @@ class TwinScores:
         """A scored mapping's makespan score, without the reload of its evictions."""
         return self.values.get(m, 0.0) - self.reloads.get(m, 0.0)
 
+    def peek(self, m: Mapping_) -> float:
+        """``m``'s score, kept only where it was scored already: a question from outside
+        the policy (the agentic scheduler pricing an answer) leaves the policy's own
+        reckoning as it was. Kept, such scores made a near-tie the policy itself never
+        scored, and its probes drifted from the monitor's alone."""
+        if m in self.values:
+            return self.values[m]
+        try:
+            return self([m])[0]
+        finally:
+            self.values.pop(m, None)
+            self.reloads.pop(m, None)
+            self.observed.pop(m, None)
+
     def score(self, mappings: Sequence[Mapping_]) -> None:
         """Score those not scored yet."""
         todo = [m for m in dict.fromkeys(mappings) if m not in self.values]
