@@ -68,6 +68,17 @@ def make_plain_monitor() -> Any:
     return make_scheduler("monitor", max_decision_ms=None)
 
 
+def against_the_monitor(scenario: str, *, seed: int, rounds: int) -> tuple[Any, Any]:
+    """The `SchemaFollower` agentic scheduler's result and the monitor's alone, in one run of
+    the built-in ``scenario`` (the same noise draws; decision time not counted)."""
+    loaded = load_scenario(builtin_by_name(scenario)[0])
+    with registered("follower", "tests.test_agentic_admitted:make_follower_agentic"), \
+            registered("plain_monitor", "tests.test_agentic_admitted:make_plain_monitor"):
+        result = run_scenario(loaded, ["follower", "plain_monitor"], rounds=rounds, seed=seed,
+                              decision_cost="none")
+    return result.results["follower"], result.results["plain_monitor"]
+
+
 @pytest.mark.parametrize("scenario", ["memory_diffusion_and_friends", "residency_cold_burst",
                                       "serial_voice_assistant", "parallel_multimodal_message"])
 def test_a_model_answering_inside_the_schema_is_never_vetoed(scenario: str) -> None:
@@ -75,12 +86,7 @@ def test_a_model_answering_inside_the_schema_is_never_vetoed(scenario: str) -> N
     explorations no win had funded), each a consultation spent for nothing. A model that
     answers whatever the schema lets it, as differently from the policy as it can, is now
     never vetoed: every answer it gives is used, and it still costs the user nothing."""
-    loaded = load_scenario(builtin_by_name(scenario)[0])
-    with registered("follower", "tests.test_agentic_admitted:make_follower_agentic"), \
-            registered("plain_monitor", "tests.test_agentic_admitted:make_plain_monitor"):
-        result = run_scenario(loaded, ["follower", "plain_monitor"], rounds=8, seed=0,
-                              decision_cost="none")
-    agentic, monitor = result.results["follower"], result.results["plain_monitor"]
+    agentic, monitor = against_the_monitor(scenario, seed=0, rounds=8)
     stats = agentic.agentic
     assert stats is not None
     assert stats.vetoes == {} and "guarded" not in stats.fallbacks, stats
@@ -143,12 +149,7 @@ def test_a_model_answering_inside_the_schema_loses_nothing_judged_exactly(
     25 ms measured win the twin saw as a 0.6 ms loss (7 times), and an exploration funded
     by such wins (-15 ms). Now a deviation runs unfunded only where every piece of evidence
     sees it win by more than one run's noise and 2 % of the policy's makespan."""
-    loaded = load_scenario(builtin_by_name(scenario)[0])
-    with registered("follower", "tests.test_agentic_admitted:make_follower_agentic"), \
-            registered("plain_monitor", "tests.test_agentic_admitted:make_plain_monitor"):
-        result = run_scenario(loaded, ["follower", "plain_monitor"], rounds=20, seed=seed,
-                              decision_cost="none")
-    agentic, monitor = result.results["follower"], result.results["plain_monitor"]
+    agentic, monitor = against_the_monitor(scenario, seed=seed, rounds=20)
     stats = agentic.agentic
     assert stats is not None
     assert stats.deviations_lost_exact == 0 and stats.deviation_won_exact_ms >= 0, stats
@@ -165,12 +166,7 @@ def test_where_the_evidence_leaves_no_choice_the_run_is_the_monitor_s_own(
     spelling of what it decided, and keeps its background loads. Before, with no
     deviation at all, serial_llm_colocated ran 9,855.4 ms against the monitor's 9,846.8
     (seed 1) and memory_agent_sequence 14,336.2 against 14,344.6 (seed 0)."""
-    loaded = load_scenario(builtin_by_name(scenario)[0])
-    with registered("follower", "tests.test_agentic_admitted:make_follower_agentic"), \
-            registered("plain_monitor", "tests.test_agentic_admitted:make_plain_monitor"):
-        result = run_scenario(loaded, ["follower", "plain_monitor"], rounds=20, seed=seed,
-                              decision_cost="none")
-    agentic, monitor = result.results["follower"], result.results["plain_monitor"]
+    agentic, monitor = against_the_monitor(scenario, seed=seed, rounds=20)
     assert agentic.agentic is not None and agentic.agentic.deviations == 0
     assert agentic.measured_makespans_ms == monitor.measured_makespans_ms
     assert agentic.total_ms == monitor.total_ms

@@ -102,3 +102,25 @@ def test_a_model_answering_inside_the_schema_costs_nothing_on_a_generated_worklo
     agentic, monitor = result.results["follower"], result.results["plain_monitor"]
     assert agentic.preloads == monitor.preloads >= 1
     assert agentic.total_ms <= monitor.total_ms + 1e-6
+
+
+def test_pricing_an_answer_leaves_the_policy_s_scores_as_they_were() -> None:
+    """The agentic scheduler asks its policy to score answers (`DefaultPolicy.scored`): a
+    question, not a decision. The policy's own scores, from which it reads its near-ties at
+    its next decision, hold only what it scored itself (its search leaves some mappings of
+    an eight-call step unscored)."""
+    import itertools
+
+    spec = ToolDeviceSpec(vram_mb=500, profile=SoloProfile(cpu_ms=300, gpu_ms=40))
+    batch = Batch.of([(f"c{i}", f"t{i}", spec) for i in range(8)])
+    view = SchedulerView(DeviceState(True, "gpu", 8000, 0, 0.0, 8))
+    policy = make_scheduler("monitor", max_decision_ms=None)
+    policy.decide(batch, view)
+    kept = policy._scores[1]  # the scores its last decision was made with
+    before = dict(kept.values)
+    others = [combo for combo in itertools.product(("cpu", "gpu_now", "gpu_queued"), repeat=8)
+              if combo not in before][:20]
+    assert others  # there is something it did not score itself
+    for combo in others:
+        assert policy.scored(batch, dict(zip(batch.call_ids, combo, strict=True))) is not None
+    assert kept.values == before

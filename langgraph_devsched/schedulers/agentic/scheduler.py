@@ -710,9 +710,10 @@ class AgenticScheduler(SchedulerBase):
 
     def _least_win(self, step: _Prepared, deviation: Deviation,
                    measured: MeasuredVerdict | None) -> float:
-        """The least predicted win that is one: `MEASURED_MARGIN` of the policy's mapping's
-        makespan (measured, else the twin's), the margin by which measurement refutes a
-        mapping; `fallback.TIE_MS` where nothing sizes it."""
+        """The least predicted win that is one: the larger of one run's noise in the shape
+        (`Deviation.noise_ms`) and `MEASURED_MARGIN` of the policy's mapping's makespan
+        (measured, else the twin's; the margin by which measurement refutes a mapping), at
+        least `fallback.TIE_MS`."""
         base = deviation.policy_measured_ms
         if base is None and step.twin_view is not None and not several(step.view.device):
             try:
@@ -727,13 +728,12 @@ class AgenticScheduler(SchedulerBase):
     def _explore(
         self, step: _Prepared, deviation: Deviation, measured: MeasuredVerdict | None
     ) -> Veto | None:
-        """The shape's exploration budget on ``deviation`` (`exploration`): its cost
-        predicted from both measurements where its mapping and the policy's ran and their
-        means differ beyond the noise (`guard.distinguishes`) or no twin predicts it, else
-        from the twin (else unpriced); a veto, or None with the deviation started on the
-        budget. Two means within the noise do not price it: at 30 ms of noise per run, a
-        mapping measured 13 times and the policy's measured twice, both at 644 ms, priced a
-        deviation the twin put at 13 ms a step as a win, and it ran for the rest of the run."""
+        """The shape's exploration budget on ``deviation`` (`exploration`): its cost as
+        `_price` predicts it (None: unpriced); a veto, or None with the deviation started on
+        the budget. A win the evidence does not tell apart from a tie does not price it as
+        one: at 30 ms of noise per run, a mapping measured 13 times and the policy's
+        measured twice, both at 644 ms, once priced a deviation the twin put at 13 ms a step
+        as a win, and it ran for the rest of the run."""
         if self._explorations is None or self.guard_ratio is None:
             return None  # the guard off: no bound on evidence either
         cost, explores = self._price(step, deviation, measured)  # cost None: an unpriced probe

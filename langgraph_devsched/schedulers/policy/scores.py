@@ -97,8 +97,8 @@ class TwinScores:
     def peek(self, m: Mapping_) -> float:
         """``m``'s score, kept only where it was scored already: a question from outside
         the policy (the agentic scheduler pricing an answer) leaves the policy's own
-        reckoning as it was. Kept, such scores made a near-tie the policy itself never
-        scored, and its probes drifted from the monitor's alone."""
+        reckoning as it was, so that the policy decides next what it would have decided
+        alone (its near-ties are read from these scores)."""
         if m in self.values:
             return self.values[m]
         try:
