@@ -14,7 +14,7 @@ from langchain_core.outputs import ChatResult
 from pydantic import Field
 
 from langgraph_devsched.bench.runner import run_scenario
-from langgraph_devsched.bench.scenario import builtin_by_name, load_scenario
+from langgraph_devsched.bench.scenario import Scenario, builtin_by_name, load_scenario
 from langgraph_devsched.hints import SoloProfile, ToolDeviceSpec
 from langgraph_devsched.schedulers.agentic import AgenticScheduler
 from langgraph_devsched.schedulers.base import Batch
@@ -68,10 +68,13 @@ def make_plain_monitor() -> Any:
     return make_scheduler("monitor", max_decision_ms=None)
 
 
-def against_the_monitor(scenario: str, *, seed: int, rounds: int) -> tuple[Any, Any]:
+def against_the_monitor(scenario: str | Scenario, *, seed: int, rounds: int
+                        ) -> tuple[Any, Any]:
     """The `SchemaFollower` agentic scheduler's result and the monitor's alone, in one run of
-    the built-in ``scenario`` (the same noise draws; decision time not counted)."""
-    loaded = load_scenario(builtin_by_name(scenario)[0])
+    ``scenario`` (a built-in's name, or a loaded one; the same noise draws; decision time
+    not counted)."""
+    loaded = (load_scenario(builtin_by_name(scenario)[0]) if isinstance(scenario, str)
+              else scenario)
     with registered("follower", "tests.test_agentic_admitted:make_follower_agentic"), \
             registered("plain_monitor", "tests.test_agentic_admitted:make_plain_monitor"):
         result = run_scenario(loaded, ["follower", "plain_monitor"], rounds=rounds, seed=seed,

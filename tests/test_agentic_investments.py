@@ -91,15 +91,10 @@ def test_a_model_answering_inside_the_schema_costs_nothing_on_a_generated_worklo
     """gen-s1-9, a workload no scheduler was tuned on: the agentic scheduler beside a model
     answering whatever the schema admits, against the monitor alone in the same run."""
     from langgraph_devsched.bench.generate import generated_scenario
-    from langgraph_devsched.bench.runner import run_scenario
-    from langgraph_devsched.schedulers.registry import registered
+    from tests.test_agentic_admitted import against_the_monitor
 
     scenario = generated_scenario(1, 9)
-    with registered("follower", "tests.test_agentic_admitted:make_follower_agentic"), \
-            registered("plain_monitor", "tests.test_agentic_admitted:make_plain_monitor"):
-        result = run_scenario(scenario, ["follower", "plain_monitor"],
-                              rounds=scenario.workload.rounds, seed=1, decision_cost="none")
-    agentic, monitor = result.results["follower"], result.results["plain_monitor"]
+    agentic, monitor = against_the_monitor(scenario, seed=1, rounds=scenario.workload.rounds)
     assert agentic.preloads == monitor.preloads >= 1
     assert agentic.total_ms <= monitor.total_ms + 1e-6
 

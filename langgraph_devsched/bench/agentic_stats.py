@@ -74,7 +74,7 @@ class AgenticSummary(BaseModel):
     deviations_measured: int = Field(
         0, description="deviations judged by measurement (both mappings ran), else the twin")
     deviations_exact: int = Field(
-        0, description="deviations the simulated bench judged exactly (`exact_won_ms`); 0 "
+        0, description="deviations the simulated bench judged exactly (`exact_policy_ms`); 0 "
                        "outside it")
     deviations_won_exact: int = Field(
         0, description=f"... that beat the policy's mapping by more than {EXACT_TIE_MS} ms")
@@ -124,8 +124,8 @@ class AgenticStats:
 
     def __init__(self) -> None:
         self.records: list[Any] = []
-        self.exact: dict[int, float] = {}
-        """Record index: what its deviation won exactly (`exact_won_ms`), where judged."""
+        self.exact: list[float] = []
+        """What each deviation judged exactly won (`exact_policy_ms`), in order."""
         self.repaired = 0
 
     def add(self, decision: Any, *, exact_won_ms: float | None = None) -> None:
@@ -135,7 +135,7 @@ class AgenticStats:
         if record is None:
             return
         if exact_won_ms is not None and ran_deviation(decision) is not None:
-            self.exact[len(self.records)] = exact_won_ms
+            self.exact.append(exact_won_ms)
         self.records.append(record)
         if not record.cached and record.cause is None and decision.fallback == "invalid_decision":
             self.repaired += 1
@@ -152,7 +152,7 @@ class AgenticStats:
                   and getattr(r, "deviation", None) is not None]
         devs += reused
         won = [d.won_ms for d in devs if d.won_ms is not None]
-        exact = list(self.exact.values())
+        exact = self.exact
         explored = [d for d in devs if getattr(d, "explored", False)]
         vetoes = [r.veto for r in self.records if getattr(r, "veto", None) is not None]
         agreed = sum(1 for r in compared if r.agrees)
@@ -302,7 +302,7 @@ def ran_deviation(decision: Any) -> Any:
     return getattr(record, "deviation", None)
 
 
-def policy_mapping(deviation: Any, call_ids: Sequence[str], gpu_count: int
+def _policy_options(deviation: Any, call_ids: Sequence[str], gpu_count: int
                    ) -> tuple[list[str], dict[str, int] | None] | None:
     """The options (in ``call_ids`` order) and, on several GPUs, the GPU of each GPU-placed
     call of ``deviation``'s policy mapping (spelled ``gpu_now@1`` there); None where it
@@ -333,7 +333,7 @@ def exact_policy_ms(bed: Any, batch: Any, decision: Any) -> float | None:
     deviation = ran_deviation(decision)
     if deviation is None or not getattr(deviation, "policy", None):
         return None
-    mapped = policy_mapping(deviation, batch.call_ids, int(getattr(bed, "gpu_count", 1)))
+    mapped = _policy_options(deviation, batch.call_ids, int(getattr(bed, "gpu_count", 1)))
     if mapped is None:
         return None
     options, gpus = mapped
