@@ -252,3 +252,19 @@ def test_a_model_proposing_other_mappings_on_several_gpus_costs_the_user_nothing
     if factory.endswith("follower_agentic"):  # answers inside the schema: never vetoed,
         # as the schema admits the policy's mapping and the measured ones alone
         assert agentic.agentic.vetoes == {}, agentic.agentic
+
+
+def test_a_measured_answer_beside_an_unmeasured_policy_mapping_is_no_win_on_several_gpus(
+) -> None:
+    """gen-s7-37, a generated workload at a seed nobody tuned on: on several GPUs the
+    model's mapping had run and the policy's had not, so nothing priced the deviation (no
+    twin prices mappings there) and it ran unpriced, losing 2.8 ms twice, judged exactly.
+    Priced as no win, it needs a funded budget; the run is the monitor's."""
+    from langgraph_devsched.bench.generate import generated_scenario
+    from tests.test_agentic_admitted import against_the_monitor
+
+    scenario = generated_scenario(7, 37)
+    agentic, monitor = against_the_monitor(scenario, seed=7, rounds=scenario.workload.rounds)
+    stats = agentic.agentic
+    assert stats is not None and stats.deviations_lost_exact == 0, stats
+    assert agentic.total_ms <= monitor.total_ms + 1e-6

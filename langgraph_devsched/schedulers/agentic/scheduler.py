@@ -692,18 +692,20 @@ class AgenticScheduler(SchedulerBase):
         answering whatever the screen admitted lost 46.7 ms over the 17 built-ins (20
         rounds, seeds 0-2) and won nothing: ties priced 0 ms, a twin-predicted 4 ms win on a
         39 ms step, and measured wins of 25 ms (an under-estimated noise) that the twin saw
-        as 0.6 ms losses. On several GPUs, where no twin prices a mapping, one that never
-        ran is priced 0 ms: not a win. Unpriced there, such probes cost a model proposing
-        another mapping every step 1.1-18x the policy's whole run on the four multi-GPU
-        built-ins, and the real model 5.7 s in the first round of
-        gpus_embed_beside_large_model."""
+        as 0.6 ms losses. On several GPUs, where no twin prices a mapping, a deviation
+        nothing prices (its mapping or the policy's never ran) is priced 0 ms: not a win.
+        Unpriced there, such probes cost a model proposing another mapping every step
+        1.1-18x the policy's whole run on the four multi-GPU built-ins, and the real model
+        5.7 s in the first round of gpus_embed_beside_large_model; a measured answer beside
+        a policy mapping that never ran still went unpriced, and lost 2.8 ms twice exactly
+        in gen-s7-37 (a workload not tuned on)."""
         gap = None
         if measured is not None and deviation.policy_measured_ms is not None:
             gap = deviation.policy_measured_ms - measured.answer_ms
         seen = [w for w in (gap, deviation.twin_won_ms) if w is not None]
         won = min(seen) if seen else None  # a win every piece of evidence sees
-        if won is None and measured is None and several(step.view.device):
-            won = 0.0
+        if won is None and several(step.view.device):
+            won = 0.0  # no twin prices it there, and the policy's mapping never ran: no win
         if won is not None and won < self._least_win(step, deviation, measured):
             won = min(won, 0.0)  # within what the evidence tells apart: a tie at best
         return (None if won is None else -won), measured is None
