@@ -100,9 +100,29 @@ class ToolEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     params: ToolParams = Field(description="hidden ground-truth parameters")
+    description: str = Field(
+        default="", description="what the tool does, in words (a tool's ``description``: "
+        "what a forecast from words reads)")
     hints: dict[str, Any] | None = Field(
         default=None, description="declared ToolDeviceSpec fields (profile derived if absent)"
     )
+
+
+class Request(BaseModel):
+    """A user's request inside a sequence: the message that starts a run of its steps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(ge=0, description="index of the request's first batch in the sequence")
+    text: str = Field(description="the user's message, as the agent received it")
+    tools: list[str] = Field(
+        default_factory=list, description="the tools the request truly needs (the ground "
+        "truth: only the oracle forecast reads it)")
+    arrival_ms: float = Field(
+        default=0.0, ge=0, allow_inf_nan=False,
+        description="how long before its first step the request arrived (the agent's first "
+        "LLM turn; at most that step's idle time): a forecast from words starts then")
+    name: str = Field(default="", description="where the request comes from (e.g. an id)")
 
 
 class Workload(BaseModel):
@@ -118,6 +138,12 @@ class Workload(BaseModel):
         default=DEFAULT_THINK_MS, ge=0, allow_inf_nan=False,
         description="idle time between two steps (the agent's LLM turn), ms: side-effect-free "
         "tools' unmeasured sides may be calibrated in it (0: none)")
+    idle_ms: list[float] | None = Field(
+        default=None, description="sequence only, one per batch: the idle time before it (the "
+        "first: before the first step), instead of ``think_ms`` after every step")
+    requests: list[Request] = Field(
+        default_factory=list, description="sequence only: the users' requests, each starting "
+        "at a batch (in order of their steps)")
 
     @model_validator(mode="after")
     def _shape(self) -> Workload:
@@ -128,7 +154,42 @@ class Workload(BaseModel):
                 raise ValueError("every batch of a sequence needs at least one call")
         elif not self.calls or self.batches is not None:
             raise ValueError(f"kind {self.kind!r} needs 'calls' (a list of tool names)")
+        elif self.idle_ms is not None or self.requests:
+            raise ValueError("idle_ms and requests need kind 'sequence'")
+        count = len(self.batches or ())
+        if self.idle_ms is not None:
+            if len(self.idle_ms) != count:
+                raise ValueError(f"idle_ms: give one idle time per batch ({count}), got "
+                                 f"{len(self.idle_ms)}")
+            if any(not 0 <= v < float("inf") for v in self.idle_ms):
+                raise ValueError("idle_ms: every idle time must be a finite number >= 0")
+        steps = [r.step for r in self.requests]
+        if steps != sorted(set(steps)) or any(k >= count for k in steps):
+            raise ValueError(f"requests: each starts at its own batch (0 to {count - 1}), in "
+                             f"order; got steps {steps}")
+        for r in self.requests:
+            idle = self.idle_before(r.step)
+            if r.arrival_ms > idle:
+                raise ValueError(f"requests: the request at step {r.step} arrives "
+                                 f"{r.arrival_ms} ms before it, more than its idle time "
+                                 f"({idle} ms)")
         return self
+
+    def idle_before(self, step: int) -> float:
+        """The idle time before batch ``step`` of a round (the first: none unless
+        ``idle_ms`` gives it)."""
+        if self.idle_ms is not None:
+            return float(self.idle_ms[step])
+        return self.think_ms if step > 0 else 0.0
+
+    def idle_after(self) -> list[float]:
+        """Per batch of a round, the idle time after it: the next batch's (the last: the
+        first batch's of the next round, as ``think_ms`` is after every step)."""
+        count = {"sequence": len(self.batches or ()), "serial": len(self.calls or ()),
+                 "parallel": 1}[self.kind]
+        if self.idle_ms is None:
+            return [self.think_ms] * count
+        return [float(v) for v in self.idle_ms[1:]] + [float(self.idle_ms[0])]
 
 
 class Scenario(BaseModel):
@@ -156,6 +217,11 @@ class Scenario(BaseModel):
                     f"{where}: a batch of {len(batch)} calls is too large; "
                     f"at most {MAX_BATCH_CALLS} (the oracle enumerates 3^n mappings)"
                 )
+        for request in self.workload.requests:
+            for tool in request.tools:
+                if tool not in self.tools:
+                    raise ValueError(f"workload.requests: unknown tool {tool!r}; known "
+                                     f"tools: {known}")
         for name, entry in self.tools.items():
             try:
                 validate_spec(name, entry.hints or {})
@@ -398,6 +464,7 @@ def load_scenarios(path: str | Path | None = None) -> list[Scenario]:
 
 __all__ = [
     "Category",
+    "Request",
     "Scenario",
     "ScenarioError",
     "ToolEntry",
