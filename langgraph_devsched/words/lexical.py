@@ -39,13 +39,12 @@ HALF_SCORE = 1.5
 SHARPNESS = 1.0
 CACHE_SIZE = 64
 
-STOP_WORDS = frozenset(
-    """a an and are as at be been but by can could do does for from had has have he her his
+_STOP_TEXT = """a an and are as at be been but by can could do does for from had has have he her his
     i if in into is it its me my of on or our please she so some such that the their them
     then there these they this those to us was we were what when which who will with would
     you your yours also any all just like want need help using use given task tasks model
-    models one each other it's i'd i'm let me able""".split()
-)
+    models one each other let able"""
+STOP_WORDS = frozenset(_STOP_TEXT.split())
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -54,7 +53,7 @@ def stem(word: str) -> str:
     """A light suffix stripper (enough to match transcribe/transcribing/transcription).
 
     >>> [stem(w) for w in ["images", "transcribing", "detected", "classification", "speech"]]
-    ['image', 'transcrib', 'detect', 'classif', 'speech']
+    ['imag', 'transcrib', 'detect', 'classif', 'speech']
     """
     for suffix in ("ications", "ication", "ations", "ation", "ings", "ing", "ions", "ion",
                    "ies", "ed", "es", "s", "e", "y"):
