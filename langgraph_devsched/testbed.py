@@ -217,6 +217,11 @@ class SimulatedTestbed:
     def tool_names(self) -> tuple[str, ...]:
         return tuple(self._params)
 
+    def model_of(self, tool: str) -> str | None:
+        """The resident model ``tool``'s calls use (None: none, or an unknown tool)."""
+        p = self._params.get(tool)
+        return p.model_name(tool) if p is not None else None
+
     def _initial(
         self, resident: Mapping[str, Sequence[str | tuple[str, float]]], index: int = 0,
     ) -> batchsim.Residency:

@@ -104,7 +104,7 @@ def test_built_ins_declare_what_they_define(name: str) -> None:
     caps = capabilities(scheduler)
     assert caps.adecide is None and not caps.blocking
     expected = {"monitor": ("calibration", "preloads", "declare_tools", "reload_ms",
-                            "state_sizes"),
+                            "state_sizes", "forecast_words", "expect"),
                 "dmda": ("state_sizes",), "ucb": ("state_sizes",)}.get(name, ())
     assert caps.hooks() == expected
     for hook in caps.hooks():

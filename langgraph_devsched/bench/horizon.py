@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_devsched import batchsim
-from langgraph_devsched.bench.horizon_gpus import gpus_reference
+from langgraph_devsched.bench.horizon_gpus import gpus_reference, idle_after, later_models
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
 from langgraph_devsched.schedulers.classic.oracle import OracleScheduler
@@ -116,16 +116,21 @@ class _Step:
 class _Search:
     bed: SimulatedTestbed
     batches: Sequence[Batch]
-    think_ms: float = 0.0
-    """Idle time after every step, in which models may load (`SimulatedTestbed.with_loaded`)."""
+    think_ms: float | Sequence[float] = 0.0
+    """Idle time after every step, or after each batch (one per batch), in which models may
+    load (`SimulatedTestbed.with_loaded`)."""
+    wrap: bool = False
+    """More than one round: after the last batch the first comes again."""
     oracle: OracleScheduler = field(init=False)
     tools: list[list[str]] = field(init=False)
     codes: list[Any] = field(init=False)
     steps: dict[tuple[_Key, int], _Step] = field(default_factory=dict)
     rows: int = 0
-    idles: dict[_Key, list[batchsim.Residency]] = field(default_factory=dict)
+    idles: dict[tuple[_Key, float, int], list[batchsim.Residency]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.after_ms = idle_after(self.think_ms, len(self.batches))
+        self.later = later_models(self.bed, self.batches, self.wrap)
         self.oracle = OracleScheduler(testbed=self.bed)
         view = SchedulerView(device=self.bed.device_state())
         self.tools = [[c.tool for c in b.calls] for b in self.batches]
@@ -149,18 +154,20 @@ class _Search:
             self.rows += len(self.codes[b])
         return found
 
-    def idle(self, state: batchsim.Residency) -> list[batchsim.Residency]:
+    def idle(self, state: batchsim.Residency, think_ms: float,
+             b: int = -1) -> list[batchsim.Residency]:
         """``state`` and the states loads between two steps can leave from it: up to
         `MAX_PRELOADS` models loaded one after another within ``think_ms``, each into host
         memory or onto the GPU (evicting least recently used models, or one chosen resident
         model first); one GPU."""
         key = _key(state)
-        found = self.idles.get(key)
+        found = self.idles.get((key, think_ms, b))
         if found is not None:
             return found
         out = {key: state}
-        if self.think_ms > 0 and self.bed.gpu_count == 1:
-            loads = {side: self.bed.model_loads(side) for side in ("gpu", "cpu")}
+        if think_ms > 0 and self.bed.gpu_count == 1:
+            loads = {side: {m: ms for m, ms in self.bed.model_loads(side).items()
+                            if m in self.later[b]} for side in ("gpu", "cpu")}
             level = [(state, 0.0)]
             for _ in range(MAX_PRELOADS):
                 nxt = []
@@ -168,7 +175,7 @@ class _Search:
                     evictions = _evictions(s)
                     for side, times in loads.items():
                         for model, ms in times.items():
-                            if spent + ms > self.think_ms:
+                            if spent + ms > think_ms:
                                 continue
                             for evict in evictions if side == "gpu" else ((),):
                                 after = self.bed.with_loaded(
@@ -179,7 +186,7 @@ class _Search:
                 level = nxt
         if len(self.idles) > MAX_CACHED_STATES:
             self.idles.clear()
-        found = self.idles[key] = list(out.values())
+        found = self.idles[(key, think_ms, b)] = list(out.values())
         return found
 
     def beside(self, end: batchsim.Residency, b: int, busy: bool,
@@ -191,6 +198,8 @@ class _Search:
         out = []
         evictions = [()] if busy else _evictions(end)
         for model, ms in self.loads.items():
+            if model not in self.later[b]:
+                continue  # never used again: loading it only takes room
             for evict in evictions:
                 after = self.bed.beside(end, model, 0, evict, self.tools[b], busy)
                 if after is not None:
@@ -204,15 +213,16 @@ class _Search:
         between steps (`idle`), or one load started with the step (the next step waits
         for what it takes beyond the step and the think time; then no load between steps:
         one loader)."""
-        out = [(s, 0.0) for s in self.idle(end)]
+        think = self.after_ms[b]
+        out = [(s, 0.0) for s in self.idle(end, think, b)]
         busy = any(o != "cpu" for o in options)
         for after, ms in self.beside(end, b, busy):
-            out.append((after, max(0.0, ms - span - self.think_ms)))
+            out.append((after, max(0.0, ms - span - think)))
         return out
 
     def reachable(self, step: _Step, b: int) -> list[batchsim.Residency]:
         """Every state batch ``b`` from ``step``'s state and the time after it can leave."""
-        out = [s for end in step.ends for s in self.idle(end)]
+        out = [s for end in step.ends for s in self.idle(end, self.after_ms[b], b)]
         out += [s for end in step.ends for s, _ in self.beside(end, b, busy=True)]
         if step.cpu_row is not None:
             end = step.ends[int(step.index[step.cpu_row])]
@@ -311,22 +321,25 @@ class _Search:
 
 
 def horizon_reference(
-    bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int, think_ms: float = 0.0,
+    bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int,
+    think_ms: float | Sequence[float] = 0.0, before_ms: float = 0.0,
 ) -> Reference:
     """The exact reference of ``rounds`` rounds of ``batches`` (each round runs them in
     order) on ``bed`` from its current resident-model state (see the module docstring); the
     testbed is left in that state, its clock untouched. ``think_ms``: the idle time after
-    every step, in which models may load (the states it can leave are reachable too)."""
+    every step, or after each batch (one figure per batch), in which models may load (the
+    states it can leave are reachable too); ``before_ms``: the idle time before the first
+    step, likewise."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if not batches:
         return Reference((0.0,) * rounds, {}, 1, True)
     if bed.gpu_count > 1:  # every placement simulated (`horizon_gpus`)
-        g = gpus_reference(bed, batches, rounds, think_ms)
+        g = gpus_reference(bed, batches, rounds, think_ms, before_ms)
         return Reference(g.round_ms, g.mapping, g.states, g.exact, devices=g.devices)
-    search = _Search(bed, batches, think_ms)
+    search = _Search(bed, batches, think_ms, wrap=rounds > 1)
     origin = bed.residency()
-    start: dict[_Key, batchsim.Residency] = {_key(origin): origin}
+    start = {_key(s): s for s in search.idle(origin, before_ms)}
     known: dict[frozenset[_Key], tuple[float, _Path]] = {}
     round_ms: list[float] = []
     path: _Path = ()
@@ -369,12 +382,14 @@ class WholeRun:
 
 
 def whole_run_reference(
-    bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int, think_ms: float = 0.0,
-    round_bounds: Sequence[float] | None = None,
+    bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int,
+    think_ms: float | Sequence[float] = 0.0, round_bounds: Sequence[float] | None = None,
+    before_ms: float = 0.0,
 ) -> WholeRun:
     """The whole-run reference: a shortest path over (step, resident-model state) from the
     testbed's current state, every mapping of each step (the declared hints' options) and,
-    between steps, the loads ``think_ms`` allows (`_Search.idle`). ``round_bounds``: each
+    between steps, the loads ``think_ms`` allows (`_Search.idle`; one figure, or one per
+    batch), and before the first step those ``before_ms`` allows. ``round_bounds``: each
     round's lower bound (`horizon_reference`'s ``round_ms`` with the same ``think_ms``),
     with which the search skips every path that cannot beat a feasible plan (one GPU; on
     several, `horizon_gpus.gpus_reference` simulates every placement of every state).
@@ -388,15 +403,15 @@ def whole_run_reference(
     if not batches:
         return WholeRun(0.0, True, 1)
     if bed.gpu_count > 1:  # every placement simulated (`horizon_gpus`)
-        g = gpus_reference(bed, batches, rounds, think_ms)
+        g = gpus_reference(bed, batches, rounds, think_ms, before_ms)
         return WholeRun(g.total_ms, g.exact, g.states)
-    search = _Search(bed, batches, think_ms)
+    search = _Search(bed, batches, think_ms, wrap=rounds > 1)
     origin = bed.residency()
     after = [sum(round_bounds[r + 1:]) if round_bounds is not None else 0.0
              for r in range(rounds)]
     upper = _greedy_total(search, origin, rounds)
     limit = upper * (1 + _SLACK) + _SLACK
-    level: dict[_Key, tuple[float, batchsim.Residency]] = {_key(origin): (0.0, origin)}
+    level = {_key(s): (0.0, s) for s in search.idle(origin, before_ms)}
     exact, most = True, 1
     for r in range(rounds):
         for b in range(len(batches)):

@@ -111,15 +111,20 @@ class GpuReference:
 class _Search:
     bed: SimulatedTestbed
     batches: Sequence[Batch]
-    think_ms: float = 0.0
+    think_ms: float | Sequence[float] = 0.0
+    """Idle time after every step, or after each batch (one per batch)."""
+    wrap: bool = False
+    """More than one round: after the last batch the first comes again."""
     placements: list[list[Placement]] = field(init=False)
     moves_of: dict[tuple[_Key, int], list[_Move]] = field(default_factory=dict)
-    idles: dict[_Key, list[batchsim.Residency]] = field(default_factory=dict)
+    idles: dict[tuple[_Key, float, int], list[batchsim.Residency]] = field(default_factory=dict)
     simulated: int = 0
     exact: bool = True
     most: int = 1
 
     def __post_init__(self) -> None:
+        self.after_ms = idle_after(self.think_ms, len(self.batches))
+        self.later = later_models(self.bed, self.batches, self.wrap)
         oracle = OracleScheduler(testbed=self.bed)
         view = SchedulerView(device=self.bed.device_state())
         k = self.bed.gpu_count
@@ -174,25 +179,27 @@ class _Search:
         found = self.moves_of[key] = [m for same in kept.values() for m in same]
         return found
 
-    def idle(self, state: batchsim.Residency) -> list[batchsim.Residency]:
+    def idle(self, state: batchsim.Residency, think_ms: float,
+             b: int = -1) -> list[batchsim.Residency]:
         """``state`` and the states up to `MAX_PRELOADS` loads within ``think_ms`` leave:
         each model into host memory, or onto any GPU (evicting least recently used models,
         or one chosen resident model of that GPU first)."""
         key = _key(state)
-        found = self.idles.get(key)
+        found = self.idles.get((key, think_ms, b))
         if found is not None:
             return found
         out = {key: state}
-        if self.think_ms > 0:
+        if think_ms > 0:
             bed = self.bed
-            loads = {side: bed.model_loads(side) for side in ("gpu", "cpu")}
+            loads = {side: {m: ms for m, ms in bed.model_loads(side).items()
+                            if m in self.later[b]} for side in ("gpu", "cpu")}
             level = [(state, 0.0)]
             for _ in range(MAX_PRELOADS):
                 nxt = []
                 for s, spent in level:
                     for side, times in loads.items():
                         for model, ms in times.items():
-                            if spent + ms > self.think_ms:
+                            if spent + ms > think_ms:
                                 continue
                             for gpu in range(bed.gpu_count) if side == "gpu" else (0,):
                                 weights = s.gpu if gpu == 0 else s.others[gpu - 1]
@@ -205,11 +212,11 @@ class _Search:
                                         out[_key(after)] = after
                                         nxt.append((after, spent + ms))
                 level = nxt
-        found = self.idles[key] = list(out.values())
+        found = self.idles[(key, think_ms, b)] = list(out.values())
         return found
 
-    def beside(self, end: batchsim.Residency,
-               used: _Beside) -> list[tuple[batchsim.Residency, float]]:
+    def beside(self, end: batchsim.Residency, used: _Beside,
+               b: int) -> list[tuple[batchsim.Residency, float]]:
         """The states one load started with a step can leave from its end state ``end``
         (`SimulatedTestbed.beside`), each with its load time: on any GPU, on one the
         placement uses (a GPU of ``used``) into room beside the calls placed there only, on
@@ -221,20 +228,24 @@ class _Search:
             weights = end.gpu if gpu == 0 else end.others[gpu - 1]
             evictions = [()] if busy else [(), *((m,) for m, _ in weights)]
             for model, ms in self.loads.items():
+                if model not in self.later[b]:
+                    continue  # never used again: loading it only takes room
                 for evict in evictions:
                     after = self.bed.beside(end, model, gpu, evict, on.get(gpu, ()), busy)
                     if after is not None:
                         out.append((after, ms))
         return out
 
-    def after(self, move: _Move) -> list[tuple[batchsim.Residency, float]]:
+    def after(self, move: _Move, b: int) -> list[tuple[batchsim.Residency, float]]:
         """The states the time after a step's placement ``move`` can leave before the
         next batch, each with the delay it adds: loads between steps (`idle`), or one load
         started with the step (the next step waits for what it takes beyond the step's
-        makespan and the think time; then no load between steps: one loader)."""
+        makespan and the think time; then no load between steps: one loader). ``b``: the
+        batch the move runs (the idle time after it)."""
         span, _, end, used = move
-        out = [(s, 0.0) for s in self.idle(end)]
-        out += [(s, max(0.0, ms - span - self.think_ms)) for s, ms in self.beside(end, used)]
+        think = self.after_ms[b]
+        out = [(s, 0.0) for s in self.idle(end, think, b)]
+        out += [(s, max(0.0, ms - span - think)) for s, ms in self.beside(end, used, b)]
         return out
 
     def solo_bounds(self) -> list[float]:
@@ -318,7 +329,7 @@ class _Search:
                     span, placement, end, _ = move
                     if spent + span + after[i] > limit:
                         continue
-                    for st, delay in [(end, 0.0)] if last else self.after(move):
+                    for st, delay in [(end, 0.0)] if last else self.after(move, b):
                         cost = spent + span + delay
                         seen = nxt.get(_key(st))
                         if cost + after[i] <= limit and (seen is None or cost < seen[0]):
@@ -367,26 +378,57 @@ SEARCHABLE = MAX_PLACEMENTS // 16
 budget would cut it after a few states: the per-step optimum stands in, labelled inexact)."""
 
 
+def later_models(bed: SimulatedTestbed, batches: Sequence[Batch],
+                 wrap: bool) -> list[frozenset[str]]:
+    """Per batch, the models a later batch uses (``wrap``: every batch's, the rounds going
+    on), and last (index -1) every batch's: the only loads a reference need try after it (a
+    model never used again only takes room)."""
+    used = [frozenset(m for c in batch.calls if (m := bed.model_of(c.tool)) is not None)
+            for batch in batches]
+    every = frozenset().union(*used)
+    later = [every if wrap else frozenset().union(*used[b + 1:]) for b in range(len(used))]
+    return [*later, every]
+
+
+def idle_after(think_ms: float | Sequence[float], batches: int) -> tuple[float, ...]:
+    """The idle time after each of ``batches`` batches: ``think_ms`` after every one, or
+    one figure per batch.
+
+    >>> idle_after(3000.0, 2), idle_after([500.0, 0.0], 2)
+    ((3000.0, 3000.0), (500.0, 0.0))
+    """
+    if isinstance(think_ms, (int, float)):
+        return (float(think_ms),) * batches
+    out = tuple(float(v) for v in think_ms)
+    if len(out) != batches:
+        raise ValueError(f"think_ms: one idle time per batch ({batches}), got {len(out)}")
+    return out
+
+
 def gpus_reference(
-    bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int, think_ms: float = 0.0,
+    bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int,
+    think_ms: float | Sequence[float] = 0.0, before_ms: float = 0.0,
 ) -> GpuReference:
     """The whole-run and per-round references of ``rounds`` rounds of ``batches`` on
     ``bed`` (several GPUs, noise-free) from its current state (see the module docstring);
-    the testbed is left in that state, its clock untouched."""
+    the testbed is left in that state, its clock untouched. ``think_ms``: the idle time
+    after every step, or after each batch; ``before_ms``: before the first step (loads
+    may run in it)."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if not batches:
         return GpuReference((0.0,) * rounds, 0.0, {}, {}, 1, True, 0)
     origin = bed.residency()
-    search = _Search(bed, batches, think_ms)
+    search = _Search(bed, batches, think_ms, wrap=rounds > 1)
     n = len(batches)
     bounds = search.solo_bounds()
-    total, path, _ = search.run([origin], [b for _ in range(rounds) for b in range(n)], bounds)
+    first = search.idle(origin, before_ms)  # loads before the first step (origin first)
+    total, path, _ = search.run(first, [b for _ in range(rounds) for b in range(n)], bounds)
     round_ms = [total]
     last = path[-n:]
     if rounds > 1:  # each round from every state the earlier rounds can leave
         levels: list[dict[_Key, _Entry]] = []
-        search.run([origin], [b for _ in range(rounds) for b in range(n)], None, levels)
+        search.run(first, [b for _ in range(rounds) for b in range(n)], None, levels)
         known: dict[frozenset[_Key], _Entry] = {}
         round_ms = []
         for r in range(rounds):

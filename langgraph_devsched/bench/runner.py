@@ -18,7 +18,8 @@ that ends below its reference anyway (a ratio under `BELOW_REFERENCE`) means the
 wrong: the round is listed in `SchedulerResult.below_reference` and a `ReferenceBeaten`
 warning is raised.
 
->>> from langgraph_devsched.bench.scenario import Scenario
+>>> from langgraph_devsched.bench.scenario import Request, Scenario
+from langgraph_devsched.bench.words_run import WordsRun
 >>> s = Scenario.model_validate({"name": "fft", "category": "serial",
 ...     "testbed": {"vram_budget_mb": 8000, "noise": 0},
 ...     "tools": {"fft": {"params": {"cpu_ms": 30, "gpu_ms": 2, "transfer_ms": 40}}},
@@ -62,7 +63,8 @@ from langgraph_devsched.bench.preloads import (
     run_background,
     run_preloads,
 )
-from langgraph_devsched.bench.scenario import Scenario
+from langgraph_devsched.bench.scenario import Request, Scenario
+from langgraph_devsched.bench.words_run import WordsRun
 from langgraph_devsched.executors.base import PlannedCall, planned_gpus
 from langgraph_devsched.gpus import check_gpus
 from langgraph_devsched.hedging import check_hedges, hedge_outcomes
@@ -80,6 +82,7 @@ from langgraph_devsched.schedulers.classic.oracle import OracleScheduler
 from langgraph_devsched.schedulers.protocols import capabilities
 from langgraph_devsched.schedulers.registry import scheduler_factory, scheduler_names
 from langgraph_devsched.testbed import SimulatedTestbed
+from langgraph_devsched.words.option import FORECASTS
 
 OPTIMAL_TOLERANCE = 0.01
 """A mapping is optimal when its noise-free makespan is within 1% of the optimum."""
@@ -199,6 +202,10 @@ class SchedulerResult:
     preload_delay_ms: float = 0.0
     """What loads beside a step delayed the next step by (their time past the step and
     the think time)."""
+    words: dict[str, Any] | None = None
+    """Forecasts from words over the run (`words_run.WordsRun.summary`: asked, failed, in
+    force before their request's first step, latency, node precision/recall/F1); None where
+    the scheduler read no words or the scenario has no requests."""
     total_ratio: float | None = None
     """The run's total (the sum of ``round_makespans_ms``) over the whole-run reference's
     (`ScenarioResult.total_reference_ms`); None without one."""
@@ -325,9 +332,14 @@ def _required_params(factory: Any) -> set[str]:
     }
 
 
+WORDS_VARIANTS = {f"monitor+{f}": ("monitor", f) for f in FORECASTS}
+"""The monitor policy with a forecast from words, by name (``monitor+lexical``,
+``monitor+oracle``: the request's true tools, ground truth), side by side with the others."""
+
+
 def validate_scheduler_names(names: Sequence[str]) -> list[str]:
     """The names as a list, or `ValueError` naming the unknown ones and the valid ones."""
-    valid = scheduler_names()
+    valid = (*scheduler_names(), *WORDS_VARIANTS)
     unknown = [n for n in names if n not in valid]
     if unknown:
         raise ValueError(
@@ -351,9 +363,12 @@ def build_scheduler(
     constructor."""
     if name == "oracle":
         return OracleScheduler(testbed=testbed)
-    factory = scheduler_factory(name)
+    base, forecast = WORDS_VARIANTS.get(name, (name, None))
+    factory = scheduler_factory(base)
     accepts = inspect.signature(factory).parameters
     kwargs: dict[str, Any] = dict((options or {}).get(name, {}))
+    if forecast is not None:
+        kwargs["forecast"] = forecast
     if monitor is not None and "monitor" in accepts:
         kwargs["monitor"] = monitor
     scheduler: Scheduler = factory(**kwargs)
@@ -466,7 +481,7 @@ def scenario_reference(scenario: Scenario, rounds: int) -> Reference:
         _REFERENCES[key] = found
     if found is None:
         found = horizon_reference(scenario.make_testbed(noise=0.0), scenario_batches(scenario),
-                                  rounds, think_ms=scenario.workload.think_ms)
+                                  rounds, **_idle_times(scenario))
         _REFERENCES[key] = found
         while len(_REFERENCES) > _MAX_REFERENCES:
             _REFERENCES.popitem(last=False)
@@ -476,6 +491,15 @@ def scenario_reference(scenario: Scenario, rounds: int) -> Reference:
 
 _WHOLE_RUNS: OrderedDict[tuple[str, int], WholeRun] = OrderedDict()
 _GPU_REFERENCES: OrderedDict[tuple[str, int], GpuReference] = OrderedDict()
+
+
+def _idle_times(scenario: Scenario) -> dict[str, Any]:
+    """The references' idle times: ``think_ms`` after every step, or the sequence's idle
+    time after each batch and before the first (``idle_ms``)."""
+    work = scenario.workload
+    if work.idle_ms is None:
+        return {"think_ms": work.think_ms}
+    return {"think_ms": work.idle_after(), "before_ms": work.idle_before(0)}
 
 
 def _several_gpus(scenario: Scenario) -> bool:
@@ -498,7 +522,7 @@ def scenario_gpus_reference(scenario: Scenario, rounds: int) -> GpuReference:
     if found is None:
         found = _GPU_REFERENCES[key] = gpus_reference(
             scenario.make_testbed(noise=0.0), scenario_batches(scenario), rounds,
-            think_ms=scenario.workload.think_ms)
+            **_idle_times(scenario))
         while len(_GPU_REFERENCES) > _MAX_REFERENCES:
             _GPU_REFERENCES.popitem(last=False)
     _GPU_REFERENCES.move_to_end(key)
@@ -518,12 +542,13 @@ def scenario_whole_run(scenario: Scenario, rounds: int) -> WholeRun:
         if _gpus_searched(scenario):
             g = scenario_gpus_reference(scenario, rounds)
             found = WholeRun(g.total_ms, g.exact, g.states)
-        elif _several_gpus(scenario):  # exact without resident models (rounds independent)
+        elif _several_gpus(scenario) or rounds == 1:  # exact without resident models
+            # (rounds independent), or one round (the round's reference is the whole run)
             found = WholeRun(sum(ref.round_ms), ref.exact, ref.states)
         else:
             found = whole_run_reference(
                 scenario.make_testbed(noise=0.0), scenario_batches(scenario), rounds,
-                think_ms=scenario.workload.think_ms, round_bounds=ref.round_ms)
+                round_bounds=ref.round_ms, **_idle_times(scenario))
         _WHOLE_RUNS[key] = found
         while len(_WHOLE_RUNS) > _MAX_REFERENCES:
             _WHOLE_RUNS.popitem(last=False)
@@ -605,6 +630,34 @@ def _observer(scheduler: Scheduler, monitor: BenchMonitor | None) -> Callable[
     return observe
 
 
+def _between_steps(bed: SimulatedTestbed, scheduler: Scheduler,
+                   monitor: BenchMonitor | None, idle: IdleRuns, preloaded: PreloadRuns,
+                   words: WordsRun | None, think_ms: float, request: Request | None, *,
+                   preloads: bool = True) -> None:
+    """``think_ms`` of idle time before a step (the agent's LLM turn): idle-time calibration
+    runs, then the scheduler's loads. A ``request`` arriving in it (``arrival_ms`` before the
+    step) is read by a scheduler that reads words (`words_run`); where its forecast comes in
+    force within the idle time, the loads wait for it (one loader per idle time, as the
+    reference has)."""
+    if words is not None and request is not None:
+        words.arrive(request, max(0.0, think_ms - request.arrival_ms))
+    left = think_ms
+    if think_ms > 0:
+        left = idle_calibration(bed, scheduler, think_ms, _observer(scheduler, monitor), idle)
+    if words is None:
+        if preloads:
+            run_preloads(bed, scheduler, left, preloaded)
+        return
+    start = think_ms - left
+    wait = words.ready_in(think_ms)
+    if wait is not None and wait > start:
+        start = wait
+    words.advance(start)
+    if preloads:
+        run_preloads(bed, scheduler, think_ms - start, preloaded)
+    words.advance(think_ms - start)
+
+
 def _run_one(
     scenario: Scenario,
     name: str,
@@ -639,6 +692,13 @@ def _run_one(
     hedge_cost = hedge_device = 0.0
     idle = IdleRuns()
     preloaded = PreloadRuns()
+    words = WordsRun.of(scheduler, scenario)
+    work = scenario.workload
+    idle_after, starts = work.idle_after(), {q.step: q for q in work.requests}
+    between = functools.partial(_between_steps, bed, scheduler, monitor, idle, preloaded,
+                                words)
+    if work.idle_before(0) > 0 or 0 in starts:  # before the first step: the first turn
+        between(work.idle_before(0), starts.get(0))
     agentic = AgenticStats()
     final: dict[str, DeviceOption] = {}
     devices: dict[str, str] = {}
@@ -647,6 +707,8 @@ def _run_one(
     for r in range(1, rounds + 1):
         noise_free = took = deciding = 0.0
         for b, batch in enumerate(batches):
+            if words is not None and b in starts:
+                words.first_step(starts[b])
             observations = snapshot(batch) if snapshot is not None else None
             view = SchedulerView(device=bed.device_state(), observations=observations)
             t0 = clock()
@@ -697,7 +759,8 @@ def _run_one(
             if gpus is not None:
                 devices.update(device_labels(batch.call_ids, options, gpus))
             preloaded.step(bed, record)
-            think, loaded = scenario.workload.think_ms, preloaded.background
+            think, loaded = idle_after[b], preloaded.background
+            delay = 0.0
             if decision.background:  # loads started with the step, beside its calls
                 delay = run_background(
                     bed, decision.background,
@@ -705,11 +768,12 @@ def _run_one(
                     think, preloaded)
                 noise_free += delay
                 took += delay
-            if think > 0:  # the agent's LLM turn: idle devices
-                left = idle_calibration(bed, scheduler, think,
-                                        _observer(scheduler, monitor), idle)
-                if preloaded.background == loaded:  # one loader: a background load had it
-                    run_preloads(bed, scheduler, left, preloaded)
+            if words is not None:
+                words.advance(record.makespan_ms + delay)
+            # the agent's LLM turn (or the next request's arrival): idle devices
+            following = None if r == rounds and b + 1 == len(batches) else starts.get(
+                (b + 1) % len(batches))  # after the last step, no request comes
+            between(think, following, preloads=preloaded.background == loaded)  # one loader
         round_spans.append(noise_free)
         walls.append(noise_free + (deciding if counted else 0.0))
         measured.append(took)
@@ -753,6 +817,7 @@ def _run_one(
         preload_wasted_ms=preloaded.wasted_ms,
         preloads_beside=preloaded.background,
         preload_delay_ms=preloaded.delay_ms,
+        words=words.summary() if words is not None else None,
         below_reference=[r for r, (s, best) in enumerate(zip(round_spans, per_round,
                                                               strict=True), 1)
                          if s < best * BELOW_REFERENCE],

@@ -13,13 +13,16 @@ The node and the benchmark never probe a scheduler by attribute name: they read 
 * `SchedulerOptions.declare_tools`: the app's tools and hints, known before any step.
 * `SchedulerOptions.reload_ms`: what evicting resident models costs later steps.
 * `SchedulerOptions.state_sizes`: how many entries each bounded table holds.
+* `SchedulerOptions.forecast_words`: a forecast from words (a request's text, the tools'
+  names and descriptions) of which tools the coming work calls; it changes nothing.
+* `SchedulerOptions.expect`: such a forecast, handed over once it is in force.
 
 >>> from langgraph_devsched.schedulers import make_scheduler
 >>> caps = capabilities(make_scheduler("all_gpu"))
 >>> caps.adecide is None, caps.blocking, caps.takes_config, caps.calibration is None
 (True, False, False, True)
 >>> sorted(capabilities(make_scheduler("monitor")).hooks())
-['calibration', 'declare_tools', 'preloads', 'reload_ms', 'state_sizes']
+['calibration', 'declare_tools', 'expect', 'forecast_words', 'preloads', 'reload_ms', 'state_sizes']
 """
 
 from __future__ import annotations
@@ -58,8 +61,13 @@ class SchedulerOptions(Protocol):
 
     def state_sizes(self) -> dict[str, int]: ...
 
+    def forecast_words(self, text: str, tools: Sequence[tuple[str, str]]) -> Any: ...
 
-HOOKS = ("calibration", "preloads", "declare_tools", "reload_ms", "state_sizes")
+    def expect(self, forecast: Any) -> None: ...
+
+
+HOOKS = ("calibration", "preloads", "declare_tools", "reload_ms", "state_sizes",
+         "forecast_words", "expect")
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,8 @@ class Capabilities:
     declare_tools: Callable[[Mapping[str, ToolDeviceSpec]], None] | None
     reload_ms: Callable[[Sequence[str]], float] | None
     state_sizes: Callable[[], dict[str, int]] | None
+    forecast_words: Callable[[str, Sequence[tuple[str, str]]], Any] | None = None
+    expect: Callable[[Any], None] | None = None
 
     def hooks(self) -> tuple[str, ...]:
         """The names of the optional hooks this scheduler defines."""
@@ -107,4 +117,6 @@ def capabilities(scheduler: object) -> Capabilities:
         declare_tools=_member(scheduler, "declare_tools"),
         reload_ms=_member(scheduler, "reload_ms"),
         state_sizes=_member(scheduler, "state_sizes"),
+        forecast_words=_member(scheduler, "forecast_words"),
+        expect=_member(scheduler, "expect"),
     )

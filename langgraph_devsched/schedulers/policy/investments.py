@@ -40,6 +40,7 @@ from langgraph_devsched.options import is_gpu
 from langgraph_devsched.residency import WarmModel
 from langgraph_devsched.schedulers.base import Batch, CallRequest, Preload
 from langgraph_devsched.schedulers.lru import LruTable
+from langgraph_devsched.schedulers.policy.foresight import Foresight
 from langgraph_devsched.schedulers.policy.rent_or_buy import TRUST, buy, worth_ms
 from langgraph_devsched.telemetry import DeviceState, GpuDevice
 from langgraph_devsched.testbed import ToolParams
@@ -124,6 +125,8 @@ class Investments:
     crowded: frozenset[str] = frozenset()
     """Models whose calls shared their GPU with other calls in the last executed step
     (`crowd`): a host copy lets such a call run on the CPU beside the GPU's queue."""
+    foresight: Foresight = field(default_factory=Foresight)
+    """The latest forecast from words (the user's request), and how far it earned belief."""
 
     def __len__(self) -> int:
         return len(self._economics)
@@ -133,6 +136,7 @@ class Investments:
         """One decided step: its models' uses (model -> calls), and their economics where
         known (`learn`)."""
         self.forecast.step(uses)
+        self.foresight.step(m for m, n in uses.items() if n > 0)
         self.learn(economics or {})
 
     def learn(self, economics: Mapping[str, Economics]) -> None:
@@ -151,6 +155,7 @@ class Investments:
         """The app's tools as declared (the node knows them all before any step): the
         models whose profile and load times are declared can be warmed while the machine is
         idle before their first use (`preloads`); what a step measures replaces them."""
+        self.foresight.declare({tool: spec.model_name(tool) for tool, spec in specs.items()})
         for tool, spec in specs.items():
             model = spec.model_name(tool)
             profile, load = spec.profile, spec.load_ms
@@ -175,12 +180,33 @@ class Investments:
     def economics(self, model: str) -> Economics | None:
         return self._economics.get(model)
 
+    def expect(self, probabilities: Mapping[str, float]) -> None:
+        """A forecast from words (tool -> probability that the coming work calls it): see
+        `foresight`. The models the monitor's forecast expects are those its misses are
+        counted over."""
+        self.foresight.expect(probabilities, in_play=self.forecast.models())
+
+    def prior(self, model: str) -> float:
+        """The uses a model never used yet is expected to have over the coming steps: what
+        the forecast from words in force says (`Foresight.uses`), else `DECLARED_USES`."""
+        said = self.foresight.uses(model)
+        return DECLARED_USES if said is None else said
+
     def worth(self, model: str) -> float:
-        """What keeping ``model`` resident is worth to the coming steps (0: unknown)."""
+        """What keeping ``model`` resident is worth to the coming steps (0: unknown): its
+        forecast uses' savings; with a forecast from words in force, at least one use at its
+        hit rate where it predicts the model, else scaled by how often a model it did not
+        predict was used (twice its miss rate, at most 1: no change until it is measured)."""
         eco = self._economics.get(model)
         if eco is None:
             return 0.0
-        return worth_ms(saving_ms=eco.saving_ms, coming_uses=self.forecast.coming(model))
+        worth = worth_ms(saving_ms=eco.saving_ms, coming_uses=self.forecast.coming(model))
+        said = self.foresight.probability(model)
+        if said is None:
+            return worth
+        if said >= self.foresight.threshold:
+            return max(worth, max(0.0, eco.saving_ms) * self.foresight.hits.share)
+        return worth * min(1.0, 2 * self.foresight.misses.share)
 
     def paid(self, uses: Iterable[tuple[str, bool]]) -> None:
         """An executed step's calls on models: (model, ran on a GPU, warm or loaded there).
@@ -230,7 +256,9 @@ class Investments:
         gpus = {g.index: _Room(g) for g in device.devices}
         host = {w.model for w in device.resident if w.side == "cpu"}
         busy = 0.0
-        wanted = sorted(((self.gain(m), m) for m in self.forecast.models()
+        candidates = dict.fromkeys((*self.forecast.models(), *(
+            m for m in self.foresight.predicted() if m in self._economics)))
+        wanted = sorted(((self.gain(m), m) for m in candidates
                          if not any(r.holds(m) for r in gpus.values())), reverse=True)
         # a declared model never used yet, worth more to warm than a forecast one, goes first
         warm = self._warm_ups({g.index: _Room(g) for g in device.devices}, host, idle_ms, 1,
@@ -309,7 +337,7 @@ class Investments:
         loads between steps (`preloads`: chosen once the step's outcome is known). A load
         that ends in time costs only what it evicts,
         and is worth what the model's forecast uses save (`worth`). A declared model never
-        used yet is worth its prior (`DECLARED_USES`), loads only into free room, and delays
+        used yet is worth its prior (`prior`), loads only into free room, and delays
         the next step by at most ``trust`` times that worth."""
         busy = set(busy_gpus)
         best: tuple[float, Preload] | None = None
@@ -335,7 +363,7 @@ class Investments:
                            coming_uses=self.forecast.coming(model), trust=self.trust):
                     continue
             else:  # never used yet: its prior worth, and a delay only its trusted part repays
-                gain = eco.saving_ms * DECLARED_USES
+                gain = eco.saving_ms * self.prior(model)
                 if delay > self.trust * gain:
                     continue
             for index, room in rooms.items():
@@ -377,7 +405,8 @@ class Investments:
         that tool may run on, with free room. Among the GPUs that fit, the one the most such
         tools may use, then the fastest, then the freest."""
         out: list[Preload] = []
-        for model, eco in sorted(self._declared.items(), key=lambda kv: -kv[1].saving_ms):
+        for model, eco in sorted(self._declared.items(),
+                                 key=lambda kv: -kv[1].saving_ms * self.prior(kv[0])):
             if len(out) >= most or model in planned:
                 continue
             held = any(r.holds(model) for r in gpus.values())
@@ -388,13 +417,25 @@ class Investments:
                 continue
             reach = {i: sum(1 for allowed in tools if allowed is None or i in allowed)
                      for i in gpus}
-            fitting = [r for i, r in gpus.items() if reach[i] > 0
-                       and eco.weights_mb + eco.working_mb <= r.free_mb]
-            room = max(fitting, key=lambda r: (reach[r.gpu.index], r.gpu.speed, r.free_mb),
-                       default=None)
+            gain = eco.saving_ms * self.prior(model)
+            need = eco.weights_mb + eco.working_mb
+            evict: dict[int, tuple[str, ...]] = {}
+            for i, r in gpus.items():
+                if reach[i] <= 0:
+                    continue
+                if need <= r.free_mb:
+                    evict[i] = ()
+                elif (self.foresight.probability(model) or 0.0) >= self.foresight.threshold:
+                    # predicted from words: idle models worth less may make room
+                    made = r.evictions(need, gain, functools.partial(self.lost, idle_ms=idle_ms))
+                    if made is not None:
+                        evict[i] = made
+            room = max((gpus[i] for i in evict), key=lambda r: (
+                -len(evict[r.gpu.index]), reach[r.gpu.index], r.gpu.speed, r.free_mb),
+                default=None)
             if eco.saving_ms > 0 and room is not None and eco.load_ms <= idle_ms:
-                chosen = Preload(model, room.gpu.index, eco.load_ms,
-                                 eco.saving_ms * DECLARED_USES)
+                chosen = Preload(model, room.gpu.index, eco.load_ms, gain,
+                                 evict[room.gpu.index])
                 room.add(chosen, eco.weights_mb)
             elif not held and model not in host and 0 < eco.cpu_load_ms <= idle_ms:
                 chosen = Preload(model, 0, eco.cpu_load_ms, 0.0, side="cpu")
@@ -405,11 +446,15 @@ class Investments:
         return out
 
     def gain(self, model: str) -> float:
-        """What the next step saves with ``model`` warm (0: unknown)."""
+        """What the next step saves with ``model`` warm (0: unknown): its forecast uses
+        next, or, where the forecast from words predicts it, its hit rate if more."""
         eco = self._economics.get(model)
         if eco is None:
             return 0.0
-        return max(0.0, eco.saving_ms) * self.forecast.next_rate(model)
+        uses = self.forecast.next_rate(model)
+        if (self.foresight.probability(model) or 0.0) >= self.foresight.threshold:
+            uses = max(uses, self.foresight.hits.share)
+        return max(0.0, eco.saving_ms) * uses
 
     def lost(self, model: str, *, idle_ms: float) -> float:
         """What evicting idle ``model`` now costs (see `preloads`)."""

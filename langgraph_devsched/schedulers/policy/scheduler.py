@@ -125,6 +125,7 @@ from langgraph_devsched.schedulers.policy.search import (
 )
 from langgraph_devsched.telemetry import DeviceState
 from langgraph_devsched.testbed import SimulatedTestbed
+from langgraph_devsched.words.option import ForecastOption, check_forecast, words_forecast
 
 Mapping_ = tuple[DeviceOption, ...]
 PROBE_KINDS = ("unknown", "symmetric", "sparse", "swap", "shared", "queued")
@@ -163,6 +164,7 @@ class DefaultPolicy(SchedulerBase):
         refresh_after: int = 50,
         monitor: RuntimeMonitor | None = None,
         hedge: bool = True,
+        forecast: ForecastOption = None,
     ) -> None:
         self.probe_horizon = probe_horizon
         self.max_probe_cost = max_probe_cost
@@ -193,6 +195,9 @@ class DefaultPolicy(SchedulerBase):
         self._hedge = HedgeRule() if hedge else HedgeRule(max_per_step=0)
         self._dmda = DmdaScheduler()
         self._investments = Investments()
+        self.forecast = check_forecast(forecast)
+        """What forecasts from words (`forecast_words`): None, ``"lexical"``, ``"oracle"``
+        (the bench hands the request's true tools over) or a forecaster."""
         self._scores: tuple[tuple[str, ...], TwinScores] | None = None
         """The scores the last full decision was made by, with its tools in call order."""
 
@@ -641,6 +646,20 @@ class DefaultPolicy(SchedulerBase):
         """The uses of ``model`` its forecast expects over the coming steps (what a load of
         it is repaid by: `monitor.forecast.UseForecast.coming`; 0: never used)."""
         return self._investments.forecast.coming(model)
+
+    def forecast_words(self, text: str, tools: Sequence[tuple[str, str]]) -> Any:
+        """A forecast from words of which of ``tools`` (name, description) the work that
+        ``text`` asks for calls (`langgraph_devsched.words`); None without a forecaster.
+        It changes nothing here: `expect` hands it over once it is in force."""
+        return words_forecast(self.forecast, text, tools)
+
+    def expect(self, forecast: Any) -> None:
+        """A forecast from words now in force (`forecast_words`): it enters the loads'
+        economics (`investments.Investments.expect`). One that failed (``error``) or whose
+        ``probabilities`` are not a mapping is ignored."""
+        probs = getattr(forecast, "probabilities", None)
+        if getattr(forecast, "error", None) is None and isinstance(probs, Mapping):
+            self._investments.expect(probs)
 
     def preloads(self, device: DeviceState, idle_ms: float) -> list[Preload]:
         """The model loads worth running in ``idle_ms`` before the next step
