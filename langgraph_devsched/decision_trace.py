@@ -2,7 +2,8 @@
 
 When something observes the step (a callback, `collect_runs`, LangSmith), the scheduler's
 decision is a chain run named ``devsched.decide`` under the tools step: its inputs are the
-batch and what the scheduler saw, its outputs the applied mapping and reason. A scheduler's
+batch and what the scheduler saw, its outputs the applied mapping, reason, fallback and veto
+(`Decision.veto`: the scheduler's own answer vetoed by its guard, not a failure). A scheduler's
 own runs (the agentic sub-agent's LLM calls) nest under it. Nobody observing: no run, no cost.
 
 Every decided step is logged at INFO on the ``langgraph_devsched`` logger.
@@ -53,6 +54,7 @@ def decide_outputs(decision: Decision) -> dict[str, Any]:
         "mapping": dict(decision.mapping),
         "reason": decision.reason,
         "fallback": decision.fallback,
+        "veto": decision.veto,
         "reused": decision.reused,
         "predicted_ms": dict(decision.predicted_ms),
     }
@@ -99,5 +101,6 @@ def log_decision(scheduler: str, decision: Decision) -> None:
             decision.scheduler or scheduler,
             ", ".join(f"{cid}={opt}" for cid, opt in decision.mapping.items()),
             decision.reason,
-            f" fallback={decision.fallback}" if decision.fallback else "",
+            (f" fallback={decision.fallback}" if decision.fallback else "")
+            + (f" veto={decision.veto}" if decision.veto else ""),
         )

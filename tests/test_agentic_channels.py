@@ -222,15 +222,20 @@ PROFILED_VIEW = SchedulerView(DeviceState(True, "gpu", 8000, 0, 0.0, 8), Observa
 
 
 def test_the_guard_rejects_an_answer_the_twin_predicts_much_worse() -> None:
+    """A veto of kind ``twin`` (its prediction against ``guard_ratio`` times the best's), not
+    a failed consultation: the policy's mapping runs, nothing falls back."""
     sched, _ = scheduler([submit({"c1": "cpu", "c2": "cpu"})], screen=False, guard_ratio=1.5)
     decision = sched.decide(PROFILED, PROFILED_VIEW)
     record = decision.consultation
-    assert record.cause == "guarded" and decision.fallback == "scheduler_error"
+    assert record.cause is None and record.answered and decision.fallback is None
     assert record.guard_answer_ms == pytest.approx(900, rel=0.1)
     assert record.guard_best_ms == pytest.approx(60, rel=0.5)
-    assert sched.last_fallbacks == {"c1": "guarded", "c2": "guarded"}
-    assert "twin predicts" in decision.reason and dict(decision.mapping) == {
-        "c1": "gpu_queued", "c2": "gpu_queued"}
+    assert record.veto is not None and record.veto.kind == "twin"
+    assert (record.veto.answer_ms, record.veto.limit_ms) == (
+        record.guard_answer_ms, pytest.approx(1.5 * record.guard_best_ms))
+    assert sched.last_fallbacks == {"c1": "vetoed", "c2": "vetoed"}
+    assert decision.veto == record.veto.text() and "twin: predicts" in decision.reason
+    assert dict(decision.mapping) == {"c1": "gpu_queued", "c2": "gpu_queued"}
 
 
 def test_the_guard_passes_a_good_answer_and_records_both_predictions() -> None:
@@ -262,7 +267,7 @@ def test_the_guard_never_vetoes_a_probe_the_hints_asked_for() -> None:
     sched, _ = scheduler([AIMessage('{"c1": "cpu", "c2": "gpu_now"}', id="a")], screen=False,
                          guard_ratio=1.5)
     vetoed = sched.decide(PROFILED, view).consultation
-    assert vetoed.cause == "guarded" and vetoed.veto is not None and vetoed.veto.kind == "budget"
+    assert vetoed.cause is None and vetoed.veto is not None and vetoed.veto.kind == "budget"
     assert vetoed.veto.answer_ms > 0 and vetoed.veto.limit_ms == 0.0
     sched, _ = scheduler([AIMessage('{"c1": "cpu", "c2": "gpu_now"}', id="a")], screen=False,
                          guard_ratio=1.5, explore_allowance_ms=10_000.0)
@@ -275,8 +280,8 @@ def test_the_guard_never_vetoes_a_probe_the_hints_asked_for() -> None:
         ExplorationHint.make("unknown", ("embed",), devices=("cpu",), expected_gain_ms=5),))
     sched, _ = scheduler([AIMessage('{"c1": "cpu", "c2": "gpu_now"}', id="a")], screen=False,
                          guard_ratio=1.5)
-    assert sched.decide(PROFILED, SchedulerView(view.device, unhinted)).consultation.cause == (
-        "guarded")
+    rejected = sched.decide(PROFILED, SchedulerView(view.device, unhinted)).consultation
+    assert rejected.veto is not None and rejected.veto.kind == "twin"
 
 
 # -- configuration from the environment ------------------------------------------------------

@@ -175,13 +175,13 @@ def test_past_outcomes_show_the_gpu_and_the_measured_guard_compares_it() -> None
     shown = next(json.loads(str(m.content)) for m in last
                  if isinstance(m, ToolMessage) and m.name == "past_outcomes")
     assert [r["options"] for r in shown] == [{"o": "gpu_now@1"}, {"o": "gpu_now@0"}]
-    assert d.consultation is not None and d.consultation.cause == "guarded"
-    assert d.consultation.guard_by == "measured"
+    assert d.consultation is not None and d.consultation.veto is not None
+    assert d.consultation.veto.kind == "refuted" and d.consultation.guard_by == "measured"
     assert (d.consultation.guard_answer_ms, d.consultation.guard_best_ms) == (300.0, 100.0)
     model.script[:] = [AIMessage(json.dumps({"o": "gpu_now@1"}))]
     scheduler.clear_cache()
     d = scheduler.decide(batch, view)
-    assert d.consultation is not None and d.consultation.cause is None
+    assert d.consultation is not None and d.consultation.valid
     assert dict(d.gpus) == {"o": 1}
 
 

@@ -60,7 +60,8 @@ def _measured(*runs: tuple[str, str, float]) -> SchedulerView:
 
 def test_an_answer_measured_slower_than_the_fastest_measured_mapping_is_not_kept() -> None:
     """A measured mistake is not repeated: the guard judges by measurement where the answer's
-    mapping ran (both figures recorded), and the fallback answers instead."""
+    mapping ran (both figures recorded), and the policy's mapping runs instead: a veto, not a
+    failed consultation."""
     model = ToolScriptModel(script=[AIMessage('{"c1": "gpu_now", "c2": "gpu_now"}')] * 2)
     scheduler = AgenticScheduler(model, screen=False,
                                  fallback=ByTool({"asr": "gpu_now", "embed": "cpu"}))
@@ -68,9 +69,10 @@ def test_an_answer_measured_slower_than_the_fastest_measured_mapping_is_not_kept
     decision = scheduler.decide(BATCH, view)
     assert dict(decision.mapping) == {"c1": "gpu_now", "c2": "cpu"}
     record = decision.consultation
-    assert (record.cause, record.guard_by) == ("guarded", "measured")
+    assert record.veto is not None and (record.veto.kind, record.guard_by) == (
+        "refuted", "measured")
     assert (record.guard_answer_ms, record.guard_best_ms) == (120.0, 90.0)
-    assert decision.fallback == "scheduler_error" and decision.llm_calls == 1
+    assert record.cause is None and decision.fallback is None and decision.llm_calls == 1
 
 
 def test_a_cached_answer_that_measures_slower_is_asked_about_again() -> None:
@@ -85,7 +87,7 @@ def test_a_cached_answer_that_measures_slower_is_asked_about_again() -> None:
     slower = _measured(("gpu_now", "cpu", 90.0), ("gpu_now", "gpu_now", 130.0))
     again = scheduler.decide(BATCH, slower)  # the same mappings, the answer's now slower
     assert again.llm_calls == 1 and scheduler.consultations == 3
-    assert again.consultation.cause == "guarded"  # and the same answer is not kept
+    assert again.consultation.veto is not None  # and the same answer is not kept
 
 
 class Predicting(SchedulerBase):

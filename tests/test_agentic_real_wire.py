@@ -46,7 +46,7 @@ from langgraph_devsched.schedulers.base import SchedulerView as View
 from tests.fakes import HINTS, PARAMS, TOOLS, ScriptedChatModel
 
 pytest.importorskip("langchain_openai")
-CAUSES = {None, "timeout", "llm_error", "no_answer", "guarded", "busy"}
+CAUSES = {None, "timeout", "llm_error", "no_answer", "busy"}  # a veto is no cause
 
 
 def _skip_reason() -> str | None:

@@ -74,6 +74,7 @@ def test_no_records_no_summary_and_merge_adds_up() -> None:
 def test_merge_of_two_runs_is_the_summary_of_all_their_decisions() -> None:
     """Every field merged (counts, causes, channels, deviations, latencies): what one run
     of both decision lists would have said."""
+    from langgraph_devsched.schedulers.agentic.exploration import Veto
     from langgraph_devsched.schedulers.agentic.record import (
         AgenticDecision,
         ConsultationRecord,
@@ -88,8 +89,9 @@ def test_merge_of_two_runs_is_the_summary_of_all_their_decisions() -> None:
              decided(cause="timeout", latency_ms=30000), decided(cached=True)]
     second = [decided(via="text", latency_ms=1200, agrees=False, guard_waived="swap",
                       deviation=Deviation(twin_won_ms=-12.5)),
-              decided(cause="guarded", latency_ms=800),
-              decided(cause="guarded", latency_ms=700, guard_by="measured"),
+              decided(via="text", veto=Veto("twin", 900.0, 90.0), latency_ms=800),
+              decided(via="text", veto=Veto("refuted", 120.0, 90.0), latency_ms=700,
+                      guard_by="measured"),
               decided(skipped="probe")]
     stats = [AgenticStats(), AgenticStats(), AgenticStats()]
     for d in first:
@@ -100,17 +102,20 @@ def test_merge_of_two_runs_is_the_summary_of_all_their_decisions() -> None:
         stats[2].add(d)
     merged = merge([stats[0].summary(), None, stats[1].summary()])
     assert merged is not None and merged == stats[2].summary()
-    assert merged.fallbacks == {"timeout": 1, "guarded": 2} and merged.deviations_lost == 1
+    assert merged.fallbacks == {"timeout": 1} and merged.deviations_lost == 1
+    assert merged.vetoes == {"twin": 1, "refuted": 1}  # answered, not failed
     assert merged.skipped == {"probe": 1} and merged.agreement_rate == 0.5
     assert merged.guarded_measured == 1
     line = format_agentic("agentic", merged)
     assert "1 guarded by measurement" in line
-    assert merged.answered == 2  # the guarded records there carry no answer (via)
+    assert (merged.answered, merged.valid_answers) == (4, 2)  # two used, two vetoed
     both = AgenticStats()
     both.add(decided(via="text", latency_ms=900))
-    both.add(decided(via="text", cause="guarded", guard_by="measured", latency_ms=900))
+    both.add(decided(via="text", veto=Veto("refuted", 120.0, 90.0), guard_by="measured",
+                     latency_ms=900))
     both.add(decided(cause="timeout", latency_ms=30000))
     s = both.summary()
     assert s is not None and (s.valid_answers, s.answered, s.consultations) == (1, 2, 3)
     assert format_agentic("agentic", s).startswith(
-        "agentic: 1/3 valid answers (33%), answered by the model 2/3 (67%, the guard overrode 1)")
+        "agentic: 1/3 valid answers (33%), answered by the model 2/3 (67%, the guard vetoed 1), "
+        "fallbacks timeout=1")

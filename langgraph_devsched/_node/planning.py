@@ -191,6 +191,7 @@ def checked_decision(
         logger.warning("scheduler %s gave GPU %r for call %s; valid: %s; using the default "
                        "rule", scheduler, raw.gpus[call_id], call_id, describe_devices(devices))
     fallback = raw.fallback if raw.fallback in _CAUSES else None
+    veto = getattr(raw, "veto", None)
     return Decision(
         mapping=mapping,
         reason=_text(raw.reason),
@@ -205,6 +206,7 @@ def checked_decision(
         hedge_bound=_bound(getattr(raw, "hedge_bound", HEDGE_BOUND)),
         gpus=gpus,
         background=_background(getattr(raw, "background", ()), devices, scheduler),
+        veto=_text(veto) if isinstance(veto, str) else None,
     ), fallbacks
 
 

@@ -2,7 +2,8 @@
 
 `AgenticStats` is fed every decision of one scheduler's run (`AgenticStats.add`); decisions
 that carry no consultation record (other schedulers) are ignored. `AgenticStats.summary`
-gives an `AgenticSummary`: consultations, valid answers, whole-step fallbacks by cause,
+gives an `AgenticSummary`: consultations, valid answers, whole-step fallbacks by cause (a
+failed consultation), the guard's vetoes by kind (an answered one, not a failure),
 decisions with per-call repairs, LLM latency p50/p95 per consultation, the server's prompt
 cache hit rate (cached / prompt tokens), and the answer channels used. `format_agentic`
 renders one line of it for the report.
@@ -51,9 +52,11 @@ class AgenticSummary(BaseModel):
     valid_rate: float | None = Field(description="valid_answers / consultations")
     answered: int = Field(
         0, description="consultations the model answered validly: its answer used, or "
-                       "overridden by the guard (the guard's verdict is the scheduler's)")
+                       "vetoed by the guard (the guard's verdict is the scheduler's)")
     answered_rate: float | None = Field(None, description="answered / consultations")
-    fallbacks: dict[str, int] = Field(description="whole-step fallbacks by cause")
+    fallbacks: dict[str, int] = Field(
+        description="failed consultations by cause (timeout, llm_error, no_answer, busy): "
+                    "the fallback decided the whole step; a veto is not one (``vetoes``)")
     repaired: int = Field(description="used answers that needed per-call repairs")
     llm_calls: int
     latency_p50_ms: float | None
@@ -87,8 +90,8 @@ class AgenticSummary(BaseModel):
                          "ground truth, never shown to the scheduler)")
     guard_waived: int = Field(0, description="answers the guard let through as hinted probes")
     guarded_measured: int = Field(
-        0, description="guarded answers judged by measurement (their mapping ran slower than "
-                       "the fastest measured one of the shape), not by the twin")
+        0, description="vetoed answers judged by measurement (their mapping ran, e.g. slower "
+                       "than the fastest measured one of the shape), not by the twin")
     cached_deviations: int = Field(
         0, description="cached decisions that reused a deviation (counted in the deviations)")
     explorations: int = Field(
@@ -99,8 +102,10 @@ class AgenticSummary(BaseModel):
         0.0, description="what the explorations were predicted to cost before they ran, ms")
     vetoes: dict[str, int] = Field(
         default_factory=dict,
-        description="deviations vetoed by kind: refuted (measured slower than the fastest "
-                    "measured mapping) or budget (predicted cost over the shape's budget)")
+        description="answers the guard vetoed, by kind (each an answered consultation, never "
+                    "a fallback): refuted (measured slower than the fastest measured "
+                    "mapping), budget (predicted cost over the shape's exploration budget) "
+                    "or twin (predicted beyond guard_ratio of the best mapping)")
     veto_figures: list[tuple[str, float, float]] = Field(
         default_factory=list,
         description=f"each veto (first {MAX_VETO_FIGURES}): kind, the answer's ms (measured "
@@ -154,7 +159,7 @@ class AgenticStats:
         won = [d.won_ms for d in devs if d.won_ms is not None]
         exact = self.exact
         explored = [d for d in devs if getattr(d, "explored", False)]
-        vetoes = [r.veto for r in self.records if getattr(r, "veto", None) is not None]
+        vetoes = [r.veto for r in asked if getattr(r, "veto", None) is not None]
         agreed = sum(1 for r in compared if r.agrees)
         return _with_rates(
             decisions=len(self.records),
@@ -191,7 +196,7 @@ class AgenticStats:
             deviations_lost_exact=sum(1 for w in exact if w < -EXACT_TIE_MS),
             deviation_won_exact_ms=sum(exact),
             guard_waived=sum(1 for r in valid if getattr(r, "guard_waived", None)),
-            guarded_measured=sum(1 for r in asked if r.cause == "guarded"
+            guarded_measured=sum(1 for r in asked if getattr(r, "veto", None) is not None
                                  and getattr(r, "guard_by", "twin") == "measured"),
             latencies_ms=[float(r.latency_ms) for r in asked],
         )
@@ -260,7 +265,7 @@ def format_agentic(name: str, s: AgenticSummary) -> str:
     ]
     if s.answered != s.valid_answers:
         parts.insert(1, f"answered by the model {s.answered}/{s.consultations} "
-                        f"({s.answered_rate or 0:.0%}, the guard overrode "
+                        f"({s.answered_rate or 0:.0%}, the guard vetoed "
                         f"{s.answered - s.valid_answers})")
     if s.repaired:
         parts.append(f"{s.repaired} repaired")
@@ -297,7 +302,7 @@ def ran_deviation(decision: Any) -> Any:
     """The `Deviation` that ``decision`` ran (a used answer, or a cached reuse of one, that
     is not the policy's mapping); None where the policy's mapping ran or nothing deviated."""
     record = getattr(decision, "consultation", None)
-    if record is None or record.cause is not None:
+    if record is None or record.cause is not None or getattr(record, "veto", None) is not None:
         return None
     return getattr(record, "deviation", None)
 

@@ -127,7 +127,11 @@ class Decision:
     ``gpus``: the GPU index of GPU-placed calls, on a machine with several; a call it leaves
     out gets the default rule (`langgraph_devsched.gpus.default_gpus`; one GPU: 0);
     ``background``: model loads to start with the step on a GPU none of its calls uses (the
-    model the next steps need loads while this step runs on the CPU)."""
+    model the next steps need loads while this step runs on the CPU);
+    ``veto``: the scheduler's own answer was vetoed by its guard, and why with the evidence
+    (the agentic scheduler's `Veto` text, e.g. ``budget: exploration unfunded, predicted cost
+    -60.0 ms against 0.0 ms of budget left for this shape``); the mapping is what runs
+    instead. Not a fallback: the scheduler decided, nothing failed."""
 
     mapping: Mapping[str, DeviceOption]
     reason: str = ""
@@ -142,6 +146,7 @@ class Decision:
     """A hedge's loser is cancelled once it ran this many times the winner's run time."""
     gpus: Mapping[str, int] = field(default_factory=dict)
     background: tuple[Preload, ...] = ()
+    veto: str | None = None
 
     def options_for(self, batch: Batch) -> tuple[DeviceOption, ...]:
         return tuple(self.mapping[cid] for cid in batch.call_ids)

@@ -4,7 +4,8 @@ A decision is reused while the step's fingerprint (batch shape, declared hints, 
 device-state bucket, the monitor's hints about these tools, its epoch and drift flag) is
 unchanged and no estimate of the batch's tools drifted (mean ``run_ms`` moved by more than
 the tolerance, or its status changed). A failed consultation is cached too, as a failure
-answered by the fallback for a number of steps before the model is asked again.
+answered by the fallback for a number of steps before the model is asked again, and so is
+an answer the guard vetoed (a veto, not a failure: the policy's mapping runs meanwhile).
 
 >>> from langgraph_devsched.hints import ToolDeviceSpec
 >>> from langgraph_devsched.schedulers.base import Batch
@@ -23,6 +24,7 @@ from typing import Any
 
 from langgraph_devsched.options import DeviceOption
 from langgraph_devsched.schedulers.agentic.constraints import AgenticCause
+from langgraph_devsched.schedulers.agentic.exploration import Veto
 from langgraph_devsched.schedulers.agentic.observations import observations_data
 from langgraph_devsched.schedulers.base import Batch
 from langgraph_devsched.schedulers.base import SchedulerView as View
@@ -51,6 +53,15 @@ class Entry:
     gpus: dict[tuple[str, int], int] = field(default_factory=dict)
     """The GPU the answer named per (tool, occurrence), on a machine with several GPUs;
     carried to the new call ids like the options (one left out: the default rule)."""
+    veto: Veto | None = None
+    """The model's answer was vetoed by the guard (``options`` empty): the fallback policy
+    decides, for ``hits_left`` steps, as after a failure."""
+
+    @property
+    def provisional(self) -> bool:
+        """A failure or a veto: reused ``hits_left`` more times, then the model is asked
+        again (a drift does not end it sooner)."""
+        return self.failure is not None or self.veto is not None
 
 
 def occurrences(batch: Batch) -> list[tuple[str, int]]:
@@ -131,10 +142,10 @@ class DecisionCache:
             entry = self._entries.get(key)
             if entry is None:
                 return None
-            if entry.failure is None and self._drifted(entry, now):
+            if not entry.provisional and self._drifted(entry, now):
                 del self._entries[key]
                 return None
-            if entry.failure is not None:
+            if entry.provisional:
                 entry.hits_left -= 1
                 if entry.hits_left < 0:
                     del self._entries[key]

@@ -35,7 +35,7 @@ AgenticCause = Literal[
     "timeout",
     "no_answer",
     "busy",
-    "guarded",
+    "vetoed",
     "missing_call",
     "unknown_option",
     "not_allowed",
@@ -47,11 +47,11 @@ AgenticCause = Literal[
 ]
 """Why a call's option is not the sub-agent's answer. The whole-step causes (``llm_error``,
 ``timeout``, ``no_answer``, ``busy``: every consultation slot is taken by a model still
-running; ``guarded``: the monitor's twin predicts the answer much worse than the best
-mapping it knows), ``missing_call`` and ``unknown_option`` take the fallback scheduler's
-option; the others repair the answer in place (``gpu_not_allowed``, on a machine with
-several GPUs: a GPU index the machine lacks or the call's ``gpus`` hint forbids; the default
-rule places the call, `gpu_choice`)."""
+running), ``vetoed`` (not a failure: the model answered, and the guard vetoed its mapping
+on the evidence, `exploration.Veto`), ``missing_call`` and ``unknown_option`` take the
+fallback scheduler's option; the others repair the answer in place (``gpu_not_allowed``, on a
+machine with several GPUs: a GPU index the machine lacks or the call's ``gpus`` hint
+forbids; the default rule places the call, `gpu_choice`)."""
 REPAIRED: frozenset[AgenticCause] = frozenset(
     {"not_allowed", "pinned", "cpu_forbidden", "vram_over_budget", "no_gpu", "gpu_not_allowed"}
 )

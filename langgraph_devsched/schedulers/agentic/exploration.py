@@ -23,11 +23,12 @@ by more than the noise, `guard.measured_guard`) is vetoed outright; that veto en
 monitor's measurements of the shape change (a new warm mean, a device state that measures
 differently).
 
-Every veto is a `Veto` with both figures, in the decision's reason and record.
+Every veto is a `Veto` with both figures, in the decision's reason and record. A veto is the
+guard doing its job, not a failed consultation: the model answered, the policy's mapping runs.
 
 >>> ledger = ExplorationLedger(allowance_ms=0.0, max_probes=2)
 >>> ledger.check(("asr", "ocr"), 120.0, explores=True).text()
-'exploration vetoed: predicted cost 120.0 ms against 0.0 ms of budget left for this shape'
+'budget: exploration unfunded, predicted cost 120.0 ms against 0.0 ms of budget left for this shape'
 >>> ledger.check(("asr", "ocr"), -15.0, explores=True).kind   # predicted to win: unfunded
 'budget'
 >>> ledger.check(("asr", "ocr"), -15.0, explores=False) is None   # measured to win
@@ -58,9 +59,11 @@ MAX_SHAPES = 1024
 
 @dataclass(frozen=True)
 class Veto:
-    """Why a deviation did not run, with both figures: ``refuted`` (its measured ms against
-    the fastest measured mapping's) or ``budget`` (its predicted cost against the shape's
-    budget left)."""
+    """Why the guard vetoed an answer, with both figures: ``refuted`` (its measured ms
+    against the fastest measured mapping's), ``budget`` (its predicted cost against the
+    shape's exploration budget left) or ``twin`` (the twin's prediction for it against the
+    guard's limit, ``guard_ratio`` times the best mapping the twin knows). The text starts
+    with the kind."""
 
     kind: str
     answer_ms: float
@@ -70,7 +73,10 @@ class Veto:
         if self.kind == "refuted":
             return (f"refuted: the answer's mapping measured {self.answer_ms:.1f} ms vs "
                     f"{self.limit_ms:.1f} ms for the fastest measured mapping of this shape")
-        return (f"exploration vetoed: predicted cost {self.answer_ms:.1f} ms against "
+        if self.kind == "twin":
+            return (f"twin: predicts {self.answer_ms:.1f} ms for the answer, over the guard's "
+                    f"limit of {self.limit_ms:.1f} ms")
+        return (f"budget: exploration unfunded, predicted cost {self.answer_ms:.1f} ms against "
                 f"{self.limit_ms:.1f} ms of budget left for this shape")
 
 

@@ -2,7 +2,8 @@
 
 `AgenticDecision` is a `Decision` with a `ConsultationRecord`: how the model was asked
 (answer channel), where the answer was found, what it cost (latency, model calls, prompt
-and cached prompt tokens), why it fell back, and the guard's two predictions.
+and cached prompt tokens), why it failed (``cause``) or what the guard vetoed (``veto``: not a
+failure, the model answered), and the guard's two predictions.
 
 >>> from langgraph_devsched.schedulers.agentic.record import AgenticDecision, ConsultationRecord
 >>> d = AgenticDecision(mapping={"c1": "cpu"}, consultation=ConsultationRecord(
@@ -95,7 +96,8 @@ class ConsultationRecord:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     cause: str | None = None
-    """The whole-step fallback cause (timeout, llm_error, no_answer, busy, guarded)."""
+    """Why the consultation failed, the fallback deciding the whole step (timeout,
+    llm_error, no_answer, busy); None where the model answered, vetoed or not (``veto``)."""
     detail: str = ""
     guard_answer_ms: float | None = None
     guard_best_ms: float | None = None
@@ -120,8 +122,10 @@ class ConsultationRecord:
     deviation: Deviation | None = None
     """Where the answer deviates from the policy's mapping: what that won or lost."""
     veto: Veto | None = None
-    """Why the answer's deviation did not run (refuted by measurement, or over the shape's
-    exploration budget), with both figures; the policy's mapping ran instead."""
+    """Why the guard vetoed the answer (refuted by measurement, over the shape's exploration
+    budget, or predicted by the twin beyond ``guard_ratio``), with both figures; the policy's
+    mapping ran instead. Not a failure: ``cause`` stays None. On a cached reuse
+    (``cached``), the earlier answer's veto."""
     skipped: str | None = None
     """``pick`` mode, why the model was not asked: ``probe`` (the fallback's exploratory
     probe runs as it is: a measurement it asked for, not a choice to make) or
@@ -130,12 +134,13 @@ class ConsultationRecord:
     @property
     def valid(self) -> bool:
         """An answer was parsed and used (it may still have had per-call repairs)."""
-        return self.via is not None and self.cause is None and not self.cached
+        return self.answered and self.veto is None
 
     @property
     def answered(self) -> bool:
-        """The model gave a parsed answer: used (`valid`), or overridden by the guard."""
-        return self.via is not None and self.cause in (None, "guarded") and not self.cached
+        """The model gave a parsed answer (the consultation did not fail): used (`valid`),
+        or vetoed by the guard (``veto``)."""
+        return self.via is not None and self.cause is None and not self.cached
 
     @property
     def asked(self) -> bool:

@@ -11,8 +11,11 @@ leniently (`answers`) and never trusted: held to the hints and hard constraints
 (`constraints.repair`), the fallback's option for what it cannot repair; the twin guard
 rejects an answer predicted beyond ``guard_ratio`` of the best it knows unless it measures
 what an exploration hint names (`guard`); an error, a timeout or a full set of consultation
-threads (`slots`) falls back for the whole step. Every cause is in the decision's
-``reason``/``fallback``, per call in `AgenticScheduler.last_fallbacks`, and the
+threads (`slots`) falls back for the whole step (``scheduler_error``). An answer the guard
+vetoes (measured slower, unfunded exploration, the twin's ratio: `exploration.Veto`) is no
+failure: the policy's mapping runs, with the veto in `Decision.veto` and the record. Every
+cause is in the decision's ``reason``/``fallback``/``veto``, per call in
+`AgenticScheduler.last_fallbacks`, and the
 consultation's record (channel, latency, tokens, guard predictions, agreement) in
 `AgenticDecision.consultation` (`record`). On a machine with several GPUs the answer names
 each GPU call's GPU (``gpu_now@1``, `gpu_choice`), kept in `Decision.gpus`.
@@ -49,7 +52,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AnyMessage
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
+from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption, FallbackCause
 from langgraph_devsched.records import StepRecord
 from langgraph_devsched.schedulers.agentic.admitted import admitted, candidates
 from langgraph_devsched.schedulers.agentic.answers import ParsedAnswer
@@ -467,7 +470,7 @@ class AgenticScheduler(SchedulerBase):
 
     def _lookup(self, step: _Prepared) -> Decision | None:
         """The cached decision for the step's key, its options carried over to the new call
-        ids by occurrence; a cached failure answered by the fallback. A cached answer whose
+        ids by occurrence; a cached failure or veto answered by the fallback. A cached answer whose
         mapping has since measured slower than the fastest of its shape (`measured_guard`)
         is no hit: that measurement is an observation the model is asked about."""
         batch = step.batch
@@ -477,15 +480,20 @@ class AgenticScheduler(SchedulerBase):
         where = dict(zip(batch.call_ids, occurrences(batch), strict=True))
         named = {c: entry.gpus[where[c]] for c in batch.call_ids if where[c] in entry.gpus}
         options = {c: entry.options[where[c]] for c in batch.call_ids} if (
-            entry.failure is None) else {}
+            not entry.provisional) else {}
         answer = ParsedAnswer({c: spell(o, named.get(c)) for c, o in options.items()})
-        if entry.failure is None and not entry.fallback_mapping:
+        if not entry.provisional and not entry.fallback_mapping:
             measured = self._measured_verdict(step, options, named)
             if measured is not None and measured.rejected:
                 return None
         with self._lock:
             self.cache_hits += 1
-        record = ConsultationRecord(cached=True, cause=entry.failure, mode=self.mode)
+        record = ConsultationRecord(cached=True, cause=entry.failure, veto=entry.veto,
+                                    mode=self.mode)
+        if entry.veto is not None:
+            return self._instead(step, record, "vetoed", entry.veto.text(),
+                                 f"agentic answer vetoed earlier ({entry.veto.text()}), not "
+                                 "consulted again yet; policy", veto=entry.veto.text())
         if entry.failure is not None:
             return self._whole_fallback(step, entry.failure, "not consulted again yet", record,
                                         cached=True)
@@ -550,8 +558,9 @@ class AgenticScheduler(SchedulerBase):
         )
 
     def _conclude(self, step: _Prepared, outcome: Outcome) -> Decision:
-        """The consultation's outcome as a decision: repaired, guarded, compared with the
-        policy's mapping, cached (a failure too, retried after ``retry_failed_after``)."""
+        """The consultation's outcome as a decision: repaired, guarded (a veto runs the
+        policy's mapping), compared with the policy's mapping, cached (a failure or a veto
+        too, the model asked again after ``retry_failed_after``)."""
         batch, obs = step.batch, step.obs
         if outcome.skipped is None:
             with self._lock:
@@ -574,17 +583,14 @@ class AgenticScheduler(SchedulerBase):
         screen = self._screen(step, mapping, decision.gpus, unguarded=outcome.unguarded)
         extra = screen.fields
         deviation = extra.get("deviation")
-        vetoed = screen.rejected
-        if vetoed is None and deviation is not None and not outcome.unguarded:
+        if screen.rejected is None and deviation is not None and not outcome.unguarded:
             veto = self._explore(step, deviation, screen.measured)  # priced again, atomically
             if veto is not None:
-                vetoed = veto.text()
                 extra = {**{k: v for k, v in extra.items() if k != "guard_waived"},
                          "veto": veto,
                          "guard_by": "measured" if screen.measured is not None else "twin"}
-        if vetoed is not None:
-            return self._failed(step, "guarded", vetoed,
-                                replace(record, cause="guarded", detail=vetoed, **extra))
+        if extra.get("veto") is not None:
+            return self._vetoed(step, replace(record, **extra))
         decision = replace(decision, consultation=replace(record, **extra))
         where = dict(zip(batch.call_ids, occurrences(batch), strict=True))
         self._cache.store(step.key, Entry(
@@ -622,7 +628,8 @@ class AgenticScheduler(SchedulerBase):
             if verdict.rejected and not unguarded:
                 asked_for = hinted_probe(mapping, batch, step.obs.get("hints", ()))
                 if asked_for is None:
-                    return _Screen(extra, measured, verdict.text())
+                    veto = Veto("twin", verdict.answer_ms, verdict.ratio * verdict.best_ms)
+                    return _Screen({**extra, "veto": veto}, measured, veto.text())
                 extra["guard_waived"] = asked_for
         extra.update(agreement(batch, step.view, self.constraints, mapping, step.lead,
                                step.obs, step.twin_view, gpus, self._scored(batch)))
@@ -776,6 +783,19 @@ class AgenticScheduler(SchedulerBase):
         self._cache.store(step.key, Entry({}, {}, "", {}, cause, self.retry_failed_after, detail))
         return self._whole_fallback(step, cause, detail, record)
 
+    def _vetoed(self, step: _Prepared, record: ConsultationRecord) -> Decision:
+        """The model answered and the guard vetoed its answer (``record.veto``, with both
+        figures): the policy's mapping runs. The guard doing its job, not a failed
+        consultation: no ``cause``, no ``scheduler_error``; the veto is in `Decision.veto`.
+        Cached like a failure: the model is asked again after ``retry_failed_after`` steps."""
+        veto = cast("Veto", record.veto)
+        text = veto.text()
+        logger.info("agentic scheduler: answer vetoed (%s); the policy's mapping runs", text)
+        self._cache.store(step.key, Entry({}, {}, "", {}, hits_left=self.retry_failed_after,
+                                          detail=text, veto=veto))
+        return self._instead(step, record, "vetoed", text,
+                             f"agentic answer vetoed ({text}); policy", veto=text)
+
     def _fallback_decision(self, step: _Prepared) -> tuple[Decision, str]:
         """The fallback policy's decision: the one made beside the model for this step
         (``lead``) where there is one, else asked now (static if it fails)."""
@@ -850,6 +870,19 @@ class AgenticScheduler(SchedulerBase):
         self, step: _Prepared, cause: AgenticCause, detail: str, record: ConsultationRecord,
         *, cached: bool = False,
     ) -> Decision:
+        """The consultation failed (``cause``): the fallback decides the whole step,
+        ``scheduler_error``."""
+        how = "earlier consultation failed" if cached else "consultation failed"
+        return self._instead(step, record, cause, detail,
+                             f"agentic {how} ({cause}: {detail}); fallback",
+                             fallback="scheduler_error")
+
+    def _instead(
+        self, step: _Prepared, record: ConsultationRecord, cause: AgenticCause, detail: str,
+        head: str, *, fallback: FallbackCause | None = None, veto: str | None = None,
+    ) -> Decision:
+        """The fallback policy's decision for the whole step instead of an answer (failed,
+        or vetoed), every call's cause ``cause``; the reason ``head``, then the policy's."""
         base, used = self._fallback_decision(step)
         lead_gpus = _lead_gpus(step, base, base.mapping)
         # the policy's own mapping is not VRAM-fitted again (its twin weighed the VRAM, the
@@ -861,11 +894,10 @@ class AgenticScheduler(SchedulerBase):
             fit_vram=base is not step.lead)
         self.last_fallbacks = dict.fromkeys(step.batch.call_ids, cause)
         self.last_issues = (detail,) if detail else ()
-        how = "earlier consultation failed" if cached else "consultation failed"
-        reason = f"agentic {how} ({cause}: {detail}); fallback {used}: {base.reason}"
+        reason = f"{head} {used}: {base.reason}"
         return self._decision(
             mapping, reason + _repaired(mapping, repairs), predicted_ms=dict(base.predicted_ms),
-            probe=base.probe, fallback="scheduler_error", llm_calls=record.llm_calls,
+            probe=base.probe, fallback=fallback, veto=veto, llm_calls=record.llm_calls,
             consultation=record, **({"gpus": gpus} if lead_gpus else {}),
         )
 
