@@ -159,6 +159,21 @@ def bench(
         typer.Option(min=1, help="run this many generated agent workloads of --seed instead "
                      "of --scenarios (a miss replays by its name: --scenarios gen-s1-17)"),
     ] = None,
+    taskbench: Annotated[
+        Path | None,
+        typer.Option(help="a TaskBench domain directory (data.json, tool_desc.json): run "
+                     "--conversations of its requests, or replay --scenarios tb-s1-3"),
+    ] = None,
+    conversations: Annotated[
+        int | None,
+        typer.Option(min=1, help="with --taskbench: run this many conversations of --seed "
+                     "(each named tb-sS-I, replayed by that name)"),
+    ] = None,
+    profiles: Annotated[
+        Path | None,
+        typer.Option(help="with --taskbench: the tools' simulated ground truth, a YAML "
+                     "table (default: the packaged bench/taskbench_profiles.yaml)"),
+    ] = None,
 ) -> None:
     """Run schedulers on benchmark scenarios and compare them with the brute-force optimum."""
     from langgraph_devsched.bench.command import run_bench_command
@@ -181,6 +196,7 @@ def bench(
             scenarios=scenarios, schedulers=names, rounds=rounds, seed=seed, noise=noise,
             json_path=json_path, plots=plots, backend=backend, real=real, declare=declare,
             decision_cost=decision_cost, physics=physics, generate=generate,
+            taskbench=taskbench, conversations=conversations, profiles=profiles,
         )
     except ValueError as exc:  # ScenarioError, unknown scheduler names, bad --declare/paths
         typer.echo(f"Error: {exc}", err=True)

@@ -58,6 +58,48 @@ def step_runner_for(backend: str) -> StepRunner | None:
     raise ValueError(f"unknown backend {backend!r}; valid backends: {', '.join(BENCH_BACKENDS)}")
 
 
+def _taskbench(scenarios: Path | None, generate: int | None, seed: int | None,
+               taskbench: Path | None, conversations: int | None, profiles: Path | None,
+               ) -> tuple[list[Scenario], int | None] | None:
+    """TaskBench conversations (`bench.taskbench`): ``conversations`` of seed ``seed``, or
+    those named ``tb-sS-I`` in ``scenarios`` replayed; None when neither is asked."""
+    from langgraph_devsched.bench.taskbench import (
+        load_taskbench,
+        parse_taskbench_name,
+        taskbench_conversation,
+        taskbench_conversations,
+    )
+    from langgraph_devsched.bench.taskbench_profiles import load_profiles
+
+    names = [n.strip() for n in str(scenarios).split(",")] if scenarios is not None else []
+    replays = [parse_taskbench_name(n) for n in names]
+    if taskbench is None:
+        if conversations is not None or profiles is not None:
+            raise ValueError("--conversations and --profiles need --taskbench DIR (a "
+                             "TaskBench domain directory: data.json, tool_desc.json)")
+        named = [n for n, r in zip(names, replays, strict=True) if r is not None]
+        if named:
+            raise ValueError(f"replaying {', '.join(named)} needs --taskbench DIR (the "
+                             f"directory its conversations were drawn from)")
+        return None
+    if generate is not None:
+        raise ValueError("give --generate or --taskbench, not both")
+    if (conversations is None) == (scenarios is None):
+        raise ValueError("--taskbench needs --conversations N, or --scenarios with "
+                         "conversation names (tb-s1-3,...) to replay, exactly one of them")
+    bench = load_taskbench(taskbench)
+    table = load_profiles(profiles)
+    if conversations is not None:
+        return taskbench_conversations(bench, conversations, seed or 0, table), seed or 0
+    wrong = [n for n, r in zip(names, replays, strict=True) if r is None]
+    if wrong:
+        raise ValueError(f"--scenarios with --taskbench: {', '.join(wrong)} is no "
+                         f"conversation name; expected tb-sSEED-INDEX, e.g. tb-s1-3")
+    seeds = {r[0] for r in replays if r is not None}
+    replayed = seeds.pop() if seed is None and len(seeds) == 1 else seed
+    return [taskbench_conversation(bench, *r, table) for r in replays if r is not None], replayed
+
+
 def _scenarios(scenarios: Path | None, generate: int | None, seed: int | None,
                ) -> tuple[list[Scenario], int | None]:
     """The scenarios to run: generated (`bench.generate`), replayed by name, or loaded; and
@@ -100,6 +142,9 @@ def run_bench_command(
     progress: Any | None = None,
     scheduler_options: SchedulerOptions | None = None,
     generate: int | None = None,
+    taskbench: Path | None = None,
+    conversations: int | None = None,
+    profiles: Path | None = None,
 ) -> BenchResult:
     """What ``devsched bench`` does; raises `ValueError` on bad scenarios or names.
 
@@ -114,7 +159,10 @@ def run_bench_command(
     scenarios' own). ``scheduler_options``: constructor options per scheduler name
     (`bench.runner.build_scheduler`). ``generate``: that many generated workloads of seed
     ``seed`` (`bench.generate`) instead of ``scenarios``; a generated workload's name
-    (``gen-s1-17``) in ``scenarios`` replays it."""
+    (``gen-s1-17``) in ``scenarios`` replays it. ``taskbench``: a TaskBench domain
+    directory, of which ``conversations`` conversations of seed ``seed`` run
+    (`bench.taskbench`, the tools' ground truth from ``profiles`` or the packaged table),
+    or those named in ``scenarios`` (``tb-s1-3``)."""
     cost = check_decision_cost(decision_cost)
     mode = parse_declare(declare)
     from rich.console import Console
@@ -126,7 +174,8 @@ def run_bench_command(
             plots=plots,
         )
     runner = step_runner_for(backend)
-    loaded, seed = _scenarios(scenarios, generate, seed)
+    drawn = _taskbench(scenarios, generate, seed, taskbench, conversations, profiles)
+    loaded, seed = drawn if drawn is not None else _scenarios(scenarios, generate, seed)
     if physics is not None:
         loaded = under_physics(loaded, physics)
     skipped: dict[str, str] = {}

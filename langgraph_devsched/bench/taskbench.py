@@ -267,6 +267,12 @@ REQUESTS = (3, 15)
 GPU_REQUESTS = (2, 4)
 """The requests of a conversation on two GPUs (every placement of every state is simulated
 for the whole-run reference: `bench.horizon_gpus`)."""
+MODELS = {1: 3, 2: 2}
+"""The most tools (each its own model) a conversation uses, per GPU count: the whole-run
+reference searches every load of every model into every idle time, so its states grow
+with them. Requests that would exceed it are passed over."""
+GPU_STEPS = 8
+"""The most steps of a conversation on two GPUs."""
 TWO_GPUS_SHARE = 0.25
 BUDGETS_MB = (8000.0, 12000.0, 16000.0, 24000.0)
 CORES = (4, 8, 16)
@@ -307,7 +313,8 @@ def taskbench_conversation(bench: TaskBench, seed: int, index: int,
     rng = random.Random(f"devsched-taskbench:{seed}:{index}")
     testbed, gpus = _machine(rng, index)
     low, high = REQUESTS if gpus == 1 else GPU_REQUESTS
-    picked = rng.sample(bench.requests, min(rng.randint(low, high), len(bench.requests)))
+    picked = _requests(rng, bench, rng.randint(low, high), MODELS[gpus],
+                       GPU_STEPS if gpus > 1 else None)
     batches: list[list[str]] = []
     idle: list[float] = []
     requests: list[dict[str, Any]] = []
@@ -319,18 +326,48 @@ def taskbench_conversation(bench: TaskBench, seed: int, index: int,
         for k, step in enumerate(r.steps()):
             idle.append(round(gap + turn, 1) if k == 0 else round(rng.uniform(*THINK_MS), 1))
             batches.append(step)
+    used = {t for r in requests for t in r["tools"]}
     return Scenario.model_validate({
         "name": f"tb-s{seed}-{index}",
         "category": "residency",
-        "description": f"TaskBench conversation {index} of seed {seed}: {len(picked)} "
+        "description": f"TaskBench conversation {index} of seed {seed}: {len(requests)} "
                        f"requests of {bench.source} (bench.taskbench)",
         "testbed": testbed,
-        "tools": {name: {"params": table.tools[name].model_dump(exclude_defaults=True),
+        "tools": {name: {"params": _params(table, name, name in used),
                          "description": tool.description}
                   for name, tool in bench.tools.items()},
         "workload": {"kind": "sequence", "batches": batches, "rounds": 1, "idle_ms": idle,
                      "requests": requests},
     })
+
+
+def _requests(rng: random.Random, bench: TaskBench, count: int, models: int,
+              max_steps: int | None) -> list[TaskBenchRequest]:
+    """Up to ``count`` requests in a random order, passing over any that would take the
+    conversation's tools beyond ``models`` (or its steps beyond ``max_steps``)."""
+    picked: list[TaskBenchRequest] = []
+    tools: set[str] = set()
+    steps = 0
+    for r in rng.sample(bench.requests, len(bench.requests)):
+        more = len(r.steps())
+        if len(tools | set(r.tools)) <= models and (max_steps is None
+                                                    or steps + more <= max_steps):
+            picked.append(r)
+            tools |= set(r.tools)
+            steps += more
+            if len(picked) == count:
+                break
+    return picked
+
+
+def _params(table: ProfileTable, tool: str, used: bool) -> dict[str, Any]:
+    """A tool's params from the table; a tool the conversation never calls keeps no model
+    (the whole-run reference would search loading it into every idle time)."""
+    params = table.tools[tool].model_dump(exclude_defaults=True)
+    if not used:
+        for key in ("model", "weights_mb", "load_gpu_ms", "load_cpu_ms"):
+            params.pop(key, None)
+    return params
 
 
 def _machine(rng: random.Random, index: int) -> tuple[dict[str, Any], int]:
