@@ -326,14 +326,13 @@ def taskbench_conversation(bench: TaskBench, seed: int, index: int,
         for k, step in enumerate(r.steps()):
             idle.append(round(gap + turn, 1) if k == 0 else round(rng.uniform(*THINK_MS), 1))
             batches.append(step)
-    used = {t for r in requests for t in r["tools"]}
     return Scenario.model_validate({
         "name": f"tb-s{seed}-{index}",
         "category": "residency",
         "description": f"TaskBench conversation {index} of seed {seed}: {len(requests)} "
                        f"requests of {bench.source} (bench.taskbench)",
         "testbed": testbed,
-        "tools": {name: {"params": _params(table, name, name in used),
+        "tools": {name: {"params": _params(table, name),
                          "description": tool.description}
                   for name, tool in bench.tools.items()},
         "workload": {"kind": "sequence", "batches": batches, "rounds": 1, "idle_ms": idle,
@@ -360,14 +359,11 @@ def _requests(rng: random.Random, bench: TaskBench, count: int, models: int,
     return picked
 
 
-def _params(table: ProfileTable, tool: str, used: bool) -> dict[str, Any]:
-    """A tool's params from the table; a tool the conversation never calls keeps no model
-    (the whole-run reference would search loading it into every idle time)."""
-    params = table.tools[tool].model_dump(exclude_defaults=True)
-    if not used:
-        for key in ("model", "weights_mb", "load_gpu_ms", "load_cpu_ms"):
-            params.pop(key, None)
-    return params
+def _params(table: ProfileTable, tool: str) -> dict[str, Any]:
+    """A tool's params from the table: every tool keeps its model, called or not, so a load
+    on a wrong forecast takes room as it would (the references load only models a later
+    step uses: `bench.horizon_gpus.later_models`)."""
+    return table.tools[tool].model_dump(exclude_defaults=True)
 
 
 def _machine(rng: random.Random, index: int) -> tuple[dict[str, Any], int]:

@@ -9,14 +9,15 @@ likely tool's) and scores every forecast against what the steps after it used, u
 next one arrives:
 
 * **hit rate**: of the models it predicted (probability at least ``threshold``), the share
-  that were used; a Beta(1, 1) estimate, so a forecaster starts at one half and earns the
-  rest;
+  that were used;
 * **miss rate**: of the models it did not predict that were in play (named by the caller
   when the forecast came: those the monitor's own forecast expects), or used, the share
   that were used anyway.
 
-`uses` is what the policy then believes of a model's coming uses in this request: the hit
-rate for a predicted model, the miss rate for another, None without a forecast in force.
+`uses` is what the policy then believes of a model's coming uses in this request: the
+forecast's own probability as a prior worth `PRIOR_WEIGHT` scored forecasts, moved by the
+hit rate for a predicted model and by the miss rate for another (None without a forecast
+in force). A forecaster is believed what it says until its record says otherwise.
 A forecaster that is always wrong ends with a hit rate near 0 and a miss rate near 1: its
 predictions then warm nothing and protect nothing, and the policy is back to the monitor's
 own forecast (the rent-or-buy rule's robust bound). Tables are bounded (`MAX_MODELS`).
@@ -25,11 +26,11 @@ own forecast (the rent-or-buy rule's robust bound). Tables are bounded (`MAX_MOD
 >>> f.declare({"asr": "whisper", "caption": "blip", "ocr": "trocr"})
 >>> f.expect({"asr": 0.9, "caption": 0.1, "ocr": 0.0}, in_play={"blip"})
 >>> f.uses("whisper"), f.uses("blip")
-(0.5, 0.5)
->>> f.step({"whisper"})
->>> f.expect({"caption": 0.8})    # the first forecast was right: whisper used, blip not
->>> round(f.uses("blip"), 2), round(f.uses("whisper"), 2)
-(0.67, 0.33)
+(0.9, 0.1)
+>>> f.step({"blip"})
+>>> f.expect({"asr": 0.9, "caption": 0.1})  # the first was wrong: blip used, whisper not
+>>> round(f.uses("whisper"), 2), round(f.uses("blip"), 2)
+(0.6, 0.4)
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+PRIOR_WEIGHT = 2.0
+"""How many scored forecasts a forecast's own probability is worth, against its record."""
 MAX_MODELS = 256
 """At most this many tools (and models) are remembered per forecast."""
 THRESHOLD = 0.5
@@ -45,7 +48,7 @@ THRESHOLD = 0.5
 
 @dataclass
 class _Rate:
-    """A Beta(1, 1) estimate of a share."""
+    """A share counted, estimated from a prior mean worth `PRIOR_WEIGHT` counts."""
 
     yes: float = 0.0
     count: float = 0.0
@@ -54,9 +57,8 @@ class _Rate:
         self.yes += float(hit)
         self.count += 1.0
 
-    @property
-    def share(self) -> float:
-        return (self.yes + 1.0) / (self.count + 2.0)
+    def share(self, prior: float) -> float:
+        return (self.yes + PRIOR_WEIGHT * prior) / (self.count + PRIOR_WEIGHT)
 
 
 @dataclass
@@ -122,6 +124,10 @@ class Foresight:
         the node's tools)."""
         return None if self._current is None else self._current.get(model)
 
+    def predicts(self, model: str) -> bool:
+        """Whether the forecast in force predicts ``model``."""
+        return (self.probability(model) or 0.0) >= self.threshold
+
     def predicted(self) -> list[str]:
         """The models the forecast in force predicts, most likely first."""
         if self._current is None:
@@ -131,12 +137,12 @@ class Foresight:
 
     def uses(self, model: str) -> float | None:
         """What the forecast in force, as far as it has earned belief, says of ``model``'s
-        uses in the coming work: the hit rate if predicted, else the miss rate (None: no
-        forecast, or a model it says nothing of)."""
+        uses in the coming work: its probability moved by the hit rate if predicted, else by
+        the miss rate (None: no forecast, or a model it says nothing of)."""
         p = self.probability(model)
         if p is None:
             return None
-        return self.hits.share if p >= self.threshold else self.misses.share
+        return (self.hits if p >= self.threshold else self.misses).share(p)
 
     def _score(self) -> None:
         if self._current is None:

@@ -195,18 +195,18 @@ class Investments:
     def worth(self, model: str) -> float:
         """What keeping ``model`` resident is worth to the coming steps (0: unknown): its
         forecast uses' savings; with a forecast from words in force, at least one use at its
-        hit rate where it predicts the model, else scaled by how often a model it did not
-        predict was used (twice its miss rate, at most 1: no change until it is measured)."""
+        belief where it predicts the model (`Foresight.uses`), else scaled by twice its
+        belief in a use (at most 1)."""
         eco = self._economics.get(model)
         if eco is None:
             return 0.0
         worth = worth_ms(saving_ms=eco.saving_ms, coming_uses=self.forecast.coming(model))
-        said = self.foresight.probability(model)
+        said = self.foresight.uses(model)
         if said is None:
             return worth
-        if said >= self.foresight.threshold:
-            return max(worth, max(0.0, eco.saving_ms) * self.foresight.hits.share)
-        return worth * min(1.0, 2 * self.foresight.misses.share)
+        if self.foresight.predicts(model):
+            return max(worth, max(0.0, eco.saving_ms) * said)
+        return worth * min(1.0, 2 * said)
 
     def paid(self, uses: Iterable[tuple[str, bool]]) -> None:
         """An executed step's calls on models: (model, ran on a GPU, warm or loaded there).
@@ -425,7 +425,7 @@ class Investments:
                     continue
                 if need <= r.free_mb:
                     evict[i] = ()
-                elif (self.foresight.probability(model) or 0.0) >= self.foresight.threshold:
+                elif self.foresight.predicts(model):
                     # predicted from words: idle models worth less may make room
                     made = r.evictions(need, gain, functools.partial(self.lost, idle_ms=idle_ms))
                     if made is not None:
@@ -452,8 +452,8 @@ class Investments:
         if eco is None:
             return 0.0
         uses = self.forecast.next_rate(model)
-        if (self.foresight.probability(model) or 0.0) >= self.foresight.threshold:
-            uses = max(uses, self.foresight.hits.share)
+        if self.foresight.predicts(model):
+            uses = max(uses, self.foresight.uses(model) or 0.0)
         return max(0.0, eco.saving_ms) * uses
 
     def lost(self, model: str, *, idle_ms: float) -> float:
