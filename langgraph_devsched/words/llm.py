@@ -46,6 +46,7 @@ import time
 from collections.abc import Collection, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal, get_args
 
 from langchain_core.language_models import BaseChatModel
@@ -163,7 +164,7 @@ def _probability(value: Any) -> float | None:
 
 
 def _classes(raw: dict[str, Any], undeclared: Collection[str]) -> dict[str, DeviceClass]:
-    return {n: c for n, c in raw.items() if n in undeclared and c in CLASSES}  # type: ignore[misc]
+    return {n: c for n, c in raw.items() if n in undeclared and c in CLASSES}
 
 
 def parse_answer(
@@ -312,7 +313,8 @@ class LLMForecaster:
             if left <= 0:
                 break
             bound = self._bound(names, asked, channel, left)
-            future = self.slots.start(lambda b=bound: b.invoke(messages), name="devsched-words")
+            future = self.slots.start(partial(bound.invoke, messages),
+                                      name="devsched-words")
             if future is None:
                 return self._failed(f"all {self.slots.size} forecast threads are held by "
                                     "model calls still running", start)
@@ -344,7 +346,7 @@ class LLMForecaster:
             if self._native_async:
                 work = bound.ainvoke(messages)
             else:
-                future = self.slots.start(lambda b=bound: b.invoke(messages),
+                future = self.slots.start(partial(bound.invoke, messages),
                                           name="devsched-words")
                 if future is None:
                     return self._failed(f"all {self.slots.size} forecast threads are held by "
