@@ -66,9 +66,7 @@ def test_lexical_ranks_the_matching_tool_first() -> None:
     two = lexical.forecast("Translate this article to French, then summarize the document",
                            TOOLS)
     assert set(ranked(two)[:2]) == {"translate", "summarize"}
-    assert lexical.forecast("transcribe the speech", TOOLS) == lexical.forecast(
-        "transcribe the speech", TOOLS
-    ) or True  # latency differs; the probabilities must not:
+    # deterministic (the latency differs, the probabilities must not)
     assert lexical.forecast("x y speech", TOOLS).probabilities == lexical.forecast(
         "x y speech", TOOLS).probabilities
 
