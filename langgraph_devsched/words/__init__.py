@@ -13,15 +13,27 @@ from langgraph_devsched.words.base import (
     predicted,
 )
 from langgraph_devsched.words.lexical import LexicalForecaster
+from langgraph_devsched.words.llm import LLMForecaster
+from langgraph_devsched.words.quality import (
+    CombinedForecaster,
+    QualityReport,
+    forecast_quality,
+    load_taskbench,
+)
 
 __all__ = [
+    "CombinedForecaster",
     "DeviceClass",
     "Forecaster",
+    "LLMForecaster",
     "LexicalForecaster",
+    "QualityReport",
     "ToolCard",
     "WordsForecast",
     "bound_text",
     "bound_tools",
+    "forecast_quality",
+    "load_taskbench",
     "node_scores",
     "predicted",
 ]
