@@ -4,14 +4,20 @@ says, the run stays within budget and its bound against the monitor alone."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field
 
 from langgraph_devsched.bench.runner import run_scenario
 from langgraph_devsched.bench.scenario import Scenario
-from langgraph_devsched.words import ToolCard, WordsForecast
+from langgraph_devsched.schedulers.agentic import AgenticScheduler
+from langgraph_devsched.words import ToolCard, WordsForecast, predicted
 
 TOOLS = {
     "asr": "transcribe speech in an audio recording into text",
@@ -108,3 +114,51 @@ def test_whatever_the_forecast_says_the_run_stays_within_its_bound(answer: Any) 
     said = run(conversation(), ["monitor"], Scripted(answer))["monitor"]
     assert said.total_ms <= 3 * alone.total_ms
     assert len(said.round_makespans_ms) == 1
+
+
+class Answering(BaseChatModel):
+    """A chat model that names ``tools`` (the words forecast's list form) after
+    ``delay_s`` of wall time; it never answers a step's consultation usefully."""
+
+    tools: list[str] = Field(default_factory=list)
+    calls: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "fake-reader"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None,
+                  run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        self.calls += 1
+        text = json.dumps({"tools": self.tools})
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+
+
+def test_the_agentic_sub_agent_reads_each_request_once_in_two_stages() -> None:
+    """Words without a model at once, then the model's answer; each request read once (a
+    second reading is kept); ``read_messages=False`` reads nothing."""
+    chat = Answering(tools=["ocr", "tts"])
+    agentic = AgenticScheduler(chat)
+    tools = list(TOOLS.items())
+    first = agentic.forecast_words("read the scanned document and speak it aloud", tools)
+    assert first is not None and len(first) == 2
+    quick, said = first
+    assert quick.source == "lexical" and said.source == "lexical+llm"
+    assert predicted(said) >= {"ocr", "tts"}
+    again = agentic.forecast_words("read the scanned document and speak it aloud", tools)
+    assert again is not None and again[1] is said and chat.calls == 1
+    assert AgenticScheduler(chat, read_messages=False).forecast_words("x", tools) is None
+
+
+def test_a_model_that_fails_leaves_the_words_without_a_model() -> None:
+    class Broken(Answering):
+        def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
+            raise ConnectionError("server gone")
+
+    quick, said = AgenticScheduler(Broken()).forecast_words(
+        "transcribe my audio recording", list(TOOLS.items())) or (None, None)
+    assert said is not None and said.error is None
+    assert said.probabilities == quick.probabilities and "failed" in said.source

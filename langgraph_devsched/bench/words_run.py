@@ -61,6 +61,8 @@ class WordsRun:
     """Per request: (precision, recall, F1) of the predicted tools against the true ones."""
     pending: list[_Said] = field(default_factory=list)
     _last: Request | None = None
+    _final: Any = None
+    """The last stage of ``_last``'s forecast (the one scored)."""
 
     @classmethod
     def of(cls, scheduler: Any, scenario: Scenario) -> WordsRun | None:
@@ -79,7 +81,9 @@ class WordsRun:
 
     def arrive(self, request: Request, in_ms: float) -> None:
         """``request`` arrives ``in_ms`` from now: the scheduler is asked (now, in wall
-        time; its answer counts from the arrival plus its latency)."""
+        time; its answer counts from the arrival plus its latency). A scheduler may answer
+        in stages (a list: e.g. words without a model at once, then the model's): each is
+        handed over after its own latency; the last is the one scored."""
         if self.oracle:
             truth = set(request.tools)
             said: Any = WordsForecast({name: 1.0 if name in truth else 0.0
@@ -89,17 +93,23 @@ class WordsRun:
             said = ask(request.text, self.tools) if ask is not None else None
             if said is None:
                 return
-        self.asked += 1
-        latency = max(0.0, float(getattr(said, "latency_ms", 0.0)))
-        if len(self.latencies_ms) < MAX_KEPT:
-            self.latencies_ms.append(latency)
-        if getattr(said, "error", None) is not None:
-            self.failed += 1
+        stages = list(said) if isinstance(said, (list, tuple)) else [said]
+        if not stages:
             return
-        self._last = request
-        if len(self.scores) < MAX_KEPT:
-            self.scores.append(node_scores(predicted(said), set(request.tools)))
-        self.pending.append(_Said(self.now_ms + in_ms + latency, said, request))
+        self.asked += 1
+        last = stages[-1]
+        if len(self.latencies_ms) < MAX_KEPT:
+            self.latencies_ms.append(_latency(last))
+        if getattr(last, "error", None) is not None:
+            self.failed += 1
+        elif len(self.scores) < MAX_KEPT:
+            self.scores.append(node_scores(predicted(last), set(request.tools)))
+        self._final = last
+        for stage in stages:
+            if getattr(stage, "error", None) is None:
+                self._last = request
+                self.pending.append(_Said(self.now_ms + in_ms + _latency(stage), stage,
+                                          request))
 
     def advance(self, ms: float) -> None:
         """Virtual time passes: forecasts whose latency has passed are handed over."""
@@ -118,8 +128,9 @@ class WordsRun:
         return wait if wait is not None and wait <= window_ms else None
 
     def first_step(self, request: Request) -> None:
-        """``request``'s first step starts now: count whether its forecast is in force."""
-        if self._last is request and not any(s.request is request for s in self.pending):
+        """``request``'s first step starts now: count whether its forecast (its last stage)
+        is in force."""
+        if self._last is request and not any(s.forecast is self._final for s in self.pending):
             self.in_time += 1
 
     def summary(self) -> dict[str, Any] | None:
@@ -142,3 +153,8 @@ class WordsRun:
         }
 
 
+
+
+def _latency(forecast: Any) -> float:
+    value = getattr(forecast, "latency_ms", 0.0)
+    return max(0.0, float(value)) if isinstance(value, (int, float)) and value == value else 0.0

@@ -44,7 +44,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -115,6 +115,7 @@ from langgraph_devsched.schedulers.agentic.record import (
     Deviation,
 )
 from langgraph_devsched.schedulers.agentic.slots import ConsultationSlots
+from langgraph_devsched.schedulers.agentic.words_reader import MessageReader
 from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerBase
 from langgraph_devsched.schedulers.base import SchedulerView as View
 
@@ -211,6 +212,7 @@ class AgenticScheduler(SchedulerBase):
         drift_tolerance: float = 0.25,
         retry_failed_after: int = 10,
         cache_size: int = 256,
+        read_messages: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not hasattr(model, "bind_tools"):
@@ -262,6 +264,9 @@ class AgenticScheduler(SchedulerBase):
         self._last_device: Any = None
         self._gpu_outcomes = GpuOutcomes()
         """Executed mappings with their GPUs (several GPUs: the monitor's lack the GPU)."""
+        self.read_messages = read_messages
+        """Whether the sub-agent forecasts from the user's request (`forecast_words`)."""
+        self._words = MessageReader(model, timeout_s=timeout_s, size=cache_size)
 
     @property
     def channel(self) -> AnswerChannel:
@@ -336,6 +341,20 @@ class AgenticScheduler(SchedulerBase):
         declare = getattr(self.fallback, "declare_tools", None)
         if declare is not None:
             declare(specs)
+
+    def forecast_words(self, text: str, tools: Sequence[tuple[str, str]]) -> list[Any] | None:
+        """The sub-agent's forecast from words (`words_reader.MessageReader`): the request's
+        text and the tools' names and descriptions, nothing else; in two stages, words
+        without a model at once, then the model's with it. None with
+        ``read_messages=False``."""
+        return self._words.read(text, tools) if self.read_messages else None
+
+    def expect(self, forecast: Any) -> None:
+        """A forecast from words now in force, handed to the policy beside the model (its
+        loads' economics: `DefaultPolicy.expect`)."""
+        expect = getattr(self.fallback, "expect", None)
+        if expect is not None:
+            expect(forecast)
 
     def preloads(self, device: Any, idle_ms: float) -> list[Any]:
         """The model loads the policy beside the model finds worth running in ``idle_ms``

@@ -1,0 +1,63 @@
+"""The sub-agent's own job: reading the user's request for what no measurement foresees.
+
+`MessageReader.read` answers, for a request's text and the node's tools (name and
+description; never arguments or outputs), which tools the coming work calls, in two stages:
+
+1. words without a model (`words.lexical`, BM25 over the descriptions), in force at once;
+2. the model's answer (`words.llm.LLMForecaster`, one call, its answer constrained to the
+   tools' names) combined with the first (the larger probability per tool; where the model
+   fails or times out, the first stands alone), in force once it answered.
+
+Answers are kept by (text, tool set) in a bounded table (``size``): a request read once is
+not sent again, and its second reading carries the latency first measured (the bench says
+so: docs/words.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langgraph_devsched.schedulers.lru import LruTable
+from langgraph_devsched.words.base import ToolCard, WordsForecast, bound_text
+from langgraph_devsched.words.option import words_forecast
+
+_Key = tuple[str, tuple[str, ...]]
+
+
+class MessageReader:
+    """Reads a request into a forecast from words (see the module)."""
+
+    def __init__(self, model: Any, *, timeout_s: float, size: int = 256) -> None:
+        self.model = model
+        self.timeout_s = timeout_s
+        self.asked = 0
+        """Model calls made (a kept answer is not asked again)."""
+        self._llm: Any = None
+        self._kept: LruTable[_Key, WordsForecast] = LruTable(max(1, size))
+
+    def read(self, text: str, tools: Sequence[tuple[str, str]]) -> list[WordsForecast]:
+        """The two stages for ``text`` (see the module); blocking (the model's call)."""
+        quick = words_forecast("lexical", text, tools)
+        assert quick is not None
+        key = (bound_text(text), tuple(str(name) for name, _ in tools))
+        said = self._kept.get(key)
+        if said is None:
+            said = self._ask(text, [ToolCard(str(n), str(d)) for n, d in tools], quick)
+            self._kept[key] = said
+        return [quick, said]
+
+    def _ask(self, text: str, cards: list[ToolCard], quick: WordsForecast) -> WordsForecast:
+        from langgraph_devsched.words.llm import LLMForecaster
+
+        if self._llm is None:
+            self._llm = LLMForecaster(self.model, timeout_s=self.timeout_s)
+        self.asked += 1
+        said: WordsForecast = self._llm.forecast(text, cards)
+        if said.error is not None:
+            return WordsForecast(quick.probabilities, quick.classes,
+                                 f"lexical (the model failed: {said.error})"[:200],
+                                 said.latency_ms)
+        merged = {name: max(p, said.probabilities.get(name, 0.0))
+                  for name, p in quick.probabilities.items()}
+        return WordsForecast(merged, said.classes, "lexical+llm", said.latency_ms)
