@@ -288,6 +288,8 @@ def test_quality_on_a_made_up_taskbench(tmp_path: Path) -> None:
         {"id": "3", "instruction": "Enhance the audio", "task_nodes": [{"task": "denoise"}]},
         {"id": "4", "instruction": "nothing", "task_nodes": []},
     ]
+    for r in records:  # the official format's other fields
+        r.update(type="single", n_tools=len(r["task_nodes"]), task_links=[])
     (tmp_path / "data.json").write_text("\n".join(json.dumps(r) for r in records))
     report = forecast_quality(LexicalForecaster(), tmp_path)
     assert report.requests == 2 and report.skipped_unknown == 1

@@ -18,7 +18,7 @@ from langgraph_devsched.words.quality import (
     CombinedForecaster,
     QualityReport,
     forecast_quality,
-    load_taskbench,
+    taskbench_requests,
 )
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
     "bound_text",
     "bound_tools",
     "forecast_quality",
-    "load_taskbench",
     "node_scores",
     "predicted",
+    "taskbench_requests",
 ]

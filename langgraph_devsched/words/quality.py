@@ -15,7 +15,6 @@ A record naming a tool not in ``tool_desc.json`` is skipped and counted
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import time
 from collections.abc import Iterator, Sequence
@@ -44,31 +43,19 @@ class Request:
     truth: frozenset[str]
 
 
-def load_taskbench(
+def taskbench_requests(
     taskbench_dir: str | Path,
 ) -> tuple[list[ToolCard], list[Request], dict[str, int]]:
-    """The domain's tools, its usable requests, and how many records were skipped why."""
-    root = Path(taskbench_dir)
-    nodes = json.loads((root / "tool_desc.json").read_text())["nodes"]
-    tools = [ToolCard(str(n["id"]), str(n.get("desc") or "")) for n in nodes]
-    known = {t.name for t in tools}
-    requests: list[Request] = []
-    skipped = {"unknown": 0, "malformed": 0}
-    with open(root / "data.json") as lines:
-        for line in lines:
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            text = record.get("instruction")
-            names = {str(n.get("task")) for n in record.get("task_nodes") or []
-                     if isinstance(n, dict)}
-            if not isinstance(text, str) or not names:
-                skipped["malformed"] += 1
-            elif not names <= known:
-                skipped["unknown"] += 1
-            else:
-                requests.append(Request(str(record.get("id")), text, frozenset(names)))
-    return tools, requests, skipped
+    """The domain's tools, its usable requests, and how many records were skipped why, as
+    `bench.taskbench.load_taskbench` reads them."""
+    from langgraph_devsched.bench.taskbench import load_taskbench
+
+    bench = load_taskbench(taskbench_dir)
+    tools = [ToolCard(t.name, t.description) for t in bench.tools.values()]
+    requests = [Request(r.id, r.instruction, frozenset(r.tools)) for r in bench.requests]
+    unknown = sum(n for why, n in bench.skipped.items() if why.startswith("names a tool"))
+    return tools, requests, {"unknown": unknown,
+                             "malformed": sum(bench.skipped.values()) - unknown}
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -123,7 +110,7 @@ def forecast_quality(
 ) -> QualityReport:
     """``forecaster``'s node scores on the first ``limit`` usable requests (all: None).
     ``progress``: called with (index, request, forecast) after each request."""
-    tools, requests, skipped = load_taskbench(taskbench_dir)
+    tools, requests, skipped = taskbench_requests(taskbench_dir)
     if limit is not None:
         requests = requests[:limit]
     report = QualityReport(getattr(forecaster, "source", type(forecaster).__name__),
@@ -220,6 +207,6 @@ class Recorded:
 
 
 def iter_requests(taskbench_dir: str | Path, limit: int | None = None) -> Iterator[Request]:
-    """The usable requests of a TaskBench directory (see `load_taskbench`)."""
-    _, requests, _ = load_taskbench(taskbench_dir)
+    """The usable requests of a TaskBench directory (see `taskbench_requests`)."""
+    _, requests, _ = taskbench_requests(taskbench_dir)
     yield from requests[:limit] if limit is not None else requests
