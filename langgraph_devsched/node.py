@@ -53,6 +53,7 @@ from langgraph_devsched._node.planning import (
 )
 from langgraph_devsched._node.preload import Preloader
 from langgraph_devsched._node.stream_events import stream_step
+from langgraph_devsched._node.words import RequestReader
 from langgraph_devsched.device import injected_device_args, placed
 from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.hedging.race import race
@@ -221,6 +222,13 @@ class DeviceToolNode(ToolNode):
         declare = getattr(self.scheduler, "declare_tools", None)
         if callable(declare):  # declared models may be warmed before their first use
             declare(self.device_specs)
+        self.words: RequestReader | None = None
+        """Each new request read in the background by a scheduler that reads words
+        (`_node.words`; None for one that does not)."""
+        if callable(getattr(self.scheduler, "forecast_words", None)):
+            self.words = RequestReader(self.scheduler, [
+                (n, str(getattr(t, "description", "") or "")) for n, t in
+                self.tools_by_name.items()], on_forecast=self._forecast_came)
         self.preload: Preloader | None = None
         """Loads between steps (``preload``; None when off or where it does not apply)."""
         if preload and callable(getattr(self.scheduler, "preloads", None)) and callable(
@@ -341,6 +349,31 @@ class DeviceToolNode(ToolNode):
         if callable(close):
             close()
 
+    def read_request(self, request: Any) -> bool:
+        """Hand the node a user's new request as soon as it arrives (a `StateGraph` calls
+        it at the graph's entry, before the agent's model): its text, or messages / a state
+        whose newest human message is the request. A scheduler that reads words forecasts
+        from it in the background (`_node.words`); the node also reads the newest human
+        message when a tool step arrives. True when a reading started."""
+        if self.words is None:
+            return False
+        if isinstance(request, str):
+            return self.words.read_text(request)
+        return self.words.read(request)
+
+    def _forecast_came(self) -> None:
+        if self.preload is not None:  # idle: the loads between steps are asked again
+            self.preload.again()
+
+    def _read_words(self, input: Any, step: PlannedStep | None) -> None:
+        """Before a step: a new request read; after planning: the forecast in force."""
+        if self.words is None:
+            return
+        if step is None:
+            self.words.read(input)
+        else:
+            step.report.words = self.words.in_force(c.tool for c in step.report.batch.calls)
+
     def finish_step(self, step: PlannedStep | None) -> None:
         """Close a step once all its calls have answered: record, observe, notify (once)."""
         self.planner.close(step)
@@ -380,9 +413,11 @@ class DeviceToolNode(ToolNode):
         if self.preload is not None:
             self.preload.arrive()
         try:
+            self._read_words(input, None)
             batch, key, own = self._own_step(input, config)
             step = (self._lean_step(batch, key, config) or self.planner.plan(batch, config, key)
                     if batch.calls else None)
+            self._read_words(input, step)
             self._traced_preloads(step)
             stream_step(step, self._writer(runtime))  # stream_mode="custom": the decision
             token = _STEP.set(step)
@@ -418,9 +453,11 @@ class DeviceToolNode(ToolNode):
     ) -> Any:
         if self.idle is not None:  # a step arrived: the idle run stops first
             await self.idle.stop()
+        self._read_words(input, None)
         batch, key, own = self._own_step(input, config)
         step = (self._lean_step(batch, key, config)
                 or await self.planner.aplan(batch, config, key) if batch.calls else None)
+        self._read_words(input, step)
         self._traced_preloads(step)
         stream_step(step, self._writer(runtime))  # stream_mode="custom": the decision
         token = _STEP.set(step)

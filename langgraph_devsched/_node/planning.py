@@ -78,6 +78,10 @@ class StepReport:
     fallbacks: dict[str, FallbackCause] = field(default_factory=dict)
     """Per call id, why the applied option differs from the scheduler's answer."""
     record: StepRecord | None = None
+    words: dict[str, Any] | None = None
+    """The forecast from words in force when the step was planned (`_node.words`: its
+    source, latency, predicted tools, and which of the step's tools it predicted, ``hits``,
+    and did not, ``misses``); None where the scheduler reads no words or none came yet."""
 
     @property
     def devices(self) -> dict[str, str]:

@@ -168,6 +168,14 @@ class Preloader:
         if asked:
             self._thread = spawn(lambda: self._run(asked[:MAX_PRELOADS]))
 
+    def again(self) -> None:
+        """Something the scheduler knows changed while the node is idle (a forecast from
+        words came in): ask for loads again, unless a step runs (`start`'s bounds hold)."""
+        with self._lock:
+            if self._active:
+                return
+        self.start()
+
     def beside(self, asked: Sequence[Any]) -> None:
         """Start a step's background loads (``Decision.background``) now, beside its calls
         (nothing while a load runs: one loader). The ledger gives them only free room, behind

@@ -52,7 +52,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph_devsched import batchsim
-from langgraph_devsched.bench.horizon_gpus import gpus_reference, idle_after, later_models
+from langgraph_devsched.bench.horizon_gpus import (
+    Idle,
+    gpus_reference,
+    idle_after,
+    later_models,
+)
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
 from langgraph_devsched.schedulers.base import Batch, SchedulerView
 from langgraph_devsched.schedulers.classic.oracle import OracleScheduler
@@ -116,9 +121,9 @@ class _Step:
 class _Search:
     bed: SimulatedTestbed
     batches: Sequence[Batch]
-    think_ms: float | Sequence[float] = 0.0
-    """Idle time after every step, or after each batch (one per batch), in which models may
-    load (`SimulatedTestbed.with_loaded`)."""
+    think_ms: float | Sequence[Idle] = 0.0
+    """Idle time after every step, or after each batch (one per batch, maybe in parts), in
+    which models may load (`SimulatedTestbed.with_loaded`)."""
     wrap: bool = False
     """More than one round: after the last batch the first comes again."""
     oracle: OracleScheduler = field(init=False)
@@ -129,7 +134,8 @@ class _Search:
     idles: dict[tuple[_Key, float, int], list[batchsim.Residency]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.after_ms = idle_after(self.think_ms, len(self.batches))
+        self.segments = idle_after(self.think_ms, len(self.batches))
+        self.after_ms = [sum(parts) for parts in self.segments]
         self.later = later_models(self.bed, self.batches, self.wrap)
         self.oracle = OracleScheduler(testbed=self.bed)
         view = SchedulerView(device=self.bed.device_state())
@@ -154,8 +160,21 @@ class _Search:
             self.rows += len(self.codes[b])
         return found
 
-    def idle(self, state: batchsim.Residency, think_ms: float,
+    def idle(self, state: batchsim.Residency, think_ms: float | tuple[float, ...],
              b: int = -1) -> list[batchsim.Residency]:
+        """`_idle_one` over each part of an idle time given in parts (a request arriving
+        in it splits it: loads before the arrival, then after)."""
+        states = [state]
+        for part in think_ms if isinstance(think_ms, tuple) else (think_ms,):
+            out: dict[_Key, batchsim.Residency] = {}
+            for s in states:
+                for after in self._idle_one(s, part, b):
+                    out.setdefault(_key(after), after)
+            states = list(out.values())
+        return states
+
+    def _idle_one(self, state: batchsim.Residency, think_ms: float,
+                  b: int = -1) -> list[batchsim.Residency]:
         """``state`` and the states loads between two steps can leave from it: up to
         `MAX_PRELOADS` models loaded one after another within ``think_ms``, each into host
         memory or onto the GPU (evicting least recently used models, or one chosen resident
@@ -214,7 +233,7 @@ class _Search:
         for what it takes beyond the step and the think time; then no load between steps:
         one loader)."""
         think = self.after_ms[b]
-        out = [(s, 0.0) for s in self.idle(end, think, b)]
+        out = [(s, 0.0) for s in self.idle(end, self.segments[b], b)]
         busy = any(o != "cpu" for o in options)
         for after, ms in self.beside(end, b, busy):
             out.append((after, max(0.0, ms - span - think)))
@@ -222,7 +241,7 @@ class _Search:
 
     def reachable(self, step: _Step, b: int) -> list[batchsim.Residency]:
         """Every state batch ``b`` from ``step``'s state and the time after it can leave."""
-        out = [s for end in step.ends for s in self.idle(end, self.after_ms[b], b)]
+        out = [s for end in step.ends for s in self.idle(end, self.segments[b], b)]
         out += [s for end in step.ends for s, _ in self.beside(end, b, busy=True)]
         if step.cpu_row is not None:
             end = step.ends[int(step.index[step.cpu_row])]
@@ -322,7 +341,7 @@ class _Search:
 
 def horizon_reference(
     bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int,
-    think_ms: float | Sequence[float] = 0.0, before_ms: float = 0.0,
+    think_ms: float | Sequence[Idle] = 0.0, before_ms: Idle = 0.0,
 ) -> Reference:
     """The exact reference of ``rounds`` rounds of ``batches`` (each round runs them in
     order) on ``bed`` from its current resident-model state (see the module docstring); the
@@ -383,8 +402,8 @@ class WholeRun:
 
 def whole_run_reference(
     bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int,
-    think_ms: float | Sequence[float] = 0.0, round_bounds: Sequence[float] | None = None,
-    before_ms: float = 0.0,
+    think_ms: float | Sequence[Idle] = 0.0, round_bounds: Sequence[float] | None = None,
+    before_ms: Idle = 0.0,
 ) -> WholeRun:
     """The whole-run reference: a shortest path over (step, resident-model state) from the
     testbed's current state, every mapping of each step (the declared hints' options) and,

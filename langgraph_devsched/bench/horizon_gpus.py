@@ -111,8 +111,8 @@ class GpuReference:
 class _Search:
     bed: SimulatedTestbed
     batches: Sequence[Batch]
-    think_ms: float | Sequence[float] = 0.0
-    """Idle time after every step, or after each batch (one per batch)."""
+    think_ms: float | Sequence[Idle] = 0.0
+    """Idle time after every step, or after each batch (one per batch, maybe in parts)."""
     wrap: bool = False
     """More than one round: after the last batch the first comes again."""
     placements: list[list[Placement]] = field(init=False)
@@ -123,7 +123,8 @@ class _Search:
     most: int = 1
 
     def __post_init__(self) -> None:
-        self.after_ms = idle_after(self.think_ms, len(self.batches))
+        self.segments = idle_after(self.think_ms, len(self.batches))
+        self.after_ms = [sum(parts) for parts in self.segments]
         self.later = later_models(self.bed, self.batches, self.wrap)
         oracle = OracleScheduler(testbed=self.bed)
         view = SchedulerView(device=self.bed.device_state())
@@ -179,8 +180,21 @@ class _Search:
         found = self.moves_of[key] = [m for same in kept.values() for m in same]
         return found
 
-    def idle(self, state: batchsim.Residency, think_ms: float,
+    def idle(self, state: batchsim.Residency, think_ms: float | tuple[float, ...],
              b: int = -1) -> list[batchsim.Residency]:
+        """`_idle_one` over each part of an idle time given in parts (a request arriving
+        in it splits it: loads before the arrival, then after)."""
+        states = [state]
+        for part in think_ms if isinstance(think_ms, tuple) else (think_ms,):
+            out: dict[_Key, batchsim.Residency] = {}
+            for s in states:
+                for after in self._idle_one(s, part, b):
+                    out.setdefault(_key(after), after)
+            states = list(out.values())
+        return states
+
+    def _idle_one(self, state: batchsim.Residency, think_ms: float,
+                  b: int = -1) -> list[batchsim.Residency]:
         """``state`` and the states up to `MAX_PRELOADS` loads within ``think_ms`` leave:
         each model into host memory, or onto any GPU (evicting least recently used models,
         or one chosen resident model of that GPU first)."""
@@ -244,7 +258,7 @@ class _Search:
         batch the move runs (the idle time after it)."""
         span, _, end, used = move
         think = self.after_ms[b]
-        out = [(s, 0.0) for s in self.idle(end, think, b)]
+        out = [(s, 0.0) for s in self.idle(end, self.segments[b], b)]
         out += [(s, max(0.0, ms - span - think)) for s, ms in self.beside(end, used, b)]
         return out
 
@@ -390,16 +404,21 @@ def later_models(bed: SimulatedTestbed, batches: Sequence[Batch],
     return [*later, every]
 
 
-def idle_after(think_ms: float | Sequence[float], batches: int) -> tuple[float, ...]:
-    """The idle time after each of ``batches`` batches: ``think_ms`` after every one, or
-    one figure per batch.
+Idle = float | tuple[float, ...]
+"""An idle time, or one in parts (a request arriving in it: loads before it, then after)."""
 
-    >>> idle_after(3000.0, 2), idle_after([500.0, 0.0], 2)
-    ((3000.0, 3000.0), (500.0, 0.0))
+
+def idle_after(think_ms: float | Sequence[Idle], batches: int) -> tuple[tuple[float, ...], ...]:
+    """The idle time after each of ``batches`` batches, in parts: ``think_ms`` after every
+    one, or one figure (or tuple of parts) per batch.
+
+    >>> idle_after(3000.0, 2), idle_after([500.0, (2000.0, 900.0)], 2)
+    (((3000.0,), (3000.0,)), ((500.0,), (2000.0, 900.0)))
     """
     if isinstance(think_ms, (int, float)):
-        return (float(think_ms),) * batches
-    out = tuple(float(v) for v in think_ms)
+        return ((float(think_ms),),) * batches
+    out = tuple(tuple(float(p) for p in v) if isinstance(v, tuple) else (float(v),)
+                for v in think_ms)
     if len(out) != batches:
         raise ValueError(f"think_ms: one idle time per batch ({batches}), got {len(out)}")
     return out
@@ -407,7 +426,7 @@ def idle_after(think_ms: float | Sequence[float], batches: int) -> tuple[float, 
 
 def gpus_reference(
     bed: SimulatedTestbed, batches: Sequence[Batch], rounds: int,
-    think_ms: float | Sequence[float] = 0.0, before_ms: float = 0.0,
+    think_ms: float | Sequence[Idle] = 0.0, before_ms: Idle = 0.0,
 ) -> GpuReference:
     """The whole-run and per-round references of ``rounds`` rounds of ``batches`` on
     ``bed`` (several GPUs, noise-free) from its current state (see the module docstring);

@@ -153,6 +153,7 @@ def _result_json(r: SchedulerResult, s: ScenarioResult) -> dict[str, Any]:
         "decision_ms_p95": round(percentile(decision_times(r), 95), 4),
         "reused": r.reused,
         "agentic": r.agentic.model_dump() if r.agentic is not None else None,
+        "words": r.words,
         "probes": r.probes,
         # one count of the scheduler's fallbacks (the agentic consultations that fell back,
         # the same as the sum of ``agentic.fallbacks``); the testbed's OOM reruns on the CPU

@@ -18,8 +18,7 @@ that ends below its reference anyway (a ratio under `BELOW_REFERENCE`) means the
 wrong: the round is listed in `SchedulerResult.below_reference` and a `ReferenceBeaten`
 warning is raised.
 
->>> from langgraph_devsched.bench.scenario import Request, Scenario
-from langgraph_devsched.bench.words_run import WordsRun
+>>> from langgraph_devsched.bench.scenario import Scenario
 >>> s = Scenario.model_validate({"name": "fft", "category": "serial",
 ...     "testbed": {"vram_budget_mb": 8000, "noise": 0},
 ...     "tools": {"fft": {"params": {"cpu_ms": 30, "gpu_ms": 2, "transfer_ms": 40}}},
@@ -495,11 +494,14 @@ _GPU_REFERENCES: OrderedDict[tuple[str, int], GpuReference] = OrderedDict()
 
 def _idle_times(scenario: Scenario) -> dict[str, Any]:
     """The references' idle times: ``think_ms`` after every step, or the sequence's idle
-    time after each batch and before the first (``idle_ms``)."""
+    time after each batch and before the first (``idle_ms``), in parts where a request
+    arrives in it (`Workload.idle_parts`)."""
     work = scenario.workload
     if work.idle_ms is None:
         return {"think_ms": work.think_ms}
-    return {"think_ms": work.idle_after(), "before_ms": work.idle_before(0)}
+    count = len(work.batches or ())
+    return {"think_ms": [work.idle_parts((b + 1) % count) for b in range(count)],
+            "before_ms": work.idle_parts(0)}
 
 
 def _several_gpus(scenario: Scenario) -> bool:
@@ -632,30 +634,38 @@ def _observer(scheduler: Scheduler, monitor: BenchMonitor | None) -> Callable[
 
 def _between_steps(bed: SimulatedTestbed, scheduler: Scheduler,
                    monitor: BenchMonitor | None, idle: IdleRuns, preloaded: PreloadRuns,
-                   words: WordsRun | None, think_ms: float, request: Request | None, *,
-                   preloads: bool = True) -> None:
-    """``think_ms`` of idle time before a step (the agent's LLM turn): idle-time calibration
-    runs, then the scheduler's loads. A ``request`` arriving in it (``arrival_ms`` before the
-    step) is read by a scheduler that reads words (`words_run`); where its forecast comes in
-    force within the idle time, the loads wait for it (one loader per idle time, as the
-    reference has)."""
+                   words: WordsRun | None, parts: tuple[float, ...], request: Request | None,
+                   *, preloads: bool = True) -> None:
+    """The idle time before a step (the agent's LLM turn), in ``parts``
+    (`Workload.idle_parts`: where a ``request`` arrives in it, before the arrival and after,
+    as the references have it): idle-time calibration runs first, then in each part the
+    scheduler's loads. A scheduler that reads words is asked at the request's arrival
+    (`words_run`); the loads of the part after the arrival wait for its forecast where it
+    comes in force within that part."""
+    think = sum(parts)
+    arrival = think - parts[-1] if request is not None else None
     if words is not None and request is not None:
-        words.arrive(request, max(0.0, think_ms - request.arrival_ms))
-    left = think_ms
-    if think_ms > 0:
-        left = idle_calibration(bed, scheduler, think_ms, _observer(scheduler, monitor), idle)
-    if words is None:
-        if preloads:
-            run_preloads(bed, scheduler, left, preloaded)
-        return
-    start = think_ms - left
-    wait = words.ready_in(think_ms)
-    if wait is not None and wait > start:
-        start = wait
-    words.advance(start)
-    if preloads:
-        run_preloads(bed, scheduler, think_ms - start, preloaded)
-    words.advance(think_ms - start)
+        words.arrive(request, think - parts[-1])
+    used = think
+    if think > 0:
+        used = think - idle_calibration(bed, scheduler, think, _observer(scheduler, monitor),
+                                        idle)
+    now = offset = 0.0
+    for k, part in enumerate(parts):
+        end = offset + part
+        start = max(offset, used)
+        if words is not None and arrival is not None and k == len(parts) - 1:
+            wait = words.ready_in(end - now)
+            if wait is not None:
+                start = max(start, now + wait)
+        if words is not None:
+            words.advance(start - now)
+        now = start
+        if preloads and end > start:
+            run_preloads(bed, scheduler, end - start, preloaded)
+        if words is not None:
+            words.advance(end - now)
+        now = offset = end
 
 
 def _run_one(
@@ -698,7 +708,7 @@ def _run_one(
     between = functools.partial(_between_steps, bed, scheduler, monitor, idle, preloaded,
                                 words)
     if work.idle_before(0) > 0 or 0 in starts:  # before the first step: the first turn
-        between(work.idle_before(0), starts.get(0))
+        between(work.idle_parts(0), starts.get(0))
     agentic = AgenticStats()
     final: dict[str, DeviceOption] = {}
     devices: dict[str, str] = {}
@@ -771,9 +781,11 @@ def _run_one(
             if words is not None:
                 words.advance(record.makespan_ms + delay)
             # the agent's LLM turn (or the next request's arrival): idle devices
-            following = None if r == rounds and b + 1 == len(batches) else starts.get(
-                (b + 1) % len(batches))  # after the last step, no request comes
-            between(think, following, preloads=preloaded.background == loaded)  # one loader
+            last = r == rounds and b + 1 == len(batches)  # after it, no request comes
+            parts = ((think,) if last or work.idle_ms is None
+                     else work.idle_parts((b + 1) % len(batches)))
+            between(parts, None if last else starts.get((b + 1) % len(batches)),
+                    preloads=preloaded.background == loaded)  # one loader
         round_spans.append(noise_free)
         walls.append(noise_free + (deciding if counted else 0.0))
         measured.append(took)

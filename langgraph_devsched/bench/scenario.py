@@ -192,6 +192,23 @@ class Workload(BaseModel):
         return [float(v) for v in self.idle_ms[1:]] + [float(self.idle_ms[0])]
 
 
+    def idle_parts(self, step: int) -> tuple[float, ...]:
+        """The idle time before batch ``step``, in parts: where a request starts there,
+        before its arrival and after it (loads may run in each: a forecast from words
+        comes only after the arrival), else whole.
+
+        >>> w = Workload(kind="sequence", batches=[["a"], ["a"]], idle_ms=[1000, 9000],
+        ...              requests=[{"step": 1, "text": "x", "arrival_ms": 2000}])
+        >>> w.idle_parts(0), w.idle_parts(1)
+        ((1000.0,), (7000.0, 2000.0))
+        """
+        idle = self.idle_before(step)
+        arrival = next((r.arrival_ms for r in self.requests if r.step == step), None)
+        if arrival is None or arrival <= 0 or arrival >= idle:
+            return (idle,)
+        return (idle - arrival, float(arrival))
+
+
 class Scenario(BaseModel):
     """A benchmark scenario (see ``docs/scenarios.md``)."""
 

@@ -2,6 +2,9 @@
 over the tools' descriptions (`lexical`), by a chat model (`llm`), or both (`quality`'s
 `CombinedForecaster`); `quality` measures a forecaster against TaskBench."""
 
+import importlib
+from typing import Any
+
 from langgraph_devsched.words.base import (
     DeviceClass,
     Forecaster,
@@ -13,13 +16,19 @@ from langgraph_devsched.words.base import (
     predicted,
 )
 from langgraph_devsched.words.lexical import LexicalForecaster
-from langgraph_devsched.words.llm import LLMForecaster
-from langgraph_devsched.words.quality import (
-    CombinedForecaster,
-    QualityReport,
-    forecast_quality,
-    taskbench_requests,
-)
+
+_LATER = {"LLMForecaster": "llm", "CombinedForecaster": "quality", "QualityReport": "quality",
+          "forecast_quality": "quality", "taskbench_requests": "quality"}
+"""Names imported when first used: the chat model's module builds on the agentic
+scheduler's, which reads words itself (no import circle)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LATER.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "CombinedForecaster",

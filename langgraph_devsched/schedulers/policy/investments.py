@@ -188,25 +188,32 @@ class Investments:
 
     def prior(self, model: str) -> float:
         """The uses a model never used yet is expected to have over the coming steps: what
-        the forecast from words in force says (`Foresight.uses`), else `DECLARED_USES`."""
+        the forecast from words in force believes (`Foresight.uses`: high where it predicts
+        the model, low where not, as its record allows), else `DECLARED_USES`."""
         said = self.foresight.uses(model)
         return DECLARED_USES if said is None else said
 
+    def yields(self, model: str, *, idle_ms: float) -> float:
+        """What evicting idle ``model`` to make room for a model the forecast from words
+        predicts gives up (`lost`): cheaper where the forecast does not predict it, by
+        half at most, less as its belief in a use grows."""
+        lost = self.lost(model, idle_ms=idle_ms)
+        said = self.foresight.uses(model)
+        if said is None or self.foresight.predicts(model):
+            return lost
+        return lost * (0.5 + 0.5 * min(1.0, 2 * said))
+
     def worth(self, model: str) -> float:
         """What keeping ``model`` resident is worth to the coming steps (0: unknown): its
-        forecast uses' savings; with a forecast from words in force, at least one use at its
-        belief where it predicts the model (`Foresight.uses`), else scaled by twice its
-        belief in a use (at most 1)."""
+        forecast uses' savings; where the forecast from words in force predicts it, at least
+        one use at its belief (`Foresight.uses`)."""
         eco = self._economics.get(model)
         if eco is None:
             return 0.0
         worth = worth_ms(saving_ms=eco.saving_ms, coming_uses=self.forecast.coming(model))
-        said = self.foresight.uses(model)
-        if said is None:
-            return worth
         if self.foresight.predicts(model):
-            return max(worth, max(0.0, eco.saving_ms) * said)
-        return worth * min(1.0, 2 * said)
+            return max(worth, max(0.0, eco.saving_ms) * (self.foresight.uses(model) or 0.0))
+        return worth
 
     def paid(self, uses: Iterable[tuple[str, bool]]) -> None:
         """An executed step's calls on models: (model, ran on a GPU, warm or loaded there).
@@ -267,7 +274,7 @@ class Investments:
         out: list[Preload] = []
         for gain, model in wanted:
             eco = self._economics.get(model)
-            if eco is None or gain <= first or len(out) >= MAX_PRELOADS:
+            if eco is None or gain < first or len(out) >= MAX_PRELOADS:
                 continue
             if busy + eco.load_ms > idle_ms:
                 continue
@@ -287,6 +294,10 @@ class Investments:
                 gpus[chosen.gpu].add(chosen, eco.weights_mb)
                 busy += chosen.load_ms
                 out.append(chosen)
+        if self.foresight.active and first > 0:  # a predicted model's warm-up on a GPU is
+            # worth more than host copies of models the monitor's forecast expects
+            out += self._warm_ups(gpus, host, idle_ms - busy, MAX_PRELOADS - len(out),
+                                  {p.model for p in out})
         out += self._host_loads(gpus, host, idle_ms - busy, MAX_PRELOADS - len(out),
                                 on_gpu=False)
         left = idle_ms - sum(p.load_ms for p in out)  # one after another
@@ -363,7 +374,9 @@ class Investments:
                            coming_uses=self.forecast.coming(model), trust=self.trust):
                     continue
             else:  # never used yet: its prior worth, and a delay only its trusted part repays
-                gain = eco.saving_ms * self.prior(model)
+                # beside a step: the load serves the steps after this request too, which a
+                # forecast of this request does not speak for
+                gain = eco.saving_ms * max(DECLARED_USES, self.prior(model))
                 if delay > self.trust * gain:
                     continue
             for index, room in rooms.items():
@@ -427,7 +440,8 @@ class Investments:
                     evict[i] = ()
                 elif self.foresight.predicts(model):
                     # predicted from words: idle models worth less may make room
-                    made = r.evictions(need, gain, functools.partial(self.lost, idle_ms=idle_ms))
+                    made = r.evictions(need, gain,
+                                       functools.partial(self.yields, idle_ms=idle_ms))
                     if made is not None:
                         evict[i] = made
             room = max((gpus[i] for i in evict), key=lambda r: (

@@ -1,0 +1,193 @@
+"""Reading each new request in the background: the node's side of forecasts from words.
+
+A scheduler that reads words (``forecast_words``: the agentic scheduler's sub-agent, the
+monitor policy with ``forecast="lexical"``) is asked once per new request: the newest
+`HumanMessage` of the graph's messages, read when a tool step arrives, or earlier where the
+plugin sees the messages before the agent's model is called (the ``create_agent``
+middleware), or handed over by the app (`DeviceToolNode.read_request`). It reads only that
+message's text and the tools' names and descriptions.
+
+The forecast runs in a thread of its own (`call_runner.spawn`): no step waits for it. Each
+stage it answers is handed to the scheduler (``expect``) as it comes; then, when no step is
+running, the node's loads between steps are asked again (``on_forecast``), so a model the
+request needs can load while the agent's LLM thinks.
+
+What was read is kept, bounded (`MAX_KEPT`): `ReadRequest` per request (when, the latency,
+the source, the predicted tools, an error), and `in_force` gives a step's report the
+forecast it ran under, with which of its tools it predicted (hits) and which not (misses).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph_devsched._node.call_runner import spawn
+
+logger = logging.getLogger(__name__)
+
+MAX_KEPT = 64
+"""At most this many requests' readings are remembered."""
+THRESHOLD = 0.5
+"""A tool whose probability reaches this is predicted."""
+
+
+@dataclass
+class ReadRequest:
+    """One request read: what the forecast said, and when."""
+
+    key: str
+    """A digest of the message (its id where it has one, else its text)."""
+    started_s: float
+    stages: int = 0
+    source: str = ""
+    latency_ms: float | None = None
+    """Until the last stage was handed over; None while it runs."""
+    predicted: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass
+class RequestReader:
+    """Asks ``scheduler.forecast_words`` once per new request, in the background (see the
+    module). ``tools``: the node's tools as (name, description)."""
+
+    scheduler: Any
+    tools: Sequence[tuple[str, str]]
+    on_forecast: Callable[[], None] | None = None
+    clock: Callable[[], float] = time.monotonic
+    history: deque[ReadRequest] = field(default_factory=lambda: deque(maxlen=MAX_KEPT))
+    _last_key: str | None = None
+    _in_force: Any = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _threads: list[Any] = field(default_factory=list)
+
+    def read(self, messages: Any) -> bool:
+        """Read the newest human message of ``messages`` (a list, or a state with
+        ``messages``) if it is new; True when a reading started."""
+        found = newest_human(messages)
+        if found is None:
+            return False
+        key, text = found
+        return self.read_text(text, key=key)
+
+    def read_text(self, text: str, *, key: str | None = None) -> bool:
+        """Read ``text`` as a new request (unless it is the one read last); True when a
+        reading started."""
+        key = key or digest(text)
+        with self._lock:
+            if key == self._last_key:
+                return False
+            self._last_key = key
+            reading = ReadRequest(key, self.clock())
+            self.history.append(reading)
+        thread = spawn(lambda: self._run(text, reading))
+        with self._lock:
+            self._threads = [*[t for t in self._threads if not t.done()][-8:], thread]
+        return True
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the readings under way (tests, `close`); True when none is left."""
+        deadline = None if timeout is None else self.clock() + timeout
+        for thread in list(self._threads):
+            left = None if deadline is None else max(0.0, deadline - self.clock())
+            try:
+                thread.result(timeout=left)
+            except Exception:  # a reading's failure was logged where it happened
+                if not thread.done():
+                    return False
+        return True
+
+    def in_force(self, tools: Iterable[str]) -> dict[str, Any] | None:
+        """For a step's report: the forecast in force (its source, latency, predicted tools)
+        and which of the step's ``tools`` it predicted (hits) and did not (misses); None
+        before any forecast."""
+        with self._lock:
+            said = self._in_force
+        if said is None:
+            return None
+        probs = getattr(said, "probabilities", None) or {}
+        predicted = sorted(t for t, p in probs.items() if _number(p) >= THRESHOLD)
+        step = list(dict.fromkeys(tools))
+        return {"source": getattr(said, "source", ""),
+                "latency_ms": getattr(said, "latency_ms", None),
+                "predicted": predicted[:MAX_KEPT],
+                "hits": [t for t in step if t in predicted],
+                "misses": [t for t in step if t not in predicted]}
+
+    def _run(self, text: str, reading: ReadRequest) -> None:
+        ask = getattr(self.scheduler, "forecast_words", None)
+        expect = getattr(self.scheduler, "expect", None)
+        if ask is None or expect is None:
+            return
+        try:
+            said = ask(text, list(self.tools))
+            stages: Iterable[Any] = () if said is None else (
+                [said] if hasattr(said, "probabilities") else said)
+            for stage in stages:
+                if getattr(stage, "error", None) is not None:
+                    reading.error = str(stage.error)[:300]
+                    continue
+                expect(stage)
+                with self._lock:
+                    self._in_force = stage
+                reading.stages += 1
+                reading.source = str(getattr(stage, "source", ""))
+                reading.predicted = tuple(sorted(
+                    t for t, p in (getattr(stage, "probabilities", None) or {}).items()
+                    if _number(p) >= THRESHOLD))[:MAX_KEPT]
+                if self.on_forecast is not None:
+                    self.on_forecast()
+        except Exception as exc:  # a forecaster's failure must not break the node
+            reading.error = f"{type(exc).__name__}: {exc}"[:300]
+            logger.warning("the forecast from words failed: %s", reading.error)
+        finally:
+            reading.latency_ms = (self.clock() - reading.started_s) * 1000.0
+
+
+def newest_human(messages: Any) -> tuple[str, str] | None:
+    """(key, text) of the newest human message of ``messages`` (a list of messages or
+    dicts, or a state with ``messages``), or None."""
+    if isinstance(messages, Mapping):
+        messages = messages.get("messages")
+    elif hasattr(messages, "messages") and not isinstance(messages, (list, tuple)):
+        messages = messages.messages
+    if not isinstance(messages, (list, tuple)):
+        return None
+    for message in reversed(messages):
+        kind = (message.get("type") or message.get("role")) if isinstance(
+            message, Mapping) else getattr(message, "type", None)
+        if kind not in ("human", "user"):
+            continue
+        content = message.get("content") if isinstance(message, Mapping) else getattr(
+            message, "content", "")
+        text = _text(content)
+        ident = message.get("id") if isinstance(message, Mapping) else getattr(
+            message, "id", None)
+        return (f"id:{ident}" if ident else digest(text)), text
+    return None
+
+
+def digest(text: str) -> str:
+    """A short key of a message's text."""
+    return "sha1:" + hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def _text(content: Any) -> str:
+    """A message's text (a string, or the text parts of a list of content blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p if isinstance(p, str) else str(p.get("text", ""))
+                        for p in content if isinstance(p, (str, Mapping)))
+    return ""
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and value == value else 0.0
