@@ -37,6 +37,7 @@ from langgraph.types import Command
 
 from langgraph_devsched._node.checks import node_backend, node_scheduler
 from langgraph_devsched._node.stream_events import stream_step
+from langgraph_devsched._node.words import RequestReader
 from langgraph_devsched.device import current_device
 from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.hints import ToolDeviceSpec, hints_mapping, resolve_specs, validate_spec
@@ -96,6 +97,9 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         self.history: deque[StepReport] = deque(maxlen=history)
         self._engines: dict[tuple[str, ...], DeviceToolNode] = {}
         self._lock = threading.Lock()
+        self._reader: RequestReader | None = None
+        """Reads each new request before the agent's model is called (a scheduler that reads
+        words: `_node.words`)."""
 
     # -- the engine: a DeviceToolNode over the agent's tools, used for planning and placement --
     def _record(self, report: StepReport) -> None:
@@ -120,6 +124,7 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
                     monitor=self.monitor,
                     on_step=self._record,
                 )
+                engine.words = None  # the requests are read before the model call (here)
                 self._engines[key] = engine
             return engine
 
@@ -159,11 +164,35 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
             self._checked.clear()
         self._checked.add(key)
 
+    def _read_request(self, request: ModelRequest) -> None:
+        """The newest human message, read before the agent's model thinks (in the
+        background: the model call does not wait)."""
+        if not (callable(getattr(self.scheduler, "forecast_words", None))
+                and getattr(self.scheduler, "reads_words", True)):
+            return
+        tools = [(t.name, str(t.description or "")) for t in request.tools
+                 if isinstance(t, BaseTool)]
+        with self._lock:
+            if self._reader is None or [n for n, _ in self._reader.tools] != [
+                    n for n, _ in tools]:
+                self._reader = RequestReader(self.scheduler, tools,
+                                             on_forecast=self._forecast_came)
+            reader = self._reader
+        reader.read(request.messages)
+
+    def _forecast_came(self) -> None:
+        with self._lock:
+            engines = list(self._engines.values())
+        for engine in engines:
+            if engine.preload is not None:
+                engine.preload.again()
+
     # -- hooks ---------------------------------------------------------------------------------
     def wrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
     ) -> ModelResponse:
         self._check_tools(request)
+        self._read_request(request)
         return handler(request)
 
     async def awrap_model_call(
@@ -172,6 +201,7 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
         handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
     ) -> ModelResponse:
         self._check_tools(request)
+        self._read_request(request)
         return await handler(request)
 
     def wrap_tool_call(

@@ -225,7 +225,8 @@ class DeviceToolNode(ToolNode):
         self.words: RequestReader | None = None
         """Each new request read in the background by a scheduler that reads words
         (`_node.words`; None for one that does not)."""
-        if callable(getattr(self.scheduler, "forecast_words", None)):
+        if callable(getattr(self.scheduler, "forecast_words", None)) and getattr(
+                self.scheduler, "reads_words", True):
             self.words = RequestReader(self.scheduler, [
                 (n, str(getattr(t, "description", "") or "")) for n, t in
                 self.tools_by_name.items()], on_forecast=self._forecast_came)

@@ -43,7 +43,8 @@ class ReadRequest:
     """One request read: what the forecast said, and when."""
 
     key: str
-    """A digest of the message (its id where it has one, else its text)."""
+    """A digest of the message's text (the same text handed over at the graph's entry and
+    seen again at a step is one request)."""
     started_s: float
     stages: int = 0
     source: str = ""
@@ -67,6 +68,9 @@ class RequestReader:
     _in_force: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._names = frozenset(name for name, _ in self.tools)
 
     def read(self, messages: Any) -> bool:
         """Read the newest human message of ``messages`` (a list, or a state with
@@ -112,8 +116,7 @@ class RequestReader:
             said = self._in_force
         if said is None:
             return None
-        probs = getattr(said, "probabilities", None) or {}
-        predicted = sorted(t for t, p in probs.items() if _number(p) >= THRESHOLD)
+        predicted = _predicted(said, self._names)
         step = list(dict.fromkeys(tools))
         return {"source": getattr(said, "source", ""),
                 "latency_ms": getattr(said, "latency_ms", None),
@@ -139,9 +142,7 @@ class RequestReader:
                     self._in_force = stage
                 reading.stages += 1
                 reading.source = str(getattr(stage, "source", ""))
-                reading.predicted = tuple(sorted(
-                    t for t, p in (getattr(stage, "probabilities", None) or {}).items()
-                    if _number(p) >= THRESHOLD))[:MAX_KEPT]
+                reading.predicted = tuple(_predicted(stage, self._names))
                 if self.on_forecast is not None:
                     self.on_forecast()
         except Exception as exc:  # a forecaster's failure must not break the node
@@ -168,9 +169,7 @@ def newest_human(messages: Any) -> tuple[str, str] | None:
         content = message.get("content") if isinstance(message, Mapping) else getattr(
             message, "content", "")
         text = _text(content)
-        ident = message.get("id") if isinstance(message, Mapping) else getattr(
-            message, "id", None)
-        return (f"id:{ident}" if ident else digest(text)), text
+        return digest(text), text
     return None
 
 
@@ -187,6 +186,15 @@ def _text(content: Any) -> str:
         return " ".join(p if isinstance(p, str) else str(p.get("text", ""))
                         for p in content if isinstance(p, (str, Mapping)))
     return ""
+
+
+def _predicted(forecast: Any, names: frozenset[str]) -> list[str]:
+    """The node's tools ``forecast`` predicts (a name the node lacks is dropped), sorted."""
+    probs = getattr(forecast, "probabilities", None)
+    if not isinstance(probs, Mapping):
+        return []
+    return sorted(t for t, p in probs.items() if t in names and _number(p) >= THRESHOLD)[
+        :MAX_KEPT]
 
 
 def _number(value: Any) -> float:

@@ -342,6 +342,11 @@ class AgenticScheduler(SchedulerBase):
         if declare is not None:
             declare(specs)
 
+    @property
+    def reads_words(self) -> bool:
+        """Whether `forecast_words` answers (``read_messages``)."""
+        return self.read_messages
+
     def forecast_words(self, text: str, tools: Sequence[tuple[str, str]]) -> list[Any] | None:
         """The sub-agent's forecast from words (`words_reader.MessageReader`): the request's
         text and the tools' names and descriptions, nothing else; in two stages, words

@@ -647,6 +647,11 @@ class DefaultPolicy(SchedulerBase):
         it is repaid by: `monitor.forecast.UseForecast.coming`; 0: never used)."""
         return self._investments.forecast.coming(model)
 
+    @property
+    def reads_words(self) -> bool:
+        """Whether `forecast_words` answers (a forecaster other than the oracle's)."""
+        return self.forecast is not None and self.forecast != "oracle"
+
     def forecast_words(self, text: str, tools: Sequence[tuple[str, str]]) -> Any:
         """A forecast from words of which of ``tools`` (name, description) the work that
         ``text`` asks for calls (`langgraph_devsched.words`); None without a forecaster.
