@@ -266,7 +266,7 @@ class AgenticScheduler(SchedulerBase):
         """Executed mappings with their GPUs (several GPUs: the monitor's lack the GPU)."""
         self.read_messages = read_messages
         """Whether the sub-agent forecasts from the user's request (`forecast_words`)."""
-        self._words = MessageReader(model, timeout_s=timeout_s, size=cache_size)
+        self._words = MessageReader(model, timeout_s=timeout_s)
 
     @property
     def channel(self) -> AnswerChannel:

@@ -8,13 +8,15 @@ description; never arguments or outputs), which tools the coming work calls, in 
    tools' names) combined with the first (the larger probability per tool; where the model
    fails or times out, the first stands alone), in force once it answered.
 
-Answers are kept by (text, tool set) in a bounded table (``size``): a request read once is
-not sent again, and its second reading carries the latency first measured (the bench says
-so: docs/words.md).
+Answers are kept by (model, text, tool set) in a bounded table shared by every reader of
+the process (`MAX_KEPT`): a request read once is not sent to that model again, and its
+second reading carries the latency first measured (the bench says so: docs/words.md).
 """
 
 from __future__ import annotations
 
+import threading
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,29 +24,38 @@ from langgraph_devsched.schedulers.lru import LruTable
 from langgraph_devsched.words.base import ToolCard, WordsForecast, bound_text
 from langgraph_devsched.words.option import words_forecast
 
-_Key = tuple[str, tuple[str, ...]]
+_Key = tuple[str, str, tuple[str, ...]]
+MAX_KEPT = 4096
+"""Answers kept, over every reader of the process (least recently used dropped)."""
+_KEPT: LruTable[_Key, WordsForecast] = LruTable(MAX_KEPT)
+_KEPT_LOCK = threading.Lock()
 
 
 class MessageReader:
     """Reads a request into a forecast from words (see the module)."""
 
-    def __init__(self, model: Any, *, timeout_s: float, size: int = 256) -> None:
+    def __init__(self, model: Any, *, timeout_s: float) -> None:
         self.model = model
         self.timeout_s = timeout_s
         self.asked = 0
         """Model calls made (a kept answer is not asked again)."""
         self._llm: Any = None
-        self._kept: LruTable[_Key, WordsForecast] = LruTable(max(1, size))
+        named = [str(getattr(model, a, "") or "") for a in ("model_name", "openai_api_base")]
+        self._model_key = ("|".join(named) if any(named)
+                           else f"unnamed:{uuid.uuid4().hex}")  # this reader's own
 
     def read(self, text: str, tools: Sequence[tuple[str, str]]) -> list[WordsForecast]:
         """The two stages for ``text`` (see the module); blocking (the model's call)."""
         quick = words_forecast("lexical", text, tools)
         assert quick is not None
-        key = (bound_text(text), tuple(str(name) for name, _ in tools))
-        said = self._kept.get(key)
+        key = (self._model_key, bound_text(text), tuple(str(name) for name, _ in tools))
+        with _KEPT_LOCK:
+            said = _KEPT.get(key)
         if said is None:
             said = self._ask(text, [ToolCard(str(n), str(d)) for n, d in tools], quick)
-            self._kept[key] = said
+            if said.error is None and "failed" not in said.source:  # a failure is asked again
+                with _KEPT_LOCK:
+                    _KEPT[key] = said
         return [quick, said]
 
     def _ask(self, text: str, cards: list[ToolCard], quick: WordsForecast) -> WordsForecast:
