@@ -134,3 +134,20 @@ def test_simulated_gpu_app_schedules_real_torch_tools_on_a_simulated_gpu(
     assert all(a.startswith("classify_image: image ") for a in answers[:3])
     assert all(a.endswith("(computed on cpu)") for a in answers)  # real torch code, here
     assert answers[3] == "embed_text: embedding of 'hello': 32 numbers (computed on cpu)"
+
+
+TASKBENCH = Path(__file__).resolve().parents[1].parent / "shared" / "taskbench"
+
+
+@pytest.mark.skipif(not (TASKBENCH / "data.json").is_file(),
+                    reason=f"no TaskBench data at {TASKBENCH} (../shared/taskbench)")
+def test_the_words_example_reads_a_real_request_and_runs_its_steps() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVSCHED_LLM")}
+    out = subprocess.run([sys.executable, str(EXAMPLES / "words_taskbench.py"), str(TASKBENCH),
+                          "0"], capture_output=True, text=True, timeout=300, env=env,
+                         check=True).stdout
+    assert "no model server configured" in out
+    assert re.search(r"^request \S+: true tools .+$", out, re.M)
+    assert re.search(r"^read \(lexical, \d+ ms\): predicted .+$", out, re.M)
+    assert re.search(r"^to load in the agent's first turn \(4 s\): .+$", out, re.M)
+    assert re.search(r"^step 1: .+ on (cuda:0|cpu) ", out, re.M)

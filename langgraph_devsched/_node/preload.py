@@ -55,6 +55,9 @@ MIN_IDLE_MS = 500.0
 """Below this expected idle time (ms), no loads between steps."""
 MAX_IDLE_MS = 60_000.0
 """The idle-time estimate never exceeds this (ms)."""
+FIRST_TURN_MS = 2000.0
+"""The idle time expected after a request arrives, before any gap between steps is
+measured: the agent's first LLM turn (seconds, as a rule)."""
 MAX_PRELOADS = 1
 """At most this many loads between two steps (the policy's and the bench's bound)."""
 MAX_KEPT = 64
@@ -154,10 +157,11 @@ class Preloader:
         self.start()
 
     # -- running ----------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, idle_ms: float | None = None) -> None:
         """Ask the scheduler for the loads worth running now and start them in a thread
-        (nothing while a load runs, a step runs, or too little idle time is expected)."""
-        idle = self.idle_ms
+        (nothing while a load runs, a step runs, or too little idle time is expected);
+        ``idle_ms``: the idle time expected (default: the measured one, `idle_ms`)."""
+        idle = self.idle_ms if idle_ms is None else idle_ms
         if idle is None or idle < MIN_IDLE_MS or self.running:
             return
         try:
@@ -170,11 +174,13 @@ class Preloader:
 
     def again(self) -> None:
         """Something the scheduler knows changed while the node is idle (a forecast from
-        words came in): ask for loads again, unless a step runs (`start`'s bounds hold)."""
+        words came in: a request arrived, the agent's LLM turn is under way): ask for loads
+        again, unless a step runs; before any gap is measured, that turn is expected to
+        last `FIRST_TURN_MS`."""
         with self._lock:
             if self._active:
                 return
-        self.start()
+        self.start(idle_ms=self.idle_ms or FIRST_TURN_MS)
 
     def beside(self, asked: Sequence[Any]) -> None:
         """Start a step's background loads (``Decision.background``) now, beside its calls
