@@ -125,8 +125,36 @@ its distribution and its worst workloads instead of one row per scenario."""
 
 
 def generated(bench: dict[str, Any]) -> bool:
+    """A generated set: workloads (``gen-s...``) or TaskBench conversations (``tb-s...``)."""
     return bool(bench["scenarios"]) and all(
-        str(s["name"]).startswith("gen-s") for s in bench["scenarios"])
+        str(s["name"]).startswith(("gen-s", "tb-s")) for s in bench["scenarios"])
+
+
+def words_table(bench: dict[str, Any]) -> list[str]:
+    """Per scheduler that read the requests' words: its forecasts (asked, in force before
+    their request's first step, latency p50, node precision / recall / F1, means over the
+    conversations), and the conversations whose total is over 1.05x the monitor's alone."""
+    names = [n for n in bench["summary"]
+             if any((s["results"].get(n) or {}).get("words") for s in bench["scenarios"])]
+    if not names:
+        return []
+    lines = ["| scheduler | asked | in force by the first step | latency p50 | precision / "
+             "recall / F1 | over 1.05x the monitor's total |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name in names:
+        words = [s["results"][name]["words"] for s in bench["scenarios"]
+                 if (s["results"].get(name) or {}).get("words")]
+        scored = [w for w in words if w.get("f1") is not None]
+        lat = sorted(w["latency_ms_p50"] for w in words if w.get("latency_ms_p50") is not None)
+        prf = " / ".join(f"{sum(w[k] for w in scored) / len(scored):.3f}"
+                         for k in ("precision", "recall", "f1")) if scored else "-"
+        worse = sum(1 for s in bench["scenarios"] if name in s["results"]
+                    and "monitor" in s["results"] and s["results"][name]["total_ms"]
+                    > 1.05 * s["results"]["monitor"]["total_ms"])
+        lines.append(f"| {name} | {sum(w['asked'] for w in words)} | "
+                     f"{sum(w['in_time'] for w in words)} | "
+                     f"{f'{lat[len(lat) // 2]:,.0f} ms' if lat else '-'} | {prf} | {worse} |")
+    return lines
 
 
 def distribution_table(bench: dict[str, Any]) -> list[str]:
@@ -222,6 +250,9 @@ def section(name: str, side: dict[str, Any], bench: dict[str, Any]) -> list[str]
     if generated(bench):
         out += ["The whole run (total over the whole-run reference):", "",
                 *distribution_table(bench), "", *worst_lines(bench), ""]
+        words = words_table(bench)
+        if words:
+            out += ["Forecasts from words (per request):", "", *words, ""]
         loads = loads_line(bench)
         return out + ([*loads, ""] if loads else [])
     out += ["Per scenario (✓ optimal · final makespan over the optimum):", "",

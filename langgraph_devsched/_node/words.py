@@ -7,7 +7,8 @@ plugin sees the messages before the agent's model is called (the ``create_agent`
 middleware), or handed over by the app (`DeviceToolNode.read_request`). It reads only that
 message's text and the tools' names and descriptions.
 
-The forecast runs in a thread of its own (`call_runner.spawn`): no step waits for it. Each
+The forecast runs in the reader's own thread, started with the node: a step only queues its
+request (at most `MAX_QUEUED` wait), so no step waits for it. Each
 stage it answers is handed to the scheduler (``expect``) as it comes; then, when no step is
 running, the node's loads between steps are asked again (``on_forecast``), so a model the
 request needs can load while the agent's LLM thinks.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import queue
 import threading
 import time
 from collections import deque
@@ -28,12 +30,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langgraph_devsched._node.call_runner import spawn
-
 logger = logging.getLogger(__name__)
 
 MAX_KEPT = 64
 """At most this many requests' readings are remembered."""
+MAX_QUEUED = 4
+"""At most this many requests wait to be read (behind a slow model); more are dropped."""
 THRESHOLD = 0.5
 """A tool whose probability reaches this is predicted."""
 
@@ -67,10 +69,13 @@ class RequestReader:
     _last_key: str | None = None
     _in_force: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _threads: list[Any] = field(default_factory=list)
+    _worker: threading.Thread | None = None
+    _todo: queue.Queue[tuple[str, ReadRequest]] = field(
+        default_factory=lambda: queue.Queue(MAX_QUEUED))
 
     def __post_init__(self) -> None:
         self._names = frozenset(name for name, _ in self.tools)
+        self._ensure_worker()  # at construction: no step ever waits for a thread to start
 
     def read(self, messages: Any) -> bool:
         """Read the newest human message of ``messages`` (a list, or a state with
@@ -91,22 +96,42 @@ class RequestReader:
             self._last_key = key
             reading = ReadRequest(key, self.clock())
             self.history.append(reading)
-        thread = spawn(lambda: self._run(text, reading))
-        with self._lock:
-            self._threads = [*[t for t in self._threads if not t.done()][-8:], thread]
+        self._ensure_worker()
+        try:
+            self._todo.put_nowait((text, reading))
+        except queue.Full:  # readings pile up behind a slow model: the newest waits
+            reading.error = "dropped: the readings before it had not ended"
+            return False
         return True
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the readings under way (tests, `close`); True when none is left."""
+        """Wait for the readings under way (tests, a demo); True when none is left."""
         deadline = None if timeout is None else self.clock() + timeout
-        for thread in list(self._threads):
-            left = None if deadline is None else max(0.0, deadline - self.clock())
-            try:
-                thread.result(timeout=left)
-            except Exception:  # a reading's failure was logged where it happened
-                if not thread.done():
-                    return False
+        while self._todo.unfinished_tasks:
+            if deadline is not None and self.clock() >= deadline:
+                return False
+            time.sleep(0.005)
         return True
+
+    def _ensure_worker(self) -> None:
+        """The one thread that reads, started once (again after a fork: threads do not
+        survive one); a step only queues its request, it never waits for a thread."""
+        worker = self._worker
+        if worker is not None and worker.is_alive():
+            return
+        with self._lock:
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._serve, name="devsched-words",
+                                                daemon=True)
+                self._worker.start()
+
+    def _serve(self) -> None:
+        while True:
+            text, reading = self._todo.get()
+            try:
+                self._run(text, reading)
+            finally:
+                self._todo.task_done()
 
     def in_force(self, tools: Iterable[str]) -> dict[str, Any] | None:
         """For a step's report: the forecast in force (its source, latency, predicted tools)

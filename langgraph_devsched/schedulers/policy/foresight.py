@@ -35,6 +35,7 @@ own forecast (the rent-or-buy rule's robust bound). Tables are bounded (`MAX_MOD
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -77,6 +78,8 @@ class Foresight:
     """Model -> probability of the forecast in force (None: none)."""
     _used: set[str] = field(default_factory=set)
     _in_play: frozenset[str] = frozenset()
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    """A forecast is handed over from the node's reader thread while steps are decided."""
 
     def declare(self, tool_models: Mapping[str, str | None]) -> None:
         """The node's tools and the model each keeps resident (None: none)."""
@@ -90,8 +93,7 @@ class Foresight:
         ignored): the one in force is scored against what was used since, then replaced.
         ``in_play``: the models a miss is counted over when not predicted (besides those
         used)."""
-        self._score()
-        self._in_play = frozenset(list(in_play)[:MAX_MODELS])
+        in_play = frozenset(list(in_play)[:MAX_MODELS])
         out: dict[str, float] = {}
         for tool, p in list(probabilities.items())[:MAX_MODELS]:
             model = self._models.get(tool)
@@ -100,19 +102,24 @@ class Foresight:
             out[model] = max(out.get(model, 0.0), float(p))
         for model in set(self._models.values()):
             out.setdefault(model, 0.0)
-        self._current = out
-        self._used = set()
-        self.forecasts += 1
+        with self._lock:
+            self._score()
+            self._in_play = in_play
+            self._current = out
+            self._used = set()
+            self.forecasts += 1
 
     def step(self, models: Iterable[str]) -> None:
         """The models an executed step used."""
-        if self._current is not None:
-            self._used.update(m for m in models if m in self._current)
+        with self._lock:
+            if self._current is not None:
+                self._used.update(m for m in models if m in self._current)
 
     def finish(self) -> None:
         """Score the forecast in force (the run ended)."""
-        self._score()
-        self._current = None
+        with self._lock:
+            self._score()
+            self._current = None
 
     @property
     def active(self) -> bool:
