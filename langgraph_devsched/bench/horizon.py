@@ -56,6 +56,7 @@ from langgraph_devsched.bench.horizon_gpus import (
     Idle,
     gpus_reference,
     idle_after,
+    in_parts,
     later_models,
 )
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption
@@ -160,18 +161,10 @@ class _Search:
             self.rows += len(self.codes[b])
         return found
 
-    def idle(self, state: batchsim.Residency, think_ms: float | tuple[float, ...],
+    def idle(self, state: batchsim.Residency, think_ms: Idle,
              b: int = -1) -> list[batchsim.Residency]:
-        """`_idle_one` over each part of an idle time given in parts (a request arriving
-        in it splits it: loads before the arrival, then after)."""
-        states = [state]
-        for part in think_ms if isinstance(think_ms, tuple) else (think_ms,):
-            out: dict[_Key, batchsim.Residency] = {}
-            for s in states:
-                for after in self._idle_one(s, part, b):
-                    out.setdefault(_key(after), after)
-            states = list(out.values())
-        return states
+        """`_idle_one` over each part of an idle time (`in_parts`)."""
+        return in_parts(state, think_ms, lambda s, part: self._idle_one(s, part, b))
 
     def _idle_one(self, state: batchsim.Residency, think_ms: float,
                   b: int = -1) -> list[batchsim.Residency]:

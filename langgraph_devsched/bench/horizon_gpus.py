@@ -55,7 +55,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from langgraph_devsched import batchsim
@@ -180,18 +180,10 @@ class _Search:
         found = self.moves_of[key] = [m for same in kept.values() for m in same]
         return found
 
-    def idle(self, state: batchsim.Residency, think_ms: float | tuple[float, ...],
+    def idle(self, state: batchsim.Residency, think_ms: Idle,
              b: int = -1) -> list[batchsim.Residency]:
-        """`_idle_one` over each part of an idle time given in parts (a request arriving
-        in it splits it: loads before the arrival, then after)."""
-        states = [state]
-        for part in think_ms if isinstance(think_ms, tuple) else (think_ms,):
-            out: dict[_Key, batchsim.Residency] = {}
-            for s in states:
-                for after in self._idle_one(s, part, b):
-                    out.setdefault(_key(after), after)
-            states = list(out.values())
-        return states
+        """`_idle_one` over each part of an idle time (`in_parts`)."""
+        return in_parts(state, think_ms, lambda s, part: self._idle_one(s, part, b))
 
     def _idle_one(self, state: batchsim.Residency, think_ms: float,
                   b: int = -1) -> list[batchsim.Residency]:
@@ -406,6 +398,22 @@ def later_models(bed: SimulatedTestbed, batches: Sequence[Batch],
 
 Idle = float | tuple[float, ...]
 """An idle time, or one in parts (a request arriving in it: loads before it, then after)."""
+
+
+def in_parts(state: batchsim.Residency, think_ms: Idle,
+             one: Callable[[batchsim.Residency, float], list[batchsim.Residency]],
+             ) -> list[batchsim.Residency]:
+    """The states ``one`` (loads within one idle time) leaves from ``state`` over each part
+    of ``think_ms`` in turn (a request arriving in it: loads before the arrival, then
+    after), equal states merged; ``state`` first."""
+    states = [state]
+    for part in think_ms if isinstance(think_ms, tuple) else (think_ms,):
+        out: dict[_Key, batchsim.Residency] = {}
+        for s in states:
+            for after in one(s, part):
+                out.setdefault(_key(after), after)
+        states = list(out.values())
+    return states
 
 
 def idle_after(think_ms: float | Sequence[Idle], batches: int) -> tuple[tuple[float, ...], ...]:
