@@ -16,10 +16,12 @@ import statistics
 import sys
 from typing import Any
 
+from langgraph_devsched.bench.runner import percentile
+
 
 def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    """The bench report's percentile (so the figures match docs/results.md)."""
+    return percentile(values, q * 100)
 
 
 def merged(paths: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
