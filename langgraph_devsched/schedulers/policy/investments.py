@@ -274,7 +274,7 @@ class Investments:
         out: list[Preload] = []
         for gain, model in wanted:
             eco = self._economics.get(model)
-            if eco is None or gain < first or len(out) >= MAX_PRELOADS:
+            if eco is None or gain <= 0 or gain < first or len(out) >= MAX_PRELOADS:
                 continue
             if busy + eco.load_ms > idle_ms:
                 continue
