@@ -13,10 +13,24 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
+WORDS_PROMPT = "You decide which tools a user's request needs."
+"""How the sub-agent's reading of a request starts (`words.llm`): the scripted models here
+answer it apart, naming no tool, so the node's reading in the background never takes a step
+consultation's scripted answer (its own tests: tests/test_words_*.py)."""
+
+
+def words_reply(messages: Sequence[BaseMessage]) -> ChatResult | None:
+    """The answer to a reading of a request (no tool named), or None for any other call."""
+    first = messages[0] if messages else None
+    if first is not None and str(first.content).startswith(WORDS_PROMPT):
+        return ChatResult(generations=[ChatGeneration(message=AIMessage('{"tools": []}'))])
+    return None
+
 
 class ToolScriptModel(BaseChatModel):
     """Answers the scripted AIMessages in order (the last one repeats) and records, per
-    call, the messages it received and the binding it was called through."""
+    call, the messages it received and the binding it was called through (a reading of a
+    request is answered apart: `words_reply`)."""
 
     script: list[AIMessage]
     received: list[list[BaseMessage]] = Field(default_factory=list)
@@ -40,6 +54,9 @@ class ToolScriptModel(BaseChatModel):
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
     ) -> ChatResult:
+        words = words_reply(messages)
+        if words is not None:
+            return words
         self.received.append(list(messages))
         self.bindings.append((self.bound_names, self.tool_choice))
         self.call_kwargs.append(dict(kw))
@@ -59,6 +76,9 @@ class EveryCallAnswers(ToolScriptModel):
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
     ) -> ChatResult:
+        words = words_reply(messages)
+        if words is not None:
+            return words
         calls = next(json.loads(str(m.content)) for m in messages
                      if getattr(m, "name", None) == "step_calls")
         self.script[:] = [AIMessage(json.dumps(dict.fromkeys(calls, self.value)))]
