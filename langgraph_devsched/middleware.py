@@ -37,7 +37,7 @@ from langgraph.types import Command
 
 from langgraph_devsched._node.checks import node_backend, node_scheduler
 from langgraph_devsched._node.stream_events import stream_step
-from langgraph_devsched._node.words import RequestReader
+from langgraph_devsched._node.words import RequestReader, reads_words
 from langgraph_devsched.device import current_device
 from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.hints import ToolDeviceSpec, hints_mapping, resolve_specs, validate_spec
@@ -167,8 +167,7 @@ class DeviceSchedulingMiddleware(AgentMiddleware):
     def _read_request(self, request: ModelRequest) -> None:
         """The newest human message, read before the agent's model thinks (in the
         background: the model call does not wait)."""
-        if not (callable(getattr(self.scheduler, "forecast_words", None))
-                and getattr(self.scheduler, "reads_words", True)):
+        if not reads_words(self.scheduler):
             return
         tools = [(t.name, str(t.description or "")) for t in request.tools
                  if isinstance(t, BaseTool)]

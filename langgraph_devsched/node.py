@@ -53,7 +53,7 @@ from langgraph_devsched._node.planning import (
 )
 from langgraph_devsched._node.preload import Preloader
 from langgraph_devsched._node.stream_events import stream_step
-from langgraph_devsched._node.words import RequestReader
+from langgraph_devsched._node.words import RequestReader, reads_words
 from langgraph_devsched.device import injected_device_args, placed
 from langgraph_devsched.executors.base import Backend
 from langgraph_devsched.hedging.race import race
@@ -225,8 +225,7 @@ class DeviceToolNode(ToolNode):
         self.words: RequestReader | None = None
         """Each new request read in the background by a scheduler that reads words
         (`_node.words`; None for one that does not)."""
-        if callable(getattr(self.scheduler, "forecast_words", None)) and getattr(
-                self.scheduler, "reads_words", True):
+        if reads_words(self.scheduler):
             self.words = RequestReader(self.scheduler, [
                 (n, str(getattr(t, "description", "") or "")) for n, t in
                 self.tools_by_name.items()], on_forecast=self._forecast_came)

@@ -177,6 +177,13 @@ class RequestReader:
             reading.latency_ms = (self.clock() - reading.started_s) * 1000.0
 
 
+def reads_words(scheduler: Any) -> bool:
+    """Whether ``scheduler`` forecasts from words (``forecast_words``, and ``reads_words``
+    where it says whether it answers)."""
+    return callable(getattr(scheduler, "forecast_words", None)) and bool(
+        getattr(scheduler, "reads_words", True))
+
+
 def newest_human(messages: Any) -> tuple[str, str] | None:
     """(key, text) of the newest human message of ``messages`` (a list of messages or
     dicts, or a state with ``messages``), or None."""

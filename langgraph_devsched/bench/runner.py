@@ -499,9 +499,7 @@ def _idle_times(scenario: Scenario) -> dict[str, Any]:
     work = scenario.workload
     if work.idle_ms is None:
         return {"think_ms": work.think_ms}
-    count = len(work.batches or ())
-    return {"think_ms": [work.idle_parts((b + 1) % count) for b in range(count)],
-            "before_ms": work.idle_parts(0)}
+    return {"think_ms": work.parts_after(), "before_ms": work.idle_parts(0)}
 
 
 def _several_gpus(scenario: Scenario) -> bool:
@@ -704,7 +702,7 @@ def _run_one(
     preloaded = PreloadRuns()
     words = WordsRun.of(scheduler, scenario)
     work = scenario.workload
-    idle_after, starts = work.idle_after(), {q.step: q for q in work.requests}
+    parts_after, starts = work.parts_after(), {q.step: q for q in work.requests}
     between = functools.partial(_between_steps, bed, scheduler, monitor, idle, preloaded,
                                 words)
     if work.idle_before(0) > 0 or 0 in starts:  # before the first step: the first turn
@@ -769,7 +767,8 @@ def _run_one(
             if gpus is not None:
                 devices.update(device_labels(batch.call_ids, options, gpus))
             preloaded.step(bed, record)
-            think, loaded = idle_after[b], preloaded.background
+            parts, loaded = parts_after[b], preloaded.background
+            think = sum(parts)
             delay = 0.0
             if decision.background:  # loads started with the step, beside its calls
                 delay = run_background(
@@ -782,9 +781,8 @@ def _run_one(
                 words.advance(record.makespan_ms + delay)
             # the agent's LLM turn (or the next request's arrival): idle devices
             last = r == rounds and b + 1 == len(batches)  # after it, no request comes
-            parts = ((think,) if last or work.idle_ms is None
-                     else work.idle_parts((b + 1) % len(batches)))
-            between(parts, None if last else starts.get((b + 1) % len(batches)),
+            between((think,) if last else parts,
+                    None if last else starts.get((b + 1) % len(batches)),
                     preloads=preloaded.background == loaded)  # one loader
         round_spans.append(noise_free)
         walls.append(noise_free + (deciding if counted else 0.0))

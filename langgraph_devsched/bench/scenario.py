@@ -182,15 +182,15 @@ class Workload(BaseModel):
             return float(self.idle_ms[step])
         return self.think_ms if step > 0 else 0.0
 
-    def idle_after(self) -> list[float]:
-        """Per batch of a round, the idle time after it: the next batch's (the last: the
-        first batch's of the next round, as ``think_ms`` is after every step)."""
+    def parts_after(self) -> list[tuple[float, ...]]:
+        """Per batch of a round, the idle time after it in parts (`idle_parts` of the next
+        batch; the last: the first batch's of the next round); without ``idle_ms``,
+        ``think_ms`` whole after every step."""
         count = {"sequence": len(self.batches or ()), "serial": len(self.calls or ()),
                  "parallel": 1}[self.kind]
         if self.idle_ms is None:
-            return [self.think_ms] * count
-        return [float(v) for v in self.idle_ms[1:]] + [float(self.idle_ms[0])]
-
+            return [(self.think_ms,)] * count
+        return [self.idle_parts((b + 1) % count) for b in range(count)]
 
     def idle_parts(self, step: int) -> tuple[float, ...]:
         """The idle time before batch ``step``, in parts: where a request starts there,

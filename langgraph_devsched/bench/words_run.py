@@ -64,6 +64,10 @@ class WordsRun:
     _final: Any = None
     """The last stage of ``_last``'s forecast (the one scored)."""
 
+    def __post_init__(self) -> None:
+        caps = capabilities(self.scheduler)  # read once: a step is no place to inspect
+        self._ask, self._expect = caps.forecast_words, caps.expect
+
     @classmethod
     def of(cls, scheduler: Any, scenario: Scenario) -> WordsRun | None:
         """The run's words, or None where the scenario has no requests or the scheduler
@@ -89,8 +93,7 @@ class WordsRun:
             said: Any = WordsForecast({name: 1.0 if name in truth else 0.0
                                        for name, _ in self.tools}, source="oracle")
         else:
-            ask = capabilities(self.scheduler).forecast_words
-            said = ask(request.text, self.tools) if ask is not None else None
+            said = self._ask(request.text, self.tools) if self._ask is not None else None
             if said is None:
                 return
         stages = list(said) if isinstance(said, (list, tuple)) else [said]
@@ -114,11 +117,10 @@ class WordsRun:
     def advance(self, ms: float) -> None:
         """Virtual time passes: forecasts whose latency has passed are handed over."""
         self.now_ms += max(0.0, ms)
-        expect = capabilities(self.scheduler).expect
         for said in [s for s in self.pending if s.ready_ms <= self.now_ms + 1e-9]:
             self.pending.remove(said)
-            if expect is not None:
-                expect(said.forecast)
+            if self._expect is not None:
+                self._expect(said.forecast)
 
     def ready_in(self, window_ms: float) -> float | None:
         """How long from now until the first pending forecast is in force, if within
@@ -151,8 +153,6 @@ class WordsRun:
             "recall": statistics.fmean(r) if r else None,
             "f1": statistics.fmean(f) if f else None,
         }
-
-
 
 
 def _latency(forecast: Any) -> float:
