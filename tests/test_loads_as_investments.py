@@ -239,3 +239,36 @@ def test_a_generated_workload_replayed_by_name_measures_what_its_set_measured(tm
                       json_path=out, scheduler_options=UNBUDGETED)
     replayed = json.loads(out.read_text())["scenarios"][0]["results"]["monitor"]["total_ms"]
     assert replayed == pytest.approx(in_set, abs=0.01)
+
+
+def _two_first_uses() -> Scenario:
+    """Two declared models never used, room for both, a first turn long enough for either
+    load and a think time too short for any: a diffusion model whose CPU run takes 100 s
+    but whose load takes 1 s, and a chat model saving 5.8 s a call warm but loading in 3 s.
+    The diffusion model is called first, the chat model second."""
+    return Scenario.model_validate({
+        "name": "first_uses", "category": "residency",
+        "testbed": {"vram_budget_mb": 16000, "cpu_cores": 8, "noise": 0.0},
+        "tools": {
+            "draw": {"params": {"cpu_ms": 100_000, "gpu_ms": 1000, "vram_mb": 500,
+                                "weights_mb": 4000, "load_gpu_ms": 1000,
+                                "load_cpu_ms": 600}},
+            "chat": {"params": {"cpu_ms": 6000, "gpu_ms": 200, "vram_mb": 500,
+                                "weights_mb": 4000, "load_gpu_ms": 3000,
+                                "load_cpu_ms": 1500}}},
+        "workload": {"kind": "sequence", "batches": [["draw"], ["chat"]], "rounds": 1,
+                     "idle_ms": [4000, 500]},
+    })
+
+
+def test_a_first_turn_warms_the_model_whose_cold_first_use_costs_more() -> None:
+    """Warm before its first use, a model saves that use at most its load (a cold GPU call
+    waits for it), not every later use's saving: the first turn warms the chat model
+    (a cold first call loses 3 s) rather than the diffusion model (a cold first call loses
+    its 1 s load, though its CPU run is 100 s). The run is the whole-run reference's plan;
+    warming the diffusion model first cost 2 s more."""
+    result = run_scenario(_two_first_uses(), ["monitor"], decision_cost="none")
+    monitor = result.results["monitor"]
+    assert monitor.preloads >= 1 and monitor.preloads_wasted == 0
+    assert monitor.total_ms == pytest.approx(2000 + 200, abs=5.0)
+    assert monitor.total_ratio == pytest.approx(1.0)

@@ -101,6 +101,23 @@ def test_a_forecast_that_comes_after_the_first_step_does_not_help_that_step() ->
     assert fast.total_ms < out["monitor"].total_ms
 
 
+def test_the_bench_s_forecast_reads_the_node_s_tools_only() -> None:
+    """The node's tools are those the workload calls (what the runner declares to the
+    scheduler), and a forecast in the bench reads theirs only, as the node's reader reads
+    its own tools: a tool the scenario lists but never calls is no tool of the node."""
+    scenario = conversation()
+    scenario.tools["unused"] = scenario.tools["asr"].model_copy(
+        update={"description": "a tool of the scenario that no step calls"})
+    seen: set[str] = set()
+
+    def answer(text: str, tools: Sequence[str]) -> dict[str, float]:
+        seen.update(tools)
+        return {t: 0.5 for t in tools}
+
+    run(scenario, ["monitor"], Scripted(answer))
+    assert seen == set(TOOLS)
+
+
 @pytest.mark.parametrize("answer", [
     lambda text, tools: {t: 1.0 for t in tools},                        # "load every model"
     lambda text, tools: {t: float(t == "tts") for t in tools},          # always wrong

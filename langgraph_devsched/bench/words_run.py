@@ -80,7 +80,10 @@ class WordsRun:
         oracle = getattr(scheduler, "forecast", None) == "oracle"
         if caps.forecast_words is None and not oracle:
             return None
-        tools = [(name, e.description) for name, e in scenario.tools.items()]
+        # the node's tools: those the workload calls (what the runner declares to the
+        # scheduler); a forecast reads their descriptions, as the node's reader does
+        called = {tool for batch in scenario.batches() for tool in batch}
+        tools = [(name, e.description) for name, e in scenario.tools.items() if name in called]
         return cls(scheduler, tools, oracle=oracle)
 
     def arrive(self, request: Request, in_ms: float) -> None:

@@ -411,7 +411,8 @@ class Investments:
 
     def _warm_ups(self, gpus: dict[int, _Room], host: set[str], idle_ms: float, most: int,
                   planned: set[str]) -> list[Preload]:
-        """Declared models, warmed with what idle time and room are left, most saving first:
+        """Declared models, warmed with what idle time and room are left, most worth first
+        (`first_use_ms` at their `prior`):
         one never used yet onto a GPU with free room (evicting nothing) where warm GPU calls
         save time, else into host memory; and a model warm on some GPU that a declared tool
         of it cannot reach there (`unreached`: its ``gpus`` hint excludes them) onto a GPU
@@ -419,7 +420,7 @@ class Investments:
         tools may use, then the fastest, then the freest."""
         out: list[Preload] = []
         for model, eco in sorted(self._declared.items(),
-                                 key=lambda kv: -kv[1].saving_ms * self.prior(kv[0])):
+                                 key=lambda kv: -first_use_ms(kv[1]) * self.prior(kv[0])):
             if len(out) >= most or model in planned:
                 continue
             held = any(r.holds(model) for r in gpus.values())
@@ -430,7 +431,7 @@ class Investments:
                 continue
             reach = {i: sum(1 for allowed in tools if allowed is None or i in allowed)
                      for i in gpus}
-            gain = eco.saving_ms * self.prior(model)
+            gain = first_use_ms(eco) * self.prior(model)
             need = eco.weights_mb + eco.working_mb
             evict: dict[int, tuple[str, ...]] = {}
             for i, r in gpus.items():
@@ -520,6 +521,21 @@ class _Room:
         self.busy_ms += preload.load_ms
         self.gone.update(preload.evict)
         self.added.append(WarmModel(preload.model, weights_mb))
+
+
+def first_use_ms(eco: Economics) -> float:
+    """What a model warm before its first use saves that use at most: a cold first call
+    either loads the model inside its step (it waits ``load_ms``) or runs on the CPU (it
+    loses ``saving_ms``), whichever costs less. A warm-up is worth that, not the saving of
+    every later use: once loaded, the later uses are warm either way. (A diffusion model
+    saving 117 s a use on the CPU but loading in 1.4 s is worth 1.4 s warm, not 117 s.)
+
+    >>> first_use_ms(Economics(saving_ms=117_000, load_ms=1_370, weights_mb=4_000))
+    1370
+    >>> first_use_ms(Economics(saving_ms=280, load_ms=740, weights_mb=1_500))
+    280
+    """
+    return min(eco.saving_ms, eco.load_ms)
 
 
 def _union(allowed: Iterable[tuple[int, ...] | None]) -> tuple[int, ...] | None:
