@@ -16,13 +16,16 @@ import functools
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from langgraph_devsched.options import DEVICE_OPTIONS, DeviceOption, is_gpu
 
+DevicePrior = Literal["gpu", "cpu", "neutral"]
+"""Which device a tool is expected to prefer while no profile or measurement says
+(`ToolDeviceSpec.device_prior`)."""
 HINTS_METADATA_KEY = "devsched"
 """Key under ``BaseTool.metadata`` where code-declared hints live."""
 
@@ -111,6 +114,11 @@ class ToolDeviceSpec(BaseModel):
     gpus: tuple[int, ...] | None = Field(
         default=None, description="the GPU indices the tool (its model) may run on, e.g. "
         "[0, 1]; default: any GPU")
+    device_prior: DevicePrior | None = Field(
+        default=None, description="the device the tool is expected to prefer while no "
+        "profile and no measurement says (gpu, cpu or neutral): its first calls are "
+        "guessed faster there, until measured; default: gpu. The agentic sub-agent may "
+        "infer it from the tool's description (docs/words.md)")
 
     @field_validator("gpus", mode="before")
     @classmethod

@@ -6,7 +6,7 @@ import importlib
 from typing import Any
 
 from langgraph_devsched.words.base import (
-    DeviceClass,
+    DevicePrior,
     Forecaster,
     ToolCard,
     WordsForecast,
@@ -32,7 +32,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CombinedForecaster",
-    "DeviceClass",
+    "DevicePrior",
     "Forecaster",
     "LLMForecaster",
     "LexicalForecaster",

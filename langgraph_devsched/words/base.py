@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-DeviceClass = Literal["gpu", "cpu", "neutral"]
+from langgraph_devsched.hints import DevicePrior
 
 TEXT_HEAD_CHARS = 3072
 TEXT_TAIL_CHARS = 1024
@@ -58,7 +58,7 @@ class WordsForecast:
     """
 
     probabilities: Mapping[str, float] = field(default_factory=dict)
-    classes: Mapping[str, DeviceClass] = field(default_factory=dict)
+    classes: Mapping[str, DevicePrior] = field(default_factory=dict)
     source: str = ""
     latency_ms: float = 0.0
     error: str | None = None

@@ -49,7 +49,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Generator, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from functools import partial
@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from langgraph_devsched.schedulers.agentic.model import bind_turn, openai_model
 from langgraph_devsched.schedulers.agentic.slots import ConsultationSlots
 from langgraph_devsched.words.base import (
-    DeviceClass,
+    DevicePrior,
     ToolCard,
     WordsForecast,
     bound_text,
@@ -72,7 +72,7 @@ from langgraph_devsched.words.base import (
 
 AnswerForm = Literal["list", "probabilities"]
 Channel = Literal["auto", "json_schema", "text"]
-CLASSES: tuple[str, ...] = get_args(DeviceClass)
+CLASSES: tuple[str, ...] = get_args(DevicePrior)
 NAMED_P = 0.9
 UNNAMED_P = 0.05
 MAX_NAMED = 4
@@ -116,7 +116,7 @@ class ProbabilityAnswer(BaseModel):
 @dataclass
 class Parsed:
     probabilities: dict[str, float] = field(default_factory=dict)
-    classes: dict[str, DeviceClass] = field(default_factory=dict)
+    classes: dict[str, DevicePrior] = field(default_factory=dict)
     error: str | None = None
 
 
@@ -169,7 +169,7 @@ def _probability(value: Any) -> float | None:
     return None if math.isnan(value) else min(1.0, max(0.0, value))
 
 
-def _classes(raw: dict[str, Any], undeclared: Collection[str]) -> dict[str, DeviceClass]:
+def _classes(raw: dict[str, Any], undeclared: Collection[str]) -> dict[str, DevicePrior]:
     return {n: c for n, c in raw.items() if n in undeclared and c in CLASSES}
 
 
@@ -205,6 +205,23 @@ def parse_answer(
         return Parsed(error=f"malformed answer: {str(exc)[:200]}")
     return Parsed(probabilities, _classes(classes if isinstance(classes, dict) else {},
                                           undeclared))
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One model call of a forecast: the bound model, its messages, the time left."""
+
+    bound: Any
+    messages: list[BaseMessage]
+    left_s: float
+
+
+_TIMEOUT = object()
+"""The call did not answer in time."""
+_BUSY = object()
+"""Every forecast thread is held by a call still running."""
+_Reply = Any
+"""A reply, the exception a call raised, `_TIMEOUT` or `_BUSY`."""
 
 
 class LLMForecaster:
@@ -307,9 +324,11 @@ class LLMForecaster:
 
     # -- sync and async: the same path ----------------------------------------------------
 
-    def forecast(self, text: str, tools: Sequence[ToolCard], *,
-                 undeclared: Collection[str] = ()) -> WordsForecast:
-        """The forecast for ``text``; ``undeclared``: tools to give a device class."""
+    def _path(self, text: str, tools: Sequence[ToolCard], undeclared: Collection[str]
+              ) -> Generator[_Call, _Reply, WordsForecast]:
+        """The forecast without its I/O: yields each model call to make and is sent back
+        what came of it (a reply, the exception it raised, `_TIMEOUT` or `_BUSY`); returns
+        the forecast. `forecast` and `aforecast` drive it, differing only by the await."""
         start = time.perf_counter()
         names, asked, messages = self._prepare(text, tools, undeclared)
         if not names:
@@ -318,53 +337,68 @@ class LLMForecaster:
             left = self.timeout_s - (time.perf_counter() - start)
             if left <= 0:
                 break
-            bound = self._bound(names, asked, channel, left)
-            future = self.slots.start(partial(bound.invoke, messages),
-                                      name="devsched-words")
-            if future is None:
+            outcome = yield _Call(self._bound(names, asked, channel, left), messages, left)
+            if outcome is _TIMEOUT:
+                break
+            if outcome is _BUSY:
                 return self._failed(f"all {self.slots.size} forecast threads are held by "
                                     "model calls still running", start)
-            try:
-                reply = future.result(timeout=left)
-            except FutureTimeout:
-                break
-            except Exception as exc:
-                if self._rejected(channel, exc):
+            if isinstance(outcome, Exception):
+                if self._rejected(channel, outcome):
                     continue
-                return self._failed(f"{type(exc).__name__}: {exc}", start)
-            return self._read(reply, names, asked, start, channel)
+                return self._failed(f"{type(outcome).__name__}: {outcome}", start)
+            return self._read(outcome, names, asked, start, channel)
         return self._failed(f"no answer within {self.timeout_s:g} s", start)
+
+    def forecast(self, text: str, tools: Sequence[ToolCard], *,
+                 undeclared: Collection[str] = ()) -> WordsForecast:
+        """The forecast for ``text``; ``undeclared``: tools to give a device class. A model
+        call runs in one of the forecast threads and is abandoned at the timeout."""
+        path = self._path(text, tools, undeclared)
+        try:
+            call = next(path)
+            while True:
+                call = path.send(self._call(call))
+        except StopIteration as done:
+            return done.value
 
     async def aforecast(self, text: str, tools: Sequence[ToolCard], *,
                         undeclared: Collection[str] = ()) -> WordsForecast:
         """As `forecast`, on the event loop (a natively async model is cancelled at the
         timeout; any other runs in a forecast thread)."""
-        start = time.perf_counter()
-        names, asked, messages = self._prepare(text, tools, undeclared)
-        if not names:
-            return WordsForecast(source=self.source)
-        for channel in self._channels():
-            left = self.timeout_s - (time.perf_counter() - start)
-            if left <= 0:
-                break
-            bound = self._bound(names, asked, channel, left)
-            work: Any
-            if self._native_async:
-                work = bound.ainvoke(messages)
-            else:
-                future = self.slots.start(partial(bound.invoke, messages),
-                                          name="devsched-words")
-                if future is None:
-                    return self._failed(f"all {self.slots.size} forecast threads are held by "
-                                        "model calls still running", start)
-                work = asyncio.wrap_future(future)
-            try:
-                reply = await asyncio.wait_for(work, left)
-            except asyncio.TimeoutError:
-                break
-            except Exception as exc:
-                if self._rejected(channel, exc):
-                    continue
-                return self._failed(f"{type(exc).__name__}: {exc}", start)
-            return self._read(reply, names, asked, start, channel)
-        return self._failed(f"no answer within {self.timeout_s:g} s", start)
+        path = self._path(text, tools, undeclared)
+        try:
+            call = next(path)
+            while True:
+                call = path.send(await self._acall(call))
+        except StopIteration as done:
+            return done.value
+
+    def _call(self, call: _Call) -> _Reply:
+        future = self.slots.start(partial(call.bound.invoke, call.messages),
+                                  name="devsched-words")
+        if future is None:
+            return _BUSY
+        try:
+            return future.result(timeout=call.left_s)
+        except FutureTimeout:
+            return _TIMEOUT
+        except Exception as exc:
+            return exc
+
+    async def _acall(self, call: _Call) -> _Reply:
+        work: Any
+        if self._native_async:
+            work = call.bound.ainvoke(call.messages)
+        else:
+            future = self.slots.start(partial(call.bound.invoke, call.messages),
+                                      name="devsched-words")
+            if future is None:
+                return _BUSY
+            work = asyncio.wrap_future(future)
+        try:
+            return await asyncio.wait_for(work, call.left_s)
+        except asyncio.TimeoutError:
+            return _TIMEOUT
+        except Exception as exc:
+            return exc

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from langgraph_devsched.words.base import (
-    DeviceClass,
+    DevicePrior,
     Forecaster,
     ToolCard,
     WordsForecast,
@@ -177,7 +177,7 @@ class CombinedForecaster:
         for name in fa.probabilities.keys() | fb.probabilities.keys():
             pa, pb = fa.probabilities.get(name, 0.0), fb.probabilities.get(name, 0.0)
             probabilities[name] = max(pa, pb) if self.rule == "max" else (pa + pb) / 2
-        classes: dict[str, DeviceClass] = {**fa.classes, **fb.classes}
+        classes: dict[str, DevicePrior] = {**fa.classes, **fb.classes}
         return WordsForecast(probabilities, classes, self.source, latency)
 
     def forecast(self, text: str, tools: Sequence[ToolCard]) -> WordsForecast:

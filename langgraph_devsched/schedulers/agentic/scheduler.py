@@ -115,7 +115,11 @@ from langgraph_devsched.schedulers.agentic.record import (
     Deviation,
 )
 from langgraph_devsched.schedulers.agentic.slots import ConsultationSlots
-from langgraph_devsched.schedulers.agentic.words_reader import MessageReader
+from langgraph_devsched.schedulers.agentic.words_reader import (
+    MAX_UNDECLARED,
+    MessageReader,
+    undeclared,
+)
 from langgraph_devsched.schedulers.base import Batch, Decision, Scheduler, SchedulerBase
 from langgraph_devsched.schedulers.base import SchedulerView as View
 
@@ -267,6 +271,7 @@ class AgenticScheduler(SchedulerBase):
         self.read_messages = read_messages
         """Whether the sub-agent forecasts from the user's request (`forecast_words`)."""
         self._words = MessageReader(model, timeout_s=timeout_s)
+        self._undeclared: frozenset[str] = frozenset()
 
     @property
     def channel(self) -> AnswerChannel:
@@ -337,10 +342,15 @@ class AgenticScheduler(SchedulerBase):
 
     def declare_tools(self, specs: Mapping[str, Any]) -> None:
         """The app's tools, known before any step, passed to the policy beside the model
-        (``monitor``: its `Investments` may warm declared models before their first use)."""
+        (``monitor``: its `Investments` may warm declared models before their first use).
+        Those that declare no solo time and no device prior, and may run on either side,
+        are the ones the sub-agent gives a device class when it reads a request
+        (`undeclared`)."""
         declare = getattr(self.fallback, "declare_tools", None)
         if declare is not None:
             declare(specs)
+        self._undeclared = frozenset(list(
+            t for t, spec in specs.items() if undeclared(spec))[:MAX_UNDECLARED])
 
     @property
     def reads_words(self) -> bool:
@@ -352,7 +362,8 @@ class AgenticScheduler(SchedulerBase):
         text and the tools' names and descriptions, nothing else; in two stages, words
         without a model at once, then the model's with it. None with
         ``read_messages=False``."""
-        return self._words.read(text, tools) if self.read_messages else None
+        return (self._words.read(text, tools, self._undeclared) if self.read_messages
+                else None)
 
     def expect(self, forecast: Any) -> None:
         """A forecast from words now in force, handed to the policy beside the model (its

@@ -12,7 +12,8 @@ profile while the two agree within the noise, the VRAM seen reserved, and the
 OOM detection delay (fallback latency minus the CPU time). A side never measured takes the
 declared solo profile, else a pessimistic guess (4x the other side), so it is only chosen
 once a probe has measured it. A tool known not at all is guessed at `DEFAULT_MS` on the GPU
-(the policy starts it there, see `policy.scheduler`); a CPU-only tool known not at all is
+(the policy starts it there, see `policy.scheduler`), or on the side its ``device_prior``
+names; a CPU-only tool known not at all is
 guessed at nothing (its device is forced, so an invented time would only set the step's
 length).
 
@@ -203,9 +204,9 @@ def _estimate(
     cpu = _blend(cpu_declared, cpu_seen, cv)
     if gpu_compute is None and cpu is None:
         # a CPU-only tool's time is forced, not chosen: it is not invented (near zero until
-        # measured), so a guess never sets the step's length
-        gpu_compute = DEFAULT_MS
-        cpu = DEFAULT_MS * UNKNOWN_FACTOR if spec.gpu_capable else _MIN_MS
+        # measured), so a guess never sets the step's length; a tool that may take either
+        # side starts on the side its prior names (`device_prior`: the GPU by default)
+        gpu_compute, cpu = _guess(spec)
     elif gpu_compute is None:
         gpu_compute = (cpu or DEFAULT_MS) * UNKNOWN_FACTOR
     elif cpu is None:
@@ -217,6 +218,24 @@ def _estimate(
         gpu_share=share, cpu_threads=threads, model=spec.model, weights_mb=spec.weights_mb,
         load_gpu_ms=load_gpu, load_cpu_ms=load_cpu,
     )
+
+
+def _guess(spec: ToolDeviceSpec) -> tuple[float, float]:
+    """The GPU and CPU times of a tool known not at all: `DEFAULT_MS` on the side its
+    ``device_prior`` names (the GPU without one) and `UNKNOWN_FACTOR` times that on the
+    other; both `DEFAULT_MS` for ``neutral``; a CPU-only tool's CPU time near zero.
+
+    >>> from langgraph_devsched.hints import ToolDeviceSpec
+    >>> _guess(ToolDeviceSpec()), _guess(ToolDeviceSpec(device_prior="cpu"))
+    ((100.0, 400.0), (400.0, 100.0))
+    """
+    if not spec.gpu_capable:
+        return DEFAULT_MS, _MIN_MS
+    if spec.device_prior == "cpu":
+        return DEFAULT_MS * UNKNOWN_FACTOR, DEFAULT_MS
+    if spec.device_prior == "neutral":
+        return DEFAULT_MS, DEFAULT_MS
+    return DEFAULT_MS, DEFAULT_MS * UNKNOWN_FACTOR
 
 
 def _load_times(tool: str, spec: ToolDeviceSpec, obs: Observations) -> tuple[float, float]:

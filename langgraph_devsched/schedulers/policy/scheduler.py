@@ -66,7 +66,7 @@ from typing import Any
 
 from langgraph_devsched.gpus import GpuCall, default_gpus
 from langgraph_devsched.hedging import hedge_outcomes
-from langgraph_devsched.hints import ToolDeviceSpec
+from langgraph_devsched.hints import DevicePrior, ToolDeviceSpec
 from langgraph_devsched.monitor.monitor import RuntimeMonitor
 from langgraph_devsched.monitor.observations import Observations, PlacementOutcome
 from langgraph_devsched.monitor.unknowns import ExplorationHint
@@ -105,6 +105,7 @@ from langgraph_devsched.schedulers.policy.model import (
     twin,
 )
 from langgraph_devsched.schedulers.policy.near_tie import NEAR_TIES_UNTIL, NearTies
+from langgraph_devsched.schedulers.policy.priors import DevicePriors
 from langgraph_devsched.schedulers.policy.reuse import (
     ChangeDetector,
     LastDecision,
@@ -195,6 +196,7 @@ class DefaultPolicy(SchedulerBase):
         self._hedge = HedgeRule() if hedge else HedgeRule(max_per_step=0)
         self._dmda = DmdaScheduler()
         self._investments = Investments()
+        self._priors = DevicePriors()
         self.forecast = check_forecast(forecast)
         """What forecasts from words (`forecast_words`): None, ``"lexical"``, ``"oracle"``
         (the bench hands the request's true tools over) or a forecaster."""
@@ -214,6 +216,7 @@ class DefaultPolicy(SchedulerBase):
 
     def decide(self, batch: Batch, view: SchedulerView) -> Decision:
         started = self.clock()
+        batch = self._priors.apply(batch)  # words' device priors, for tools declaring none
         self._private = view.observations is None and not self._shared
         self._device = view.device
         tools = [c.tool for c in batch.calls]
@@ -295,7 +298,8 @@ class DefaultPolicy(SchedulerBase):
         # nothing known of a side: searched from the GPU first, and no load priced on it
         unknown = {c.call_id: _blind(c.tool, c.spec, obs) or _gpu_untried(c.tool, c.spec, obs)
                    for c in batch.calls}
-        choices = [self._choices(c.spec.allowed_options(), device, blind=unknown[c.call_id])
+        choices = [self._choices(c.spec.allowed_options(), device, blind=unknown[c.call_id],
+                                 prior=c.spec.device_prior)
                    for c in batch.calls]
         if any(c.spec.idempotent for c in batch.calls):  # a side a hedge is to measure
             censored = getattr(self.monitor, "censored", None)
@@ -665,6 +669,9 @@ class DefaultPolicy(SchedulerBase):
         probs = getattr(forecast, "probabilities", None)
         if getattr(forecast, "error", None) is None and isinstance(probs, Mapping):
             self._investments.expect(probs)
+            classes = getattr(forecast, "classes", None)
+            if isinstance(classes, Mapping):  # device priors for tools declaring none
+                self._priors.learn(classes)
 
     def preloads(self, device: DeviceState, idle_ms: float) -> list[Preload]:
         """The model loads worth running in ``idle_ms`` before the next step
@@ -704,13 +711,18 @@ class DefaultPolicy(SchedulerBase):
 
     @staticmethod
     def _choices(
-        allowed: Sequence[DeviceOption], device: DeviceState, *, blind: bool = False
+        allowed: Sequence[DeviceOption], device: DeviceState, *, blind: bool = False,
+        prior: DevicePrior | None = None,
     ) -> tuple[DeviceOption, ...]:
         """The options searched; a ``blind`` tool (nothing declared, never measured) starts
-        on the GPU where it may, as a framework would: a guess is not a cost to weigh."""
+        on the GPU where it may, as a framework would: a guess is not a cost to weigh. Its
+        ``device_prior`` may say otherwise: ``cpu`` starts it on the CPU, ``neutral`` leaves
+        every option to the search."""
         if not device.gpu_available and "cpu" in allowed:
             return ("cpu",)
-        if blind and any(is_gpu(o) for o in allowed):
+        if blind and prior == "cpu" and "cpu" in allowed:
+            return ("cpu",)
+        if blind and prior != "neutral" and any(is_gpu(o) for o in allowed):
             return tuple(o for o in allowed if is_gpu(o))
         return tuple(allowed)
 
@@ -1006,9 +1018,13 @@ def _gpu_untried(tool: str, spec: ToolDeviceSpec, obs: Observations) -> bool:
     ``profile.gpu_ms``: a profile taken on the CPU only) nor was ever tried (no call of it
     placed on a GPU option, fallbacks included). Its GPU time is then only the pessimistic
     guess, which a probe's bound would never let be measured for a heavy tool: such a tool
-    starts on the GPU, as a framework would, and is compared once both sides are known."""
+    starts on the GPU, as a framework would, and is compared once both sides are known
+    (unless its ``device_prior`` says ``cpu`` or ``neutral``: then a probe measures it, if
+    one is worth it)."""
     profile = spec.profile
     if not spec.gpu_capable or (profile is not None and profile.gpu_ms is not None):
+        return False
+    if spec.device_prior in ("cpu", "neutral"):  # not a GPU tool by its prior: no forced try
         return False
     return not any(is_gpu(e.option) for e in obs.for_tool(tool))
 
