@@ -77,6 +77,7 @@ def test_a_cpu_class_from_words_starts_an_undeclared_tool_on_the_cpu() -> None:
     assert agentic.total_ms < 500
     assert set(agentic.final_mapping.values()) == {"cpu"}
     assert any('"classes"' in p and "table" in p for p in chat.prompts)
+    assert agentic.words["classes"] == {"cpu": 1}  # what it said, in the bench JSON
 
 
 def test_a_gpu_class_changes_nothing_and_a_declared_tool_is_not_asked() -> None:

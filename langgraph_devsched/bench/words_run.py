@@ -22,7 +22,8 @@ least one half) against the true ones: precision, recall and F1 of the node set.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,9 @@ class WordsRun:
     oracle: bool = False
     latencies_ms: list[float] = field(default_factory=list)
     scores: list[tuple[float, float, float]] = field(default_factory=list)
+    classes: Counter[str] = field(default_factory=Counter)
+    """Device classes said for the node's undeclared tools (`WordsForecast.classes`), per
+    class, over the requests (each request's last stage)."""
     """Per request: (precision, recall, F1) of the predicted tools against the true ones."""
     pending: list[_Said] = field(default_factory=list)
     _last: Request | None = None
@@ -110,6 +114,9 @@ class WordsRun:
             self.failed += 1
         elif len(self.scores) < MAX_KEPT:
             self.scores.append(node_scores(predicted(last), set(request.tools)))
+        said_classes = getattr(last, "classes", None)
+        if isinstance(said_classes, Mapping):
+            self.classes.update(str(c) for c in list(said_classes.values())[:MAX_KEPT])
         self._final = last
         for stage in stages:
             if getattr(stage, "error", None) is None:
@@ -155,6 +162,7 @@ class WordsRun:
             "precision": statistics.fmean(p) if p else None,
             "recall": statistics.fmean(r) if r else None,
             "f1": statistics.fmean(f) if f else None,
+            "classes": dict(sorted(self.classes.items())),
         }
 
 
