@@ -383,17 +383,22 @@ class DefaultPolicy(SchedulerBase):
         retry = best != twin_best and self._contact.retry(shape)
         if retry:  # the miss held long: the twin's best runs once, a first contact again
             best = twin_best
-        probe = self._probe(batch, obs, model, best, choices)
+        price: Callable[[Mapping_], float] = model.values.__getitem__
+        if len(device.devices) > 1:  # several GPUs: probes and near-ties priced in their twin
+            gbed = gpus_twin(params, device, oom_ms=oom_detect_ms(obs, params), model=fit.model)
+            price = self._gpu_prices(batch, gbed, device, scores, heuristics, choices,
+                                     deadline(1.0))
+        probe = self._probe(batch, obs, model, best, choices, price)
         # a near-tie trial is a probe: only in a shape's first runs, within the probe budget
         young = sum(o.count for o in outcomes) < NEAR_TIES_UNTIL and sum(
             o.probes for o in outcomes) < getattr(self.monitor, "probe_budget", 0)
         near = None if probe or best != twin_best or not young else self._near_ties.trial(
-            shape, tools, scores, best, low + tie, seen=model.seen)
+            shape, tools, _near_ties(scores, best, low + tie, price, self.tie_tolerance)
+            if len(device.devices) > 1 else scores, best, low + tie, seen=model.seen)
         chosen = probe[0] if probe else near or best
         on_gpus: Placed | None = None
         trial: tuple[str, float] | None = None
         if len(device.devices) > 1:  # several GPUs: where each call runs, in their twin
-            gbed = gpus_twin(params, device, oom_ms=oom_detect_ms(obs, params), model=fit.model)
             on_gpus = self._on_gpus(batch, gbed, device, chosen, scores, heuristics, choices,
                                     fixed=bool(probe or near), spent=deadline(1.0))
             if not (probe or near) and young:
@@ -411,11 +416,11 @@ class DefaultPolicy(SchedulerBase):
         how = {"exact": "over all", "bound": "bounded search,",
                "local": "local search,"}[result.method]
         if probe:
-            reason = (f"probe: {probe[1].text}; predicted {model.values[chosen]:.1f} ms vs "
-                      f"best {scores[best]:.1f} ms")
+            reason = (f"probe: {probe[1].text}; predicted {price(chosen):.1f} ms vs "
+                      f"best {price(best):.1f} ms")
         elif near:
-            reason = (f"probe: a near-tie never ran, predicted {scores[near]:.1f} ms vs best "
-                      f"{scores[best]:.1f} ms (the twin cannot rank them)")
+            reason = (f"probe: a near-tie never ran, predicted {price(near):.1f} ms vs best "
+                      f"{price(best):.1f} ms (the twin cannot rank them)")
         elif retry:
             reason = (f"probe: the twin's best, {scores[best]:.1f} ms {how} {len(scores)} "
                       f"mappings, never ran; the best executed mapping was kept over it "
@@ -495,6 +500,26 @@ class DefaultPolicy(SchedulerBase):
         tools = [c.tool for c in calls]
         return place(bed, batch.call_ids, tools, spots, starts, fixed_options=fixed,
                      spent=spent, observed=self._runs.observed(tools))
+
+    def _gpu_prices(
+        self, batch: Batch, bed: SimulatedTestbed, device: DeviceState,
+        scores: Mapping[Mapping_, float], heuristics: Sequence[Decision],
+        choices: Sequence[tuple[DeviceOption, ...]], spent: Callable[[], bool],
+    ) -> Callable[[Mapping_], float]:
+        """Several GPUs: a mapping's price is its makespan placed on the GPUs in their twin
+        (`_on_gpus`, its options fixed), each computed once. Probes and near-ties weigh
+        these: the one-GPU scores put every GPU call on one GPU, where a model that fits
+        warm only on another is priced cold or on the CPU (a 240 s CPU run of a diffusion
+        model warm on the 80 GB GPU scored a near-tie with the best, 1.2 s on 4 GPUs)."""
+        kept: dict[Mapping_, float] = {}
+
+        def price(mapping: Mapping_) -> float:
+            if mapping not in kept:
+                kept[mapping] = self._on_gpus(batch, bed, device, mapping, scores, heuristics,
+                                              choices, fixed=True, spent=spent).span_ms
+            return kept[mapping]
+
+        return price
 
     def _gpu_trial(
         self, shape: tuple[str, ...], tools: list[str], batch: Batch, placed: Placed,
@@ -730,14 +755,17 @@ class DefaultPolicy(SchedulerBase):
 
     def _probe(
         self, batch: Batch, obs: Observations, model: TwinScores, best: Mapping_,
-        choices: list[tuple[DeviceOption, ...]],
+        choices: list[tuple[DeviceOption, ...]], price: Callable[[Mapping_], float],
     ) -> tuple[Mapping_, ExplorationHint] | None:
         """The most valuable affordable probe; hints are weighed best expected gain first
-        while their probe mappings fit `PROBE_CALLS` (at least one)."""
+        while their probe mappings fit `PROBE_CALLS` (at least one). A probe's cost is its
+        ``price`` less the best's (one GPU: the twin's scores; several: `_gpu_prices`), and
+        on several GPUs at least what the one-GPU scores say: a probe must be affordable in
+        both (the hints' gains are still one-GPU figures)."""
         tools = [c.tool for c in batch.calls]
         counts = {canon(o.placement): o.count for o in obs.outcomes_for(tuple(tools))}
-        base = model.values[best]
-        floor = 0.01 * base
+        base, one_base = price(best), model.values[best]
+        floor = 0.01 * max(base, one_base)
         candidates = []
         hints = [h for h in obs.hints if h.probes_left > 0 and h.kind in PROBE_KINDS
                  and _gain(batch, obs, h) > floor and not self._answered(h)]
@@ -763,10 +791,14 @@ class DefaultPolicy(SchedulerBase):
                 # a side never measured nor declared is priced at its pessimistic guess
                 # (`model.UNKNOWN_FACTOR` times the measured side): the probe's
                 # cost stays bounded by the step's, whatever the unknown side turns out
-                cost = model.values[m] - base
+                # several GPUs: affordable in their twin and in the one-GPU scores (on
+                # one GPU the two are the same figure)
+                costs = ((price(m) - base, base), (model.values[m] - one_base, one_base))
+                cost = max(c for c, _ in costs)
                 # a probe of a light step may cost up to `min_probe_ms` (once): otherwise a
                 # 10 ms tool's unknown side, guessed at 4x, would never be measured
-                affordable = cost <= max(self.max_probe_cost * base, self.min_probe_ms)
+                affordable = all(c <= max(self.max_probe_cost * b, self.min_probe_ms)
+                                 for c, b in costs)
                 gain = _gain(batch, obs, hint)
                 if affordable and cost <= self.probe_horizon * gain:
                     value = gain - cost / self.probe_horizon
@@ -1004,6 +1036,15 @@ def _gain(batch: Batch, obs: Observations, hint: ExplorationHint) -> float:
             error = min(0.9, declared_error(call.tool, call.spec, obs))
             return gain + error * side
     return gain
+
+
+def _near_ties(scores: Mapping[Mapping_, float], best: Mapping_, below: float,
+               price: Callable[[Mapping_], float], tolerance: float) -> dict[Mapping_, float]:
+    """Several GPUs: the one-GPU near-ties (scored under ``below``) that are near-ties on
+    the GPUs too, their price within ``tolerance`` of the best's."""
+    limit = price(best) * (1.0 + tolerance) + 1e-6
+    return {m: score for m, score in scores.items()
+            if score < below and (m == best or price(m) <= limit)}
 
 
 def _blind(tool: str, spec: ToolDeviceSpec, obs: Observations) -> bool:
