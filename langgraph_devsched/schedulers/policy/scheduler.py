@@ -764,8 +764,9 @@ class DefaultPolicy(SchedulerBase):
         both (the hints' gains are still one-GPU figures)."""
         tools = [c.tool for c in batch.calls]
         counts = {canon(o.placement): o.count for o in obs.outcomes_for(tuple(tools))}
-        base, one_base = price(best), model.values[best]
-        floor = 0.01 * max(base, one_base)
+        one_base = model.values[best]
+        base: float | None = None  # the best's price, once a probe is weighed
+        floor = 0.01 * one_base
         candidates = []
         hints = [h for h in obs.hints if h.probes_left > 0 and h.kind in PROBE_KINDS
                  and _gain(batch, obs, h) > floor and not self._answered(h)]
@@ -793,6 +794,7 @@ class DefaultPolicy(SchedulerBase):
                 # cost stays bounded by the step's, whatever the unknown side turns out
                 # several GPUs: affordable in their twin and in the one-GPU scores (on
                 # one GPU the two are the same figure)
+                base = price(best) if base is None else base
                 costs = ((price(m) - base, base), (model.values[m] - one_base, one_base))
                 cost = max(c for c, _ in costs)
                 # a probe of a light step may cost up to `min_probe_ms` (once): otherwise a
