@@ -117,8 +117,9 @@ class ToolDeviceSpec(BaseModel):
     device_prior: DevicePrior | None = Field(
         default=None, description="the device the tool is expected to prefer while no "
         "profile and no measurement says (gpu, cpu or neutral): its first calls are "
-        "guessed faster there, until measured; default: gpu. The agentic sub-agent may "
-        "infer it from the tool's description (docs/words.md)")
+        "guessed faster there, until measured (cpu: the GPU side is then measured only by a "
+        "probe that can pay; neutral: tried once); default: gpu. "
+        "AgenticScheduler(device_classes=True) infers it from the description (docs/words.md)")
 
     @field_validator("gpus", mode="before")
     @classmethod

@@ -61,7 +61,8 @@ class Classing(BaseChatModel):
 
 def run(chat: Classing, declare: str = "none") -> dict[str, Any]:
     result = run_scenario(light_table_tool(), ["monitor", "agentic"], decision_cost="none",
-                          declare=declare, scheduler_options={"agentic": {"model": chat}})
+                          declare=declare, scheduler_options={"agentic": {"model": chat,
+                                                                "device_classes": True}})
     return dict(result.results)
 
 
@@ -93,7 +94,7 @@ def test_a_gpu_class_changes_nothing_and_a_declared_tool_is_not_asked() -> None:
 
 def test_only_tools_declaring_no_time_and_no_prior_are_asked() -> None:
     chat = Classing(tools=["a"])
-    agentic = AgenticScheduler(chat)
+    agentic = AgenticScheduler(chat, device_classes=True)
     agentic.declare_tools({"a": ToolDeviceSpec(), "b": ToolDeviceSpec(device_prior="cpu"),
                            "c": ToolDeviceSpec(gpu_capable=False),
                            "d": ToolDeviceSpec(pinned="cpu")})
@@ -101,3 +102,26 @@ def test_only_tools_declaring_no_time_and_no_prior_are_asked() -> None:
     assert chat.prompts and "classes" in chat.prompts[0]
     asked = chat.prompts[0].split("classes")[-1]
     assert "a." in asked and not any(f"{n}." in asked or f"{n}," in asked for n in "bcd")
+
+
+def test_by_default_no_class_is_asked() -> None:
+    """Off by default: measured harmful (docs/words.md), a wrong class has no bound."""
+    chat = Classing(tools=["a"])
+    agentic = AgenticScheduler(chat)
+    agentic.declare_tools({"a": ToolDeviceSpec()})
+    agentic.forecast_words("hello", [("a", "tool a")])
+    assert chat.prompts and not any("classes" in p for p in chat.prompts)
+
+
+def test_a_neutral_prior_still_tries_the_gpu_once() -> None:
+    """``neutral`` leaves the first call to the search but keeps the forced GPU try: a
+    heavy tool said neutral is not left on the CPU (the measured failure)."""
+    heavy = light_table_tool(steps=4)
+    heavy.tools["table"].params = heavy.tools["table"].params.model_copy(
+        update={"cpu_ms": 60_000, "gpu_ms": 500})
+    out = run_scenario(heavy, ["agentic"], decision_cost="none", declare="none",
+                       scheduler_options={"agentic": {
+                           "model": Classing(tools=["table"], classes={"table": "neutral"}),
+                           "device_classes": True}}).results["agentic"]
+    assert out.total_ms < 2 * 60_000  # one CPU run at most
+    assert out.final_mapping["b3/table"] != "cpu"

@@ -217,6 +217,7 @@ class AgenticScheduler(SchedulerBase):
         retry_failed_after: int = 10,
         cache_size: int = 256,
         read_messages: bool = True,
+        device_classes: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not hasattr(model, "bind_tools"):
@@ -270,6 +271,11 @@ class AgenticScheduler(SchedulerBase):
         """Executed mappings with their GPUs (several GPUs: the monitor's lack the GPU)."""
         self.read_messages = read_messages
         """Whether the sub-agent forecasts from the user's request (`forecast_words`)."""
+        self.device_classes = device_classes
+        """Whether its reading also asks a device class for each tool that declares nothing
+        (a `device_prior` until measured). Off by default: measured with Qwen2.5-Coder-1.5B
+        on TaskBench under ``--declare none``, it put heavy tools on the CPU (8 of 12
+        conversations longer, up to 34x) and tripled the reading's latency (docs/words.md)."""
         self._words = MessageReader(model, timeout_s=timeout_s)
         self._undeclared: frozenset[str] = frozenset()
 
@@ -343,14 +349,15 @@ class AgenticScheduler(SchedulerBase):
     def declare_tools(self, specs: Mapping[str, Any]) -> None:
         """The app's tools, known before any step, passed to the policy beside the model
         (``monitor``: its `Investments` may warm declared models before their first use).
-        Those that declare no solo time and no device prior, and may run on either side,
-        are the ones the sub-agent gives a device class when it reads a request
-        (`undeclared`)."""
+        With ``device_classes``, those that declare no solo time and no device prior, and
+        may run on either side, are the ones the sub-agent gives a device class when it
+        reads a request (`undeclared`)."""
         declare = getattr(self.fallback, "declare_tools", None)
         if declare is not None:
             declare(specs)
-        self._undeclared = frozenset(list(
-            t for t, spec in specs.items() if undeclared(spec))[:MAX_UNDECLARED])
+        if self.device_classes:
+            self._undeclared = frozenset(list(
+                t for t, spec in specs.items() if undeclared(spec))[:MAX_UNDECLARED])
 
     @property
     def reads_words(self) -> bool:

@@ -296,10 +296,12 @@ class DefaultPolicy(SchedulerBase):
         if not batch.calls:
             return self._decision({}, "empty batch"), True
         # nothing known of a side: searched from the GPU first, and no load priced on it
-        unknown = {c.call_id: _blind(c.tool, c.spec, obs) or _gpu_untried(c.tool, c.spec, obs)
+        blind = {c.call_id: _blind(c.tool, c.spec, obs) for c in batch.calls}
+        unknown = {c.call_id: blind[c.call_id] or _gpu_untried(c.tool, c.spec, obs)
                    for c in batch.calls}
+        # a device prior speaks only while nothing is known (the first call)
         choices = [self._choices(c.spec.allowed_options(), device, blind=unknown[c.call_id],
-                                 prior=c.spec.device_prior)
+                                 prior=c.spec.device_prior if blind[c.call_id] else None)
                    for c in batch.calls]
         if any(c.spec.idempotent for c in batch.calls):  # a side a hedge is to measure
             censored = getattr(self.monitor, "censored", None)
@@ -742,7 +744,7 @@ class DefaultPolicy(SchedulerBase):
         """The options searched; a ``blind`` tool (nothing declared, never measured) starts
         on the GPU where it may, as a framework would: a guess is not a cost to weigh. Its
         ``device_prior`` may say otherwise: ``cpu`` starts it on the CPU, ``neutral`` leaves
-        every option to the search."""
+        its first call to the search (its GPU side is then still tried once)."""
         if not device.gpu_available and "cpu" in allowed:
             return ("cpu",)
         if blind and prior == "cpu" and "cpu" in allowed:
@@ -1062,12 +1064,12 @@ def _gpu_untried(tool: str, spec: ToolDeviceSpec, obs: Observations) -> bool:
     placed on a GPU option, fallbacks included). Its GPU time is then only the pessimistic
     guess, which a probe's bound would never let be measured for a heavy tool: such a tool
     starts on the GPU, as a framework would, and is compared once both sides are known
-    (unless its ``device_prior`` says ``cpu`` or ``neutral``: then a probe measures it, if
-    one is worth it)."""
+    (unless its ``device_prior`` says ``cpu``: then a probe measures it, if one is worth
+    it)."""
     profile = spec.profile
     if not spec.gpu_capable or (profile is not None and profile.gpu_ms is not None):
         return False
-    if spec.device_prior in ("cpu", "neutral"):  # not a GPU tool by its prior: no forced try
+    if spec.device_prior == "cpu":  # a CPU tool by its prior: no forced try
         return False
     return not any(is_gpu(e.option) for e in obs.for_tool(tool))
 
