@@ -115,10 +115,10 @@ class ToolDeviceSpec(BaseModel):
         default=None, description="the GPU indices the tool (its model) may run on, e.g. "
         "[0, 1]; default: any GPU")
     device_prior: DevicePrior | None = Field(
-        default=None, description="the device the tool is expected to prefer while no "
-        "profile and no measurement says (gpu, cpu or neutral): its first calls are "
-        "guessed faster there, until measured (cpu: the GPU side is then measured only by a "
-        "probe that can pay; neutral: tried once); default: gpu. "
+        default=None, description="where the tool's first call starts while no profile "
+        "and no measurement says: gpu, cpu, or neutral (the search picks, and the GPU is "
+        "tried once after); then measurements rule (after a cpu start, the GPU side is "
+        "measured only by a probe that can pay); default: gpu. "
         "AgenticScheduler(device_classes=True) infers it from the description (docs/words.md)")
 
     @field_validator("gpus", mode="before")

@@ -59,10 +59,10 @@ class WordsRun:
     oracle: bool = False
     latencies_ms: list[float] = field(default_factory=list)
     scores: list[tuple[float, float, float]] = field(default_factory=list)
+    """Per request: (precision, recall, F1) of the predicted tools against the true ones."""
     classes: Counter[str] = field(default_factory=Counter)
     """Device classes said for the node's undeclared tools (`WordsForecast.classes`), per
     class, over the requests (each request's last stage)."""
-    """Per request: (precision, recall, F1) of the predicted tools against the true ones."""
     pending: list[_Said] = field(default_factory=list)
     _last: Request | None = None
     _final: Any = None

@@ -8,9 +8,10 @@ description; never arguments or outputs), which tools the coming work calls, in 
    tools' names) combined with the first (the larger probability per tool; where the model
    fails or times out, the first stands alone), in force once it answered.
 
-For the node's tools that declare no profile and no device prior, the model also gives a
-device class (``gpu``, ``cpu`` or ``neutral``) from the description: the policy's prior for
-where such a tool starts, until measured (`policy.priors`).
+Asked (``undeclared``: the scheduler's ``device_classes=True``, off by default), the model
+also gives the node's tools that declare no profile and no device prior a device class
+(``gpu``, ``cpu`` or ``neutral``) from the description: the policy's prior for where such a
+tool starts, until measured (`policy.priors`).
 
 Answers are kept by (model, text, tool set, tools asked a class) in a bounded table shared
 by every reader of the process (`MAX_KEPT`): a request read once is not sent to that model
