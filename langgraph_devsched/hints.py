@@ -168,6 +168,14 @@ class ToolDeviceSpec(BaseModel):
         """The options a scheduler may choose for this tool, in canonical order."""
         return self._allowed
 
+    @property
+    def declares_time(self) -> bool:
+        """Whether these hints declare a solo time on some side (``profile.cpu_ms`` or
+        ``profile.gpu_ms``)."""
+        profile = self.profile
+        return profile is not None and (profile.cpu_ms is not None
+                                        or profile.gpu_ms is not None)
+
     def model_name(self, tool: str) -> str | None:
         """The resident model this tool's calls use, or None (no resident weights)."""
         if self.model is not None:

@@ -50,10 +50,8 @@ def undeclared(spec: ToolDeviceSpec) -> bool:
     >>> undeclared(ToolDeviceSpec()), undeclared(ToolDeviceSpec(device_prior="gpu"))
     (True, False)
     """
-    profile = spec.profile
-    timed = profile is not None and (profile.cpu_ms is not None or profile.gpu_ms is not None)
-    return (spec.gpu_capable and spec.cpu_allowed and spec.pinned is None and not timed
-            and spec.device_prior is None)
+    return (spec.gpu_capable and spec.cpu_allowed and spec.pinned is None
+            and not spec.declares_time and spec.device_prior is None)
 
 
 class MessageReader:

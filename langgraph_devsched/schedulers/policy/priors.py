@@ -56,10 +56,7 @@ class DevicePriors:
         changed = False
         for call in batch.calls:
             prior = self._table.get(call.tool)
-            profile = call.spec.profile
-            declared = profile is not None and (profile.cpu_ms is not None
-                                                or profile.gpu_ms is not None)
-            if prior is None or declared or call.spec.device_prior is not None:
+            if prior is None or call.spec.declares_time or call.spec.device_prior is not None:
                 calls.append(call)
                 continue
             changed = True

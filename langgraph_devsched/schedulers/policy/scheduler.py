@@ -56,6 +56,7 @@ batch's shape), else ``view.observations``. It never records into a monitor it d
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import time
@@ -385,24 +386,28 @@ class DefaultPolicy(SchedulerBase):
         retry = best != twin_best and self._contact.retry(shape)
         if retry:  # the miss held long: the twin's best runs once, a first contact again
             best = twin_best
+        several = len(device.devices) > 1
         price: Callable[[Mapping_], float] = model.values.__getitem__
-        if len(device.devices) > 1:  # several GPUs: probes and near-ties priced in their twin
+        if several:  # probes and near-ties priced in the GPUs' twin, placed once each
             gbed = gpus_twin(params, device, oom_ms=oom_detect_ms(obs, params), model=fit.model)
-            price = self._gpu_prices(batch, gbed, device, scores, heuristics, choices,
-                                     deadline(1.0))
+            fixed = _Fixed(functools.partial(
+                self._on_gpus, batch, gbed, device, scores=scores, heuristics=heuristics,
+                choices=choices, fixed=True, spent=deadline(1.0)))
+            price = fixed.price
         probe = self._probe(batch, obs, model, best, choices, price)
         # a near-tie trial is a probe: only in a shape's first runs, within the probe budget
         young = sum(o.count for o in outcomes) < NEAR_TIES_UNTIL and sum(
             o.probes for o in outcomes) < getattr(self.monitor, "probe_budget", 0)
         near = None if probe or best != twin_best or not young else self._near_ties.trial(
             shape, tools, _near_ties(scores, best, low + tie, price, self.tie_tolerance)
-            if len(device.devices) > 1 else scores, best, low + tie, seen=model.seen)
+            if several else scores, best, low + tie, seen=model.seen)
         chosen = probe[0] if probe else near or best
         on_gpus: Placed | None = None
         trial: tuple[str, float] | None = None
-        if len(device.devices) > 1:  # several GPUs: where each call runs, in their twin
-            on_gpus = self._on_gpus(batch, gbed, device, chosen, scores, heuristics, choices,
-                                    fixed=bool(probe or near), spent=deadline(1.0))
+        if several:  # where each call runs, in their twin (a probe's: placed when priced)
+            on_gpus = fixed(chosen) if probe or near else self._on_gpus(
+                batch, gbed, device, chosen, scores, heuristics, choices, fixed=False,
+                spent=deadline(1.0))
             if not (probe or near) and young:
                 on_gpus, trial = self._gpu_trial(shape, tools, batch, on_gpus)
             chosen = on_gpus.options()
@@ -502,26 +507,6 @@ class DefaultPolicy(SchedulerBase):
         tools = [c.tool for c in calls]
         return place(bed, batch.call_ids, tools, spots, starts, fixed_options=fixed,
                      spent=spent, observed=self._runs.observed(tools))
-
-    def _gpu_prices(
-        self, batch: Batch, bed: SimulatedTestbed, device: DeviceState,
-        scores: Mapping[Mapping_, float], heuristics: Sequence[Decision],
-        choices: Sequence[tuple[DeviceOption, ...]], spent: Callable[[], bool],
-    ) -> Callable[[Mapping_], float]:
-        """Several GPUs: a mapping's price is its makespan placed on the GPUs in their twin
-        (`_on_gpus`, its options fixed), each computed once. Probes and near-ties weigh
-        these: the one-GPU scores put every GPU call on one GPU, where a model that fits
-        warm only on another is priced cold or on the CPU (a 240 s CPU run of a diffusion
-        model warm on the 80 GB GPU scored a near-tie with the best, 1.2 s on 4 GPUs)."""
-        kept: dict[Mapping_, float] = {}
-
-        def price(mapping: Mapping_) -> float:
-            if mapping not in kept:
-                kept[mapping] = self._on_gpus(batch, bed, device, mapping, scores, heuristics,
-                                              choices, fixed=True, spent=spent).span_ms
-            return kept[mapping]
-
-        return price
 
     def _gpu_trial(
         self, shape: tuple[str, ...], tools: list[str], batch: Batch, placed: Placed,
@@ -1042,6 +1027,28 @@ def _gain(batch: Batch, obs: Observations, hint: ExplorationHint) -> float:
     return gain
 
 
+class _Fixed:
+    """Several GPUs: each mapping placed on the GPUs in their twin, its options fixed
+    (``place``: `DefaultPolicy._on_gpus`), once per decision. Its makespan is the mapping's
+    price for probes and near-ties: the one-GPU scores put every GPU call on one GPU, where
+    a model that fits warm only on another is priced cold or on the CPU (a 240 s CPU run
+    of a diffusion model warm on the 80 GB GPU scored a near-tie with the best, 1.2 s on
+    4 GPUs). A probe chosen runs the placement it was priced by."""
+
+    def __init__(self, place: Callable[[Mapping_], Placed]) -> None:
+        self._place = place
+        self._kept: dict[Mapping_, Placed] = {}
+
+    def __call__(self, mapping: Mapping_) -> Placed:
+        found = self._kept.get(mapping)
+        if found is None:
+            found = self._kept[mapping] = self._place(mapping)
+        return found
+
+    def price(self, mapping: Mapping_) -> float:
+        return self(mapping).span_ms
+
+
 def _near_ties(scores: Mapping[Mapping_, float], best: Mapping_, below: float,
                price: Callable[[Mapping_], float], tolerance: float) -> dict[Mapping_, float]:
     """Several GPUs: the one-GPU near-ties (scored under ``below``) that are near-ties on
@@ -1053,9 +1060,7 @@ def _near_ties(scores: Mapping[Mapping_, float], best: Mapping_, below: float,
 
 def _blind(tool: str, spec: ToolDeviceSpec, obs: Observations) -> bool:
     """Whether nothing is known of ``tool``: no declared solo time, no measurement."""
-    profile = spec.profile
-    declared = profile is not None and (profile.gpu_ms is not None or profile.cpu_ms is not None)
-    return not declared and not obs.for_tool(tool)
+    return not spec.declares_time and not obs.for_tool(tool)
 
 
 def _gpu_untried(tool: str, spec: ToolDeviceSpec, obs: Observations) -> bool:
