@@ -28,11 +28,14 @@ class Held:
     def __init__(self, answer: dict[str, float] | Exception | None = None) -> None:
         self.gate = threading.Event()
         self.done = threading.Event()
+        self.asked = threading.Event()
+        """Set once the reader's thread has called it (the graph does not wait for that)."""
         self.seen: list[tuple[str, list[ToolCard]]] = []
         self.answer = answer if answer is not None else {"asr": 0.9, "ocr": 0.1, "embed": 0.0}
 
     def forecast(self, text: str, tools: Sequence[ToolCard]) -> WordsForecast:
         self.seen.append((text, list(tools)))
+        self.asked.set()
         try:
             self.gate.wait(WAIT_S)
             if isinstance(self.answer, Exception):
@@ -73,12 +76,14 @@ def test_no_step_waits_for_the_forecast_and_the_request_is_read_once() -> None:
     answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert [m.tool_call_id for m in answers] == ["c0", "c1"]
     assert len(reports) == 2 and all(r.words is None for r in reports)  # not in force yet
+    assert held.asked.wait(WAIT_S)  # the reader's thread runs on its own time
     assert len(held.seen) == 1
     text, cards = held.seen[0]
     assert text == "please transcribe my call"
     assert {c.name: c.description for c in cards} == {t.name: t.description for t in TOOLS}
     held.gate.set()
     assert node.words is not None and node.words.join(WAIT_S)
+    assert len(held.seen) == 1
     reading = node.words.history[-1]
     assert reading.predicted == ("asr",) and reading.error is None and reading.stages == 1
 
@@ -161,6 +166,7 @@ def test_the_agent_middleware_reads_the_request_before_the_model_is_called() -> 
     out = agent.invoke({"messages": [HumanMessage("transcribe the call")]})
     assert [m.tool_call_id for m in out["messages"] if isinstance(m, ToolMessage)] == [
         "c1", "c2"]
+    assert held.asked.wait(WAIT_S)  # the reader's thread runs on its own time
     assert [text for text, _ in held.seen] == ["transcribe the call"]  # three model calls
     held.gate.set()
     assert held.done.wait(WAIT_S)
